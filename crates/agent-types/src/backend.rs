@@ -1,0 +1,76 @@
+//! The backend trait: what the loop needs from a model provider, and nothing about HTTP.
+
+use std::pin::Pin;
+
+use futures_core::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::error::BackendError;
+use crate::request::ModelRequest;
+use crate::stream::StreamEvent;
+
+/// The stream a backend returns: normalized events, or an error that ends it.
+pub type BackendStream<'a> =
+    Pin<Box<dyn Stream<Item = Result<StreamEvent, BackendError>> + Send + 'a>>;
+
+/// What a backend can do. The loop checks these before any request is sent: declaring tools
+/// against a backend without tool support is a configuration error, not a silent drop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// The model can be given tools and asked to call them.
+    pub tools: bool,
+    /// Output arrives incrementally.
+    pub streaming: bool,
+    /// One turn may request several tool calls.
+    pub parallel_tool_calls: bool,
+    /// The model can expose reasoning.
+    pub thinking: bool,
+    /// The provider caches prompt prefixes.
+    pub prompt_caching: bool,
+    /// The provider reports token usage.
+    pub usage_reporting: bool,
+}
+
+/// A model provider.
+///
+/// `stream` starts one model call and returns its events. The call is cancelled by dropping the
+/// stream, which is why the trait needs no runtime and no cancellation token: whoever polls the
+/// stream (the loop, under its own cancellation) decides how long it lives. Backends that do
+/// not stream natively still return a stream, built from their one response.
+pub trait Backend: Send + Sync {
+    /// What this backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Starts one model call. The request is borrowed for the life of the stream.
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a>;
+}
+
+impl<B: Backend + ?Sized> Backend for &B {
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        (**self).stream(request)
+    }
+}
+
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        (**self).stream(request)
+    }
+}
+
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+
+    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        (**self).stream(request)
+    }
+}

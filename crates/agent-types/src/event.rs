@@ -1,0 +1,155 @@
+//! The events a consumer sees while a loop runs, across every model call and tool round.
+//!
+//! The order within one [`execute`-style call] is:
+//!
+//! ```text
+//! session_start
+//!   ( message_start{assistant}
+//!       ( text_start text_delta* text_end
+//!       | thinking_start thinking_delta* thinking_end
+//!       | tool_call_start tool_call_delta* tool_call_end )*
+//!     message_end
+//!     ( tool_execution_start tool_execution_delta* tool_execution_end
+//!       message_start{tool} message_end )*
+//!   )*
+//!   awaiting_tool_execution?
+//!   error?
+//! session_end
+//! ```
+//!
+//! Every event serializes as one JSON object with a `"type"` tag in snake_case, which is the
+//! format of the server's SSE stream and of the CLI's `--json` output.
+//!
+//! [`execute`-style call]: crate::event
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::AgentError;
+use crate::id::{SessionId, ToolCallId};
+use crate::message::{Message, Role, ToolCall, is_false};
+
+/// One event of a running loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// The loop started work on a session; always the first event.
+    SessionStart {
+        /// The session.
+        session_id: SessionId,
+    },
+    /// The loop stopped; always the last event, after any error.
+    SessionEnd {
+        /// The session.
+        session_id: SessionId,
+        /// The messages this call added to the session (not the caller's input).
+        messages: Vec<Message>,
+    },
+    /// The loop suspended because the model asked for remote tools (tools without a local
+    /// handler). Resume the session with one result per call.
+    AwaitingToolExecution {
+        /// The session.
+        session_id: SessionId,
+        /// The calls the caller must run.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A message begins: an assistant message when a model call starts streaming, a tool
+    /// message when a tool result is about to be appended.
+    MessageStart {
+        /// Whose message.
+        role: Role,
+    },
+    /// A message is complete. An assistant message carries its usage; `cost_usd` is set when
+    /// the rate card prices the model.
+    MessageEnd {
+        /// The whole message.
+        message: Message,
+        /// What the model call cost, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+    /// A text block begins.
+    TextStart,
+    /// More text for the open text block.
+    TextDelta {
+        /// The new text.
+        delta: String,
+    },
+    /// The text block is complete.
+    TextEnd {
+        /// The block's whole text.
+        text: String,
+    },
+    /// A reasoning block begins.
+    ThinkingStart,
+    /// More reasoning for the open block.
+    ThinkingDelta {
+        /// The new reasoning text.
+        delta: String,
+    },
+    /// The reasoning block is complete.
+    ThinkingEnd {
+        /// The block's whole reasoning text (empty when redacted).
+        thinking: String,
+    },
+    /// The model started a tool call.
+    ToolCallStart {
+        /// The call's position in this message.
+        index: u32,
+        /// The provider's id for the call.
+        id: ToolCallId,
+        /// The tool's name.
+        name: String,
+    },
+    /// More raw argument JSON for the call at `index`.
+    ToolCallDelta {
+        /// Which call.
+        index: u32,
+        /// Raw JSON text.
+        delta: String,
+    },
+    /// The model finished a tool call; its arguments are parsed.
+    ToolCallEnd {
+        /// Which call.
+        index: u32,
+        /// The complete call.
+        tool_call: ToolCall,
+    },
+    /// A local tool handler started.
+    ToolExecutionStart {
+        /// The call being run.
+        call_id: ToolCallId,
+        /// The tool.
+        tool_name: String,
+        /// The arguments the handler receives (after any repair).
+        arguments: Value,
+    },
+    /// A running handler reported progress.
+    ToolExecutionDelta {
+        /// The call being run.
+        call_id: ToolCallId,
+        /// The progress text.
+        delta: String,
+    },
+    /// A handler finished (or failed, or was refused before running).
+    ToolExecutionEnd {
+        /// The call that ran.
+        call_id: ToolCallId,
+        /// The tool.
+        tool_name: String,
+        /// What the model will see: the serialized, possibly truncated result, or the error.
+        output: String,
+        /// Whether `output` describes a failure.
+        #[serde(default, skip_serializing_if = "is_false")]
+        is_error: bool,
+        /// Whether `output` was cut to the result cap.
+        #[serde(default, skip_serializing_if = "is_false")]
+        truncated: bool,
+    },
+    /// The loop failed; `session_end` follows.
+    Error {
+        /// What went wrong, with the partial trace and messages.
+        error: AgentError,
+    },
+}
