@@ -1,1 +1,52 @@
-fn main() {}
+//! Project automation for agentry, run as `cargo xtask <command>`.
+//!
+//! `ci` runs everything CI runs, in the order that fails fastest; `layering` checks only the
+//! dependency rules; `bench` runs the benchmarks. Plain std and `cargo` subprocesses, so the
+//! xtask builds in seconds on a cold machine.
+
+// xtask is a command-line program: printing is its job.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod ci;
+mod layering;
+mod snapshots;
+mod step;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci         fmt, layering, clippy, tests (nextest when present), doc tests,
+             snapshot check, docs, and single-layer builds: everything CI runs
+  layering   check the crate dependency rules with `cargo tree`
+  bench      run the benchmarks (each reports ratios to a baseline from the same run)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci::run(),
+        Some("layering") => layering::run(),
+        Some("bench") => step::cargo(
+            "benchmarks",
+            &["bench", "-p", "agent-tools", "--bench", "tools"],
+        ),
+        Some("help" | "--help" | "-h") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

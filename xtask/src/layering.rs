@@ -1,0 +1,137 @@
+//! The layering check: which crates each layer may not reach, verified with `cargo tree`.
+//!
+//! The rules mirror docs/ARCHITECTURE.md's invariants. A rule names a package, the features it
+//! is built with, and the crates that must not appear among its normal and build dependencies.
+
+use crate::step::cargo_command;
+
+/// Which feature set a rule checks.
+#[derive(Clone, Copy)]
+enum Features {
+    All,
+    NoDefault,
+}
+
+struct Rule {
+    package: &'static str,
+    features: Features,
+    forbidden: &'static [&'static str],
+    why: &'static str,
+}
+
+const RULES: &[Rule] = &[
+    Rule {
+        package: "agent-types",
+        features: Features::All,
+        forbidden: &["tokio", "reqwest", "hyper"],
+        why: "the vocabulary crate stays runtime-free and HTTP-free",
+    },
+    Rule {
+        package: "agent-tools",
+        features: Features::All,
+        forbidden: &["reqwest", "hyper"],
+        why: "tools never need an HTTP client (jsonschema must keep default-features = false)",
+    },
+    Rule {
+        package: "agent-conversation",
+        features: Features::All,
+        forbidden: &["reqwest", "hyper"],
+        why: "appenders store turns; they do not talk to providers",
+    },
+    Rule {
+        package: "agent-conversation",
+        features: Features::NoDefault,
+        forbidden: &["tokio", "rusqlite"],
+        why: "the in-memory appender alone pulls no runtime and no SQLite",
+    },
+    Rule {
+        package: "agentry",
+        features: Features::NoDefault,
+        forbidden: &["tokio", "reqwest", "hyper", "rusqlite"],
+        why: "the facade without features is just the vocabulary",
+    },
+];
+
+pub(crate) fn run() -> Result<(), String> {
+    println!("\n==> layering");
+    let mut violations = Vec::new();
+    for rule in RULES {
+        let names = dependency_names(rule)?;
+        for forbidden in rule.forbidden {
+            if names.iter().any(|name| name == forbidden) {
+                let features = match rule.features {
+                    Features::All => "all features",
+                    Features::NoDefault => "no default features",
+                };
+                violations.push(format!(
+                    "{} ({features}) reaches `{forbidden}`: {}. Find the edge with \
+                     `cargo tree -p {} -e normal,build -i {forbidden}`",
+                    rule.package, rule.why, rule.package
+                ));
+            }
+        }
+    }
+    if violations.is_empty() {
+        println!("==> layering: ok ({} rules)", RULES.len());
+        Ok(())
+    } else {
+        Err(format!(
+            "layering check failed:\n  {}",
+            violations.join("\n  ")
+        ))
+    }
+}
+
+fn dependency_names(rule: &Rule) -> Result<Vec<String>, String> {
+    let features = match rule.features {
+        Features::All => "--all-features",
+        Features::NoDefault => "--no-default-features",
+    };
+    let output = cargo_command(&[
+        "tree",
+        "-p",
+        rule.package,
+        features,
+        "-e",
+        "normal,build",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ])
+    .output()
+    .map_err(|e| format!("could not run cargo tree: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo tree -p {} failed: {}",
+            rule.package,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(package_names(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// Package names from `cargo tree --prefix none --format {p}` output ("name vX.Y.Z (…)").
+fn package_names(tree: &str) -> Vec<String> {
+    tree.lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_package_names_from_cargo_tree_output() {
+        let tree =
+            "agent-types v0.1.0 (/w/crates/agent-types)\nserde v1.0.1\nreqwest v0.12.0 (*)\n\n";
+        assert_eq!(package_names(tree), ["agent-types", "serde", "reqwest"]);
+    }
+
+    #[test]
+    fn every_rule_forbids_something() {
+        assert!(RULES.iter().all(|rule| !rule.forbidden.is_empty()));
+    }
+}
