@@ -53,15 +53,27 @@ impl RateCard {
         self.models.insert(model.into(), price);
     }
 
-    /// The price of `model`: an exact name first, then the longest listed name that `model`
-    /// starts with (so `claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`).
+    /// The price of `model`: an exact name first, otherwise the longest listed name of which
+    /// `model` is a *dated snapshot* — the listed name followed by `-` or `@` and a date-like
+    /// suffix that starts with at least four digits. So `claude-sonnet-4-5` prices
+    /// `claude-sonnet-4-5-20250929` and `claude-sonnet-4-5@20250929`, and `gpt-4o` prices
+    /// `gpt-4o-2024-08-06`.
+    ///
+    /// A bare prefix is not enough, because model families share prefixes across very different
+    /// prices: `gpt-4o` must not price `gpt-4o-mini` (16x cheaper), `o1` must not price `o1-pro`
+    /// (10x dearer), `claude-opus-4` must not price `claude-opus-4-5`. Such a model has no price
+    /// until the card lists it, which a cost budget can report instead of silently miscounting.
     pub fn price(&self, model: &str) -> Option<&ModelPrice> {
         if let Some(price) = self.models.get(model) {
             return Some(price);
         }
         self.models
             .iter()
-            .filter(|(name, _)| model.starts_with(name.as_str()))
+            .filter(|(name, _)| {
+                model
+                    .strip_prefix(name.as_str())
+                    .is_some_and(is_snapshot_suffix)
+            })
             .max_by_key(|(name, _)| name.len())
             .map(|(_, price)| price)
     }
@@ -79,11 +91,25 @@ impl RateCard {
     }
 }
 
+/// Whether `rest` (what follows a listed model name) names a dated snapshot of that model:
+/// `-20250929`, `-2024-08-06`, `@20250929`.
+fn is_snapshot_suffix(rest: &str) -> bool {
+    let Some(date) = rest.strip_prefix('-').or_else(|| rest.strip_prefix('@')) else {
+        return false;
+    };
+    let leading_digits = date.bytes().take_while(u8::is_ascii_digit).count();
+    leading_digits >= 4 && date.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+}
+
 /// The cost in USD of `usage` at `price`.
 ///
 /// Follows the [usage convention](crate::Usage): cached tokens are part of `input_tokens`, so
 /// they are subtracted from it and billed at their own prices; reasoning tokens are part of
-/// `output_tokens` and billed once, as output. Unknown counts cost nothing.
+/// `output_tokens` and billed once, as output. Unknown counts cost nothing. A cache price the
+/// card leaves out bills those tokens at the plain input price.
+///
+/// Prices that depend on the prompt's length (Gemini 2.5 Pro above 200k tokens) are not
+/// modelled: the card holds one price per model.
 pub fn cost(usage: &Usage, price: &ModelPrice) -> f64 {
     let per_token = |per_mtok: f64| per_mtok / 1_000_000.0;
     let cache_price = |specific: Option<f64>| per_token(specific.unwrap_or(price.input_per_mtok));
@@ -95,4 +121,255 @@ pub fn cost(usage: &Usage, price: &ModelPrice) -> f64 {
             * cache_price(price.cache_write_5m_per_mtok)
         + usage.cache_write_1h_tokens.unwrap_or(0) as f64
             * cache_price(price.cache_write_1h_per_mtok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Anthropic Claude Sonnet 4.5, published per-MTok prices (anthropic.com/pricing):
+    /// input $3, output $15, 5-minute cache write $3.75 (1.25x), 1-hour cache write $6 (2x),
+    /// cache read $0.30 (0.1x).
+    const SONNET_4_5: ModelPrice = ModelPrice {
+        input_per_mtok: 3.0,
+        output_per_mtok: 15.0,
+        cache_read_per_mtok: Some(0.30),
+        cache_write_5m_per_mtok: Some(3.75),
+        cache_write_1h_per_mtok: Some(6.0),
+    };
+
+    /// OpenAI gpt-4o, published per-MTok prices (openai.com/api/pricing): input $2.50,
+    /// cached input $1.25, output $10. OpenAI charges nothing extra for cache writes, so the
+    /// write prices are left out (billed as plain input).
+    const GPT_4O: ModelPrice = ModelPrice {
+        input_per_mtok: 2.50,
+        output_per_mtok: 10.0,
+        cache_read_per_mtok: Some(1.25),
+        cache_write_5m_per_mtok: None,
+        cache_write_1h_per_mtok: None,
+    };
+
+    /// Google Gemini 2.5 Pro, published per-MTok prices for prompts up to 200k tokens
+    /// (ai.google.dev/gemini-api/docs/pricing): input $1.25, output $10 (thinking tokens
+    /// included), context-cache read $0.125.
+    const GEMINI_2_5_PRO: ModelPrice = ModelPrice {
+        input_per_mtok: 1.25,
+        output_per_mtok: 10.0,
+        cache_read_per_mtok: Some(0.125),
+        cache_write_5m_per_mtok: None,
+        cache_write_1h_per_mtok: None,
+    };
+
+    fn assert_usd(actual: f64, expected: f64) {
+        assert!(
+            (actual - expected).abs() < 1e-9,
+            "cost {actual} differs from expected {expected}"
+        );
+    }
+
+    #[test]
+    fn plain_input_and_output() {
+        let usage = Usage {
+            input_tokens: Some(1_000_000),
+            output_tokens: Some(1_000_000),
+            ..Usage::default()
+        };
+        assert_usd(cost(&usage, &SONNET_4_5), 3.0 + 15.0);
+        assert_usd(cost(&usage, &GPT_4O), 2.50 + 10.0);
+        assert_usd(cost(&usage, &GEMINI_2_5_PRO), 1.25 + 10.0);
+    }
+
+    #[test]
+    fn anthropic_cache_reads_and_both_write_ttls() {
+        // Normalized: 10k input tokens in total, of which 6k read from the cache, 2k written to
+        // a 5-minute entry, 1k written to a 1-hour entry, so 1k uncached.
+        let usage = Usage {
+            input_tokens: Some(10_000),
+            output_tokens: Some(500),
+            cache_read_tokens: Some(6_000),
+            cache_write_5m_tokens: Some(2_000),
+            cache_write_1h_tokens: Some(1_000),
+            reasoning_tokens: None,
+        };
+        let expected = 1_000.0 * 3.0 / 1e6 // uncached input
+            + 6_000.0 * 0.30 / 1e6 // cache read
+            + 2_000.0 * 3.75 / 1e6 // 5m write
+            + 1_000.0 * 6.0 / 1e6 // 1h write
+            + 500.0 * 15.0 / 1e6; // output
+        assert_usd(cost(&usage, &SONNET_4_5), expected);
+        assert_usd(expected, 0.0258); // $0.003 + $0.0018 + $0.0075 + $0.006 + $0.0075
+    }
+
+    #[test]
+    fn write_ttls_are_priced_apart() {
+        let five = Usage {
+            input_tokens: Some(1_000_000),
+            cache_write_5m_tokens: Some(1_000_000),
+            ..Usage::default()
+        };
+        let hour = Usage {
+            input_tokens: Some(1_000_000),
+            cache_write_1h_tokens: Some(1_000_000),
+            ..Usage::default()
+        };
+        assert_usd(cost(&five, &SONNET_4_5), 3.75);
+        assert_usd(cost(&hour, &SONNET_4_5), 6.0);
+    }
+
+    #[test]
+    fn openai_cached_input() {
+        let usage = Usage {
+            input_tokens: Some(2_000_000),
+            cache_read_tokens: Some(1_000_000),
+            output_tokens: Some(100_000),
+            ..Usage::default()
+        };
+        assert_usd(cost(&usage, &GPT_4O), 2.50 + 1.25 + 1.0);
+    }
+
+    #[test]
+    fn reasoning_tokens_are_billed_once_as_output() {
+        // Gemini: 1k visible output + 3k thoughts, normalized to output 4k, reasoning 3k.
+        let usage = Usage {
+            input_tokens: Some(0),
+            output_tokens: Some(4_000),
+            reasoning_tokens: Some(3_000),
+            ..Usage::default()
+        };
+        assert_usd(cost(&usage, &GEMINI_2_5_PRO), 4_000.0 * 10.0 / 1e6);
+        let without_breakdown = Usage {
+            reasoning_tokens: None,
+            ..usage
+        };
+        assert_usd(
+            cost(&usage, &GEMINI_2_5_PRO),
+            cost(&without_breakdown, &GEMINI_2_5_PRO),
+        );
+    }
+
+    #[test]
+    fn unknown_counts_cost_nothing() {
+        assert_usd(cost(&Usage::default(), &SONNET_4_5), 0.0);
+        let output_only = Usage {
+            output_tokens: Some(1_000_000),
+            ..Usage::default()
+        };
+        assert_usd(cost(&output_only, &SONNET_4_5), 15.0);
+    }
+
+    #[test]
+    fn missing_cache_prices_fall_back_to_input() {
+        let plain = ModelPrice {
+            input_per_mtok: 2.0,
+            output_per_mtok: 8.0,
+            ..ModelPrice::default()
+        };
+        let usage = Usage {
+            input_tokens: Some(3_000_000),
+            cache_read_tokens: Some(1_000_000),
+            cache_write_5m_tokens: Some(1_000_000),
+            cache_write_1h_tokens: Some(1_000_000),
+            ..Usage::default()
+        };
+        // Every input token at $2, however it was cached.
+        assert_usd(cost(&usage, &plain), 6.0);
+        // gpt-4o lists only a read price: the 5-minute write falls back to input.
+        let openai = Usage {
+            input_tokens: Some(2_000_000),
+            cache_read_tokens: Some(1_000_000),
+            cache_write_5m_tokens: Some(1_000_000),
+            ..Usage::default()
+        };
+        assert_usd(cost(&openai, &GPT_4O), 1.25 + 2.50);
+    }
+
+    fn card() -> RateCard {
+        RateCard::new()
+            .with("claude-sonnet-4-5", SONNET_4_5)
+            .with("gpt-4o", GPT_4O)
+            .with(
+                "gpt-4o-2024-05-13",
+                ModelPrice {
+                    input_per_mtok: 5.0,
+                    output_per_mtok: 15.0,
+                    ..ModelPrice::default()
+                },
+            )
+            .with("gemini-2.5-pro", GEMINI_2_5_PRO)
+    }
+
+    #[test]
+    fn price_exact_match() {
+        let card = card();
+        assert_eq!(card.price("gpt-4o"), Some(&GPT_4O));
+        assert_eq!(
+            card.price("gpt-4o-2024-05-13").map(|p| p.input_per_mtok),
+            Some(5.0)
+        );
+        assert_eq!(card.price("gemini-2.5-pro"), Some(&GEMINI_2_5_PRO));
+    }
+
+    #[test]
+    fn price_of_a_dated_snapshot_uses_the_longest_listed_name() {
+        let card = card();
+        assert_eq!(card.price("claude-sonnet-4-5-20250929"), Some(&SONNET_4_5));
+        assert_eq!(card.price("claude-sonnet-4-5@20250929"), Some(&SONNET_4_5));
+        assert_eq!(card.price("gpt-4o-2024-08-06"), Some(&GPT_4O));
+        // Longest listed name wins over a shorter one that also fits.
+        let longer = RateCard::new().with("model", GPT_4O).with(
+            "model-2025",
+            ModelPrice {
+                input_per_mtok: 9.0,
+                ..ModelPrice::default()
+            },
+        );
+        assert_eq!(
+            longer.price("model-2025-0101").map(|p| p.input_per_mtok),
+            Some(9.0)
+        );
+        assert_eq!(longer.price("model-20250101"), Some(&GPT_4O));
+    }
+
+    #[test]
+    fn price_does_not_match_a_different_model_that_shares_a_prefix() {
+        let card = card();
+        assert_eq!(card.price("gpt-4o-mini"), None);
+        assert_eq!(card.price("gpt-4o-mini-2024-07-18"), None);
+        assert_eq!(card.price("gpt-4"), None);
+        assert_eq!(card.price("claude-sonnet-4-5-1"), None);
+        assert_eq!(card.price("gemini-2.5-pro-preview-06-05"), None);
+        let opus = RateCard::new().with("claude-opus-4", SONNET_4_5);
+        assert_eq!(opus.price("claude-opus-4-5-20251101"), None);
+        assert_eq!(opus.price("claude-opus-4-20250514"), Some(&SONNET_4_5));
+        assert_eq!(card.price(""), None);
+        assert_eq!(RateCard::new().price("gpt-4o"), None);
+    }
+
+    #[test]
+    fn card_cost_and_listing() {
+        let card = card();
+        let usage = Usage {
+            input_tokens: Some(1_000_000),
+            ..Usage::default()
+        };
+        assert_eq!(card.cost("unknown-model", &usage), None);
+        assert_usd(
+            card.cost("claude-sonnet-4-5-20250929", &usage)
+                .unwrap_or(-1.0),
+            3.0,
+        );
+        let names: Vec<&str> = card.models().map(|(name, _)| name).collect();
+        assert_eq!(
+            names,
+            [
+                "claude-sonnet-4-5",
+                "gemini-2.5-pro",
+                "gpt-4o",
+                "gpt-4o-2024-05-13"
+            ]
+        );
+        let mut replaced = card.clone();
+        replaced.insert("gpt-4o", SONNET_4_5);
+        assert_eq!(replaced.price("gpt-4o"), Some(&SONNET_4_5));
+    }
 }
