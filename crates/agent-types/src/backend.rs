@@ -15,7 +15,11 @@ pub type BackendStream<'a> =
 
 /// What a backend can do. The loop checks these before any request is sent: declaring tools
 /// against a backend without tool support is a configuration error, not a silent drop.
+///
+/// In JSON a missing flag reads as `false`, so a capability added later does not break older
+/// documents.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Capabilities {
     /// The model can be given tools and asked to call them.
     pub tools: bool,

@@ -292,3 +292,174 @@ mod millis_opt {
         Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(kind: BackendErrorKind, status: Option<u16>) -> AgentError {
+        AgentError::from(BackendError {
+            status,
+            ..BackendError::new(kind, "provider said no")
+        })
+    }
+
+    #[test]
+    fn status_of_every_kind() {
+        let cases = [
+            (ErrorKind::Config, 400),
+            (ErrorKind::Validation, 422),
+            (
+                ErrorKind::BudgetExceeded {
+                    budget: Budget::Iterations { used: 10, max: 10 },
+                },
+                429,
+            ),
+            (ErrorKind::Aborted, 499),
+            (
+                ErrorKind::Tool {
+                    tool: "get_weather".into(),
+                },
+                500,
+            ),
+            (ErrorKind::NotImplemented, 501),
+            (ErrorKind::Appender, 500),
+            (
+                ErrorKind::Backend {
+                    error: BackendError::new(BackendErrorKind::Server, "boom"),
+                },
+                502,
+            ),
+        ];
+        for (kind, status) in cases {
+            let error = AgentError::new(kind.clone(), "x");
+            assert_eq!(error.status(), status, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn status_of_every_backend_kind() {
+        use BackendErrorKind::*;
+        let cases = [
+            (Connection, None, 502),
+            (Timeout, None, 504),
+            (RateLimited, Some(429), 429),
+            // Rate limiting is 429 whatever status the adapter recorded.
+            (RateLimited, None, 429),
+            (Overloaded, Some(529), 502),
+            (Server, Some(500), 502),
+            (Server, Some(503), 502),
+            // Our credentials are not the caller's fault: a bad gateway, not a 401.
+            (Authentication, Some(401), 502),
+            (Authentication, Some(403), 502),
+            // The provider rejected the request the caller shaped: its 4xx passes through.
+            (InvalidRequest, Some(400), 400),
+            (InvalidRequest, Some(404), 404),
+            (InvalidRequest, Some(413), 413),
+            (InvalidRequest, Some(422), 422),
+            // ...but never a 5xx or a missing status.
+            (InvalidRequest, Some(500), 502),
+            (InvalidRequest, None, 502),
+            (Protocol, None, 502),
+            (Protocol, Some(200), 502),
+            (Unsupported, None, 400),
+        ];
+        for (kind, status, expected) in cases {
+            assert_eq!(
+                backend(kind, status).status(),
+                expected,
+                "{kind:?} with {status:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retryable_backend_kinds() {
+        use BackendErrorKind::*;
+        for kind in [Connection, Timeout, RateLimited, Overloaded, Server] {
+            assert!(BackendError::new(kind, "x").is_retryable(), "{kind:?}");
+        }
+        for kind in [Authentication, InvalidRequest, Protocol, Unsupported] {
+            assert!(!BackendError::new(kind, "x").is_retryable(), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn budget_display_texts() {
+        assert_eq!(
+            Budget::Iterations { used: 10, max: 10 }.to_string(),
+            "tool iterations: 10 of 10"
+        );
+        assert_eq!(
+            Budget::Tokens {
+                used: 120_500,
+                max: 100_000
+            }
+            .to_string(),
+            "token budget: 120500 of 100000 tokens"
+        );
+        assert_eq!(
+            Budget::CostUsd {
+                used: 0.0125,
+                max: 0.01
+            }
+            .to_string(),
+            "cost budget: $0.012500 of $0.010000"
+        );
+        assert_eq!(
+            Budget::RepeatedCall {
+                tool: "search_docs".into(),
+                times: 3
+            }
+            .to_string(),
+            "`search_docs` was called 3 times in a row with the same arguments"
+        );
+    }
+
+    #[test]
+    fn budget_error_names_the_budget() {
+        let budget = Budget::Iterations { used: 3, max: 3 };
+        let error = AgentError::budget(budget.clone());
+        assert_eq!(error.budget_exceeded(), Some(&budget));
+        assert_eq!(
+            error.message,
+            "tool iterations: 3 of 3; raise the limit or narrow the task"
+        );
+        assert_eq!(
+            error.to_string(),
+            "budget exceeded (tool iterations: 3 of 3): \
+             tool iterations: 3 of 3; raise the limit or narrow the task"
+        );
+        assert!(!error.is_aborted());
+        assert_eq!(AgentError::config("x").budget_exceeded(), None);
+    }
+
+    #[test]
+    fn aborted_is_its_own_kind() {
+        let aborted = AgentError::new(ErrorKind::Aborted, "cancelled by caller");
+        assert!(aborted.is_aborted());
+        assert_eq!(aborted.to_string(), "aborted: cancelled by caller");
+        assert!(!backend(BackendErrorKind::Connection, None).is_aborted());
+    }
+
+    #[test]
+    fn backend_error_converts_with_its_message() {
+        let error = backend(BackendErrorKind::Server, Some(500));
+        assert_eq!(error.message, "provider said no");
+        assert_eq!(error.to_string(), "backend error: provider said no");
+        assert!(matches!(
+            error.kind,
+            ErrorKind::Backend { ref error } if error.status == Some(500)
+        ));
+    }
+
+    #[test]
+    fn with_partial_keeps_trace_and_messages() {
+        let error = AgentError::config("x").with_partial(
+            Vec::new(),
+            vec![Message::user("hi"), Message::system("be brief")],
+        );
+        assert_eq!(error.partial_messages.len(), 2);
+        assert!(error.partial_trace.is_empty());
+    }
+}

@@ -1,26 +1,4 @@
-//! The events a consumer sees while a loop runs, across every model call and tool round.
-//!
-//! The order within one [`execute`-style call] is:
-//!
-//! ```text
-//! session_start
-//!   ( message_start{assistant}
-//!       ( text_start text_delta* text_end
-//!       | thinking_start thinking_delta* thinking_end
-//!       | tool_call_start tool_call_delta* tool_call_end )*
-//!     message_end
-//!     ( tool_execution_start tool_execution_delta* tool_execution_end
-//!       message_start{tool} message_end )*
-//!   )*
-//!   awaiting_tool_execution?
-//!   error?
-//! session_end
-//! ```
-//!
-//! Every event serializes as one JSON object with a `"type"` tag in snake_case, which is the
-//! format of the server's SSE stream and of the CLI's `--json` output.
-//!
-//! [`execute`-style call]: crate::event
+//! The events a consumer sees while a loop runs (documented on [`AgentEvent`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,7 +7,39 @@ use crate::error::AgentError;
 use crate::id::{SessionId, ToolCallId};
 use crate::message::{Message, Role, ToolCall, is_false};
 
-/// One event of a running loop.
+/// One event of a running loop, across every model call and tool round.
+///
+/// # Order
+///
+/// One run of the loop (a fresh start or a resumption) yields:
+///
+/// ```text
+/// session_start
+///   ( message_start{assistant}
+///       ( text_start text_delta* text_end
+///       | thinking_start thinking_delta* thinking_end
+///       | tool_call_start tool_call_delta* tool_call_end )*
+///     message_end
+///     ( tool_execution_start tool_execution_delta* tool_execution_end
+///       message_start{tool} message_end )*
+///   )*
+///   awaiting_tool_execution?
+///   error?
+/// session_end
+/// ```
+///
+/// `session_start` is always first and `session_end` always last, even after an error or a
+/// cancellation. Blocks within one assistant message do not interleave: each `*_start` is
+/// closed by its `*_end` before the next block starts. The complete message, with usage and
+/// stop reason, arrives in `message_end`, so a consumer that only wants whole turns can skip
+/// every delta.
+///
+/// # Wire form
+///
+/// Every event serializes as one JSON object with a `"type"` tag in snake_case, e.g.
+/// `{"type":"text_delta","delta":"Hel"}`; this is the format of the server's SSE stream and of
+/// the CLI's `--json` output. The set may grow (the enum is `#[non_exhaustive]`): clients in
+/// other languages should skip a `type` they do not know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]

@@ -83,3 +83,9 @@ impl From<String> for SessionId {
         Self::new(id)
     }
 }
+
+impl AsRef<str> for SessionId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}

@@ -5,6 +5,9 @@
 //! reasoning (Anthropic thinking signatures, Gemini thought signatures, OpenAI encrypted
 //! reasoning) reject a later request whose history reorders or drops them.
 
+use std::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -105,16 +108,31 @@ impl UserMessage {
 }
 
 fn user_content<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<UserBlock>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Content {
-        Text(String),
-        Blocks(Vec<UserBlock>),
+    // A visitor rather than an untagged enum: with `untagged`, a malformed block anywhere in
+    // the list is reported only as "did not match any variant", hiding which field is wrong.
+    struct Content;
+
+    impl<'de> Visitor<'de> for Content {
+        type Value = Vec<UserBlock>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string or a list of user content blocks")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(vec![UserBlock::Text { text: text.into() }])
+        }
+
+        fn visit_string<E: de::Error>(self, text: String) -> Result<Self::Value, E> {
+            Ok(vec![UserBlock::Text { text }])
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            Vec::deserialize(de::value::SeqAccessDeserializer::new(seq))
+        }
     }
-    Ok(match Content::deserialize(deserializer)? {
-        Content::Text(text) => vec![UserBlock::Text { text }],
-        Content::Blocks(blocks) => blocks,
-    })
+
+    deserializer.deserialize_any(Content)
 }
 
 /// One block of a user turn.
@@ -154,7 +172,10 @@ pub enum ImageSource {
 /// What the model produced in one model call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AssistantMessage {
-    /// Text, thinking and tool-call blocks in the order the model produced them.
+    /// Text, thinking and tool-call blocks in the order the model produced them. Keep that
+    /// order when sending the history back: providers that sign reasoning (Anthropic thinking
+    /// signatures, Gemini thought signatures, OpenAI encrypted reasoning) reject a request
+    /// whose history reorders or drops signed blocks.
     pub content: Vec<AssistantBlock>,
     /// Why the model stopped; `None` while the message is still being assembled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,4 +326,122 @@ impl ToolResult {
 #[allow(clippy::trivially_copy_pass_by_ref)]
 pub(crate) fn is_false(value: &bool) -> bool {
     !*value
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn user_content_accepts_a_bare_string() {
+        let message: Message =
+            serde_json::from_value(json!({"role": "user", "content": "hello"})).unwrap();
+        assert_eq!(message, Message::user("hello"));
+        // It is written back in the block form.
+        assert_eq!(
+            serde_json::to_value(&message).unwrap(),
+            json!({"role": "user", "content": [{"type": "text", "text": "hello"}]})
+        );
+        let direct: UserMessage = serde_json::from_str(r#"{"content":"hi"}"#).unwrap();
+        assert_eq!(direct, UserMessage::text("hi"));
+        let escaped: UserMessage = serde_json::from_str(r#"{"content":"a\nb"}"#).unwrap();
+        assert_eq!(escaped, UserMessage::text("a\nb"));
+    }
+
+    #[test]
+    fn user_content_accepts_blocks() {
+        let message: Message = serde_json::from_value(json!({
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+            ]
+        }))
+        .unwrap();
+        let Message::User(user) = message else {
+            panic!("not a user message: {message:?}");
+        };
+        assert_eq!(user.content.len(), 2);
+        assert_eq!(
+            user.content[1],
+            UserBlock::Image {
+                source: ImageSource::Url {
+                    url: "https://example.com/a.png".into()
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn user_content_errors_name_the_problem() {
+        let error = serde_json::from_value::<Message>(json!({
+            "role": "user",
+            "content": [{"type": "image", "source": {"type": "url"}}]
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("missing field `url`"), "{error}");
+
+        let error = serde_json::from_value::<Message>(json!({"role": "user", "content": 5}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("a string or a list of user content blocks"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn roles() {
+        assert_eq!(Message::system("s").role(), Role::System);
+        assert_eq!(Message::user("u").role(), Role::User);
+        assert_eq!(
+            Message::from(AssistantMessage::text("a")).role(),
+            Role::Assistant
+        );
+        assert_eq!(
+            Message::from(ToolResult::ok("c", "t", "r")).role(),
+            Role::Tool
+        );
+    }
+
+    #[test]
+    fn assistant_helpers() {
+        let message = AssistantMessage {
+            content: vec![
+                AssistantBlock::Text {
+                    text: "Let me ".into(),
+                },
+                AssistantBlock::Thinking(Thinking {
+                    thinking: "hidden".into(),
+                    ..Thinking::default()
+                }),
+                AssistantBlock::ToolCall(ToolCall::new("c1", "a", json!({}))),
+                AssistantBlock::Text {
+                    text: "check.".into(),
+                },
+                AssistantBlock::ToolCall(ToolCall::new("c2", "b", json!({"x": 1}))),
+            ],
+            ..AssistantMessage::default()
+        };
+        assert_eq!(message.text_content(), "Let me check.");
+        let ids: Vec<&str> = message.tool_calls().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["c1", "c2"]);
+        assert_eq!(
+            AssistantMessage::text("done").stop_reason,
+            Some(StopReason::Stop)
+        );
+    }
+
+    #[test]
+    fn tool_result_constructors() {
+        let ok = ToolResult::ok("c1", "get_weather", "{\"temp\":21}");
+        assert!(!ok.is_error);
+        let err = ToolResult::error("c1", "get_weather", "city not found");
+        assert!(err.is_error);
+        assert_eq!(err.tool_call_id, ok.tool_call_id);
+        assert_eq!(err.name, "get_weather");
+    }
 }

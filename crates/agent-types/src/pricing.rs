@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::usage::Usage;
 
 /// What one model charges, in USD per million tokens.
+///
+/// Cache prices are explicit numbers rather than ratios computed here, because providers set
+/// them differently (Anthropic: writes 1.25x or 2x, reads 0.1x of input; OpenAI: reads 0.5x or
+/// 0.1x, writes free; Gemini: its own table). Copy them from the provider's price list.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelPrice {
     /// Uncached input tokens.

@@ -1,19 +1,4 @@
-//! The normalized events a backend yields for one model call.
-//!
-//! Adapters turn each provider's wire format into this sequence:
-//!
-//! ```text
-//! message_start
-//!   ( text_delta | thinking_delta | thinking_signature | redacted_thinking
-//!   | tool_call_start (tool_call_delta)* tool_call_end )*
-//!   usage*
-//! finish
-//! ```
-//!
-//! Tool calls are keyed by `index` because providers interleave fragments of parallel calls
-//! and send the id and name only in the first fragment. Argument deltas are raw JSON text and
-//! may split anywhere, even inside a UTF-8 character's escape; only `tool_call_end` says the
-//! arguments are complete.
+//! The normalized events a backend yields (documented on [`StreamEvent`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +7,32 @@ use crate::stop::StopReason;
 use crate::usage::Usage;
 
 /// One normalized event of a model call.
+///
+/// # Order
+///
+/// Adapters turn each provider's wire format into this sequence:
+///
+/// ```text
+/// message_start
+///   ( text_delta | thinking_delta | thinking_signature | redacted_thinking
+///   | tool_call_start (tool_call_delta)* tool_call_end
+///   | usage )*
+/// finish
+/// ```
+///
+/// `finish` is the last event of a successful call; a failed call ends with an error item
+/// instead. `usage` may come at any point (Anthropic reports input tokens at the start, most
+/// providers report the rest at the end); each report is a running total for this call, so
+/// a consumer combines them with [`Usage::merge`] (the last report wins per field), never by
+/// adding them.
+///
+/// Tool calls are keyed by `index` because providers interleave fragments of parallel calls
+/// and send the id and name only in the first fragment. Argument deltas are raw JSON text and
+/// may split anywhere, even inside a string escape or a multi-byte character's escape; only
+/// `tool_call_end` says the arguments are complete.
+///
+/// A reasoning block is its `thinking_delta`s, closed by a `thinking_signature` when the
+/// provider signs it; `redacted_thinking` is a whole opaque block on its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
