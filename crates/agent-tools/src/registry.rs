@@ -1,0 +1,204 @@
+//! The [`Registry`]: the one place tools come from.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agent_types::ToolSpec;
+use serde_json::Value;
+
+use crate::context::{Caller, ToolContext};
+use crate::error::Error;
+use crate::handler::ToolStream;
+use crate::name::validate_name;
+use crate::tool::Tool;
+use crate::validate::{ArgumentValidator, InvalidArguments, Validated, ValidationMode};
+
+/// A registered tool: the [`Tool`] plus its schema, compiled once at registration.
+#[derive(Debug)]
+pub struct RegisteredTool {
+    tool: Tool,
+    validator: ArgumentValidator,
+}
+
+impl RegisteredTool {
+    /// The tool as it was registered.
+    pub fn tool(&self) -> &Tool {
+        &self.tool
+    }
+
+    /// The spec the model sees.
+    pub fn spec(&self) -> &ToolSpec {
+        self.tool.spec()
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        self.tool.name()
+    }
+
+    /// `true` when the tool has no handler.
+    pub fn is_remote(&self) -> bool {
+        self.tool.is_remote()
+    }
+
+    /// The compiled parameters schema.
+    pub fn validator(&self) -> &ArgumentValidator {
+        &self.validator
+    }
+
+    /// Checks `arguments` under `mode` with the compiled schema.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidArguments`] saying what is wrong, for the model.
+    pub fn validate(
+        &self,
+        arguments: Value,
+        mode: ValidationMode,
+    ) -> Result<Validated, InvalidArguments> {
+        self.validator.validate(arguments, mode)
+    }
+
+    /// Runs the handler; see [`Tool::invoke`].
+    pub fn invoke(&self, arguments: Value, context: ToolContext) -> ToolStream {
+        self.tool.invoke(arguments, context)
+    }
+}
+
+/// Tools by name, listed in name order.
+///
+/// Registering checks the name (`^[a-zA-Z0-9_-]{1,64}$`, never silently renamed), rejects
+/// duplicates, and compiles the schema once. Narrowing ([`narrow`](Self::narrow),
+/// [`permitted_for`](Self::permitted_for), [`filter`](Self::filter)) returns a new registry
+/// that shares the registered tools, so it is cheap to do per call. Listings are sorted by
+/// name, so the tool list sent to a provider is byte-stable and prompt caches keep hitting.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Arc<RegisteredTool>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `tool`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a name providers would reject (see
+    /// [`sanitize_name`](crate::sanitize_name) to make one), [`Error::DuplicateTool`] when the
+    /// name is taken, [`Error::InvalidSchema`] when the schema does not compile or does not
+    /// describe an object.
+    pub fn register(&mut self, tool: Tool) -> Result<&Arc<RegisteredTool>, Error> {
+        validate_name(tool.name())?;
+        if self.tools.contains_key(tool.name()) {
+            return Err(Error::DuplicateTool {
+                name: tool.name().to_owned(),
+            });
+        }
+        let validator =
+            ArgumentValidator::new(&tool.spec().parameters).map_err(|error| match error {
+                Error::InvalidSchema { reason, .. } => Error::InvalidSchema {
+                    tool: tool.name().to_owned(),
+                    reason,
+                },
+                other => other,
+            })?;
+        let name = tool.name().to_owned();
+        let entry = Arc::new(RegisteredTool { tool, validator });
+        Ok(self.tools.entry(name).or_insert(entry))
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
+        self.tools.get(name)
+    }
+
+    /// Whether a tool is called `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// `true` when no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// Every tool, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<RegisteredTool>> {
+        self.tools.values()
+    }
+
+    /// Every name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// Every spec, sorted by name: the tool list to send to a provider.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .values()
+            .map(|tool| tool.spec().clone())
+            .collect()
+    }
+
+    /// Only the tools named in `allowed` (a per-call allow-list).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTools`] listing every allowed name that is not registered: a typo in an
+    /// allow-list should fail loudly rather than quietly hide a tool.
+    pub fn narrow<I, S>(&self, allowed: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut tools = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for name in allowed {
+            let name = name.as_ref();
+            match self.tools.get_key_value(name) {
+                Some((key, tool)) => {
+                    tools.insert(key.clone(), Arc::clone(tool));
+                }
+                None => unknown.push(name.to_owned()),
+            }
+        }
+        if unknown.is_empty() {
+            Ok(Self { tools })
+        } else {
+            Err(Error::UnknownTools { names: unknown })
+        }
+    }
+
+    /// Only the tools for which `keep` returns `true`.
+    #[must_use]
+    pub fn filter(&self, mut keep: impl FnMut(&RegisteredTool) -> bool) -> Self {
+        let tools = self
+            .tools
+            .iter()
+            .filter(|(_, tool)| keep(tool))
+            .map(|(name, tool)| (name.clone(), Arc::clone(tool)))
+            .collect();
+        Self { tools }
+    }
+
+    /// Only the tools `caller` may use: those whose
+    /// [required permissions](Tool::requires_permission) the caller holds.
+    #[must_use]
+    pub fn permitted_for(&self, caller: &Caller) -> Self {
+        self.filter(|tool| {
+            tool.tool()
+                .required_permissions()
+                .iter()
+                .all(|permission| caller.has_permission(permission))
+        })
+    }
+}
