@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use agent_types::SessionId;
 use serde::{Deserialize, Serialize};
 
 /// Names one conversation inside a store that holds many (the SQLite store).
@@ -43,6 +44,14 @@ impl From<String> for ConversationId {
     }
 }
 
+/// A suspended-and-resumed session is one conversation: storing it under its session id keeps
+/// every part of it together.
+impl From<&SessionId> for ConversationId {
+    fn from(session: &SessionId) -> Self {
+        Self::new(session.as_str())
+    }
+}
+
 impl AsRef<str> for ConversationId {
     fn as_ref(&self) -> &str {
         &self.0
@@ -64,5 +73,11 @@ mod tests {
             ConversationId::from(String::from("conv-1")).as_str(),
             "conv-1"
         );
+    }
+
+    #[test]
+    fn a_session_id_names_the_same_conversation() {
+        let session = SessionId::from("sess-9");
+        assert_eq!(ConversationId::from(&session).as_str(), "sess-9");
     }
 }
