@@ -51,7 +51,18 @@ impl fmt::Display for Repair {
             (RepairKind::DroppedNull, _) => {
                 f.write_str("dropped a null for an optional argument that does not accept null")
             }
-            (_, Some(after)) => write!(f, "converted the string {} to {after}", self.before),
+            (_, Some(after)) => {
+                let noun = if after.is_boolean() {
+                    "boolean"
+                } else {
+                    "number"
+                };
+                write!(
+                    f,
+                    "converted the string {} to the {noun} {after}",
+                    self.before
+                )
+            }
             (_, None) => write!(f, "removed {}", self.before),
         }
     }
@@ -299,7 +310,7 @@ mod tests {
         );
         assert_eq!(
             repairs[0].to_string(),
-            "argument `/days`: converted the string \"3\" to 3"
+            "argument `/days`: converted the string \"3\" to the number 3"
         );
     }
 

@@ -197,6 +197,14 @@ fn describe_value(value: &Value) -> String {
     }
 }
 
+fn plural(count: u64, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
 fn list_values(options: &Value) -> String {
     match options {
         Value::Array(items) => items
@@ -256,16 +264,28 @@ fn describe(error: &ValidationError<'_>) -> Vec<Problem> {
             format!("{at}: expected less than {limit}, got {got}")
         }
         ValidationErrorKind::MinLength { limit } => {
-            format!("{at}: expected at least {limit} characters, got {got}")
+            format!(
+                "{at}: expected at least {}, got {got}",
+                plural(*limit, "character")
+            )
         }
         ValidationErrorKind::MaxLength { limit } => {
-            format!("{at}: expected at most {limit} characters, got {got}")
+            format!(
+                "{at}: expected at most {}, got {got}",
+                plural(*limit, "character")
+            )
         }
         ValidationErrorKind::MinItems { limit } => {
-            format!("{at}: expected at least {limit} items, got {got}")
+            format!(
+                "{at}: expected at least {}, got {got}",
+                plural(*limit, "item")
+            )
         }
         ValidationErrorKind::MaxItems { limit } => {
-            format!("{at}: expected at most {limit} items, got {got}")
+            format!(
+                "{at}: expected at most {}, got {got}",
+                plural(*limit, "item")
+            )
         }
         ValidationErrorKind::Pattern { pattern } => {
             format!("{at}: expected a string matching the pattern `{pattern}`, got {got}")

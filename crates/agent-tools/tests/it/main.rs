@@ -1,0 +1,9 @@
+//! Integration tests for agent-tools, in one binary to keep link times down.
+
+// Helpers outside `#[test]` fns are test code too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod handlers;
+mod registry;
+mod schema;
+mod validation;
