@@ -43,6 +43,11 @@ pub use agent_conversation as conversation;
 
 #[doc(inline)]
 pub use agent_types::{
-    AgentError, AgentEvent, AssistantMessage, Backend, Message, ModelRequest, RateCard,
-    StopReason, ToolCall, ToolResult, ToolSpec, Usage,
+    AgentError, AgentEvent, AssistantMessage, Backend, Message, ModelRequest, RateCard, StopReason,
+    ToolCall, ToolResult, ToolSpec, Usage,
 };
+
+// The README's Rust example is compiled and run as a doc test so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
