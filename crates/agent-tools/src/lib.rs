@@ -68,7 +68,7 @@
 //! let output = agent_tools::collect_output(add.invoke(ok.arguments, ToolContext::new("call_1", "add"))).await;
 //! assert_eq!(output.result?, json!(5));
 //!
-//! let sent = agent_tools::truncate_result(&json!("x".repeat(100_000)), &TruncationPolicy::default());
+//! let sent = agent_tools::truncate_result(json!("x".repeat(100_000)), &TruncationPolicy::default());
 //! assert!(sent.truncated && sent.sent_bytes <= 65_536);
 //! assert!(sent.text.ends_with("[…truncated; full result 100000 bytes]"));
 //! # Ok(())

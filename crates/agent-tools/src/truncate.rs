@@ -82,9 +82,11 @@ pub fn marker(full_bytes: usize) -> String {
 
 /// Renders a tool result as the text the model sees: a JSON string is sent as its raw text
 /// (no quotes, no escapes), anything else as compact JSON.
-pub fn render_result(value: &Value) -> String {
+///
+/// Takes the value by value so a string result (often the largest kind) is moved, not copied.
+pub fn render_result(value: Value) -> String {
     match value {
-        Value::String(text) => text.clone(),
+        Value::String(text) => text,
         other => other.to_string(),
     }
 }
@@ -125,7 +127,7 @@ pub fn truncate(mut text: String, policy: &TruncationPolicy) -> Truncated {
 }
 
 /// [`render_result`] then [`truncate`].
-pub fn truncate_result(value: &Value, policy: &TruncationPolicy) -> Truncated {
+pub fn truncate_result(value: Value, policy: &TruncationPolicy) -> Truncated {
     truncate(render_result(value), policy)
 }
 
@@ -194,13 +196,10 @@ mod tests {
 
     #[test]
     fn strings_are_sent_raw_and_the_rest_as_compact_json() {
-        assert_eq!(
-            render_result(&json!("line\n\"quoted\"")),
-            "line\n\"quoted\""
-        );
-        assert_eq!(render_result(&json!({"a": [1, 2]})), r#"{"a":[1,2]}"#);
-        assert_eq!(render_result(&json!(null)), "null");
-        let out = truncate_result(&json!({"k": "v".repeat(200)}), &policy(64));
+        assert_eq!(render_result(json!("line\n\"quoted\"")), "line\n\"quoted\"");
+        assert_eq!(render_result(json!({"a": [1, 2]})), r#"{"a":[1,2]}"#);
+        assert_eq!(render_result(json!(null)), "null");
+        let out = truncate_result(json!({"k": "v".repeat(200)}), &policy(64));
         assert!(out.truncated);
         assert!(out.text.starts_with(r#"{"k":"vvv"#));
     }

@@ -267,7 +267,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let result = output.result?;
     let policy = TruncationPolicy::new(16 * 1024)?;
-    let sent = truncate_result(&result, &policy);
+    let sent = truncate_result(result, &policy);
     println!(
         "result: {} bytes; sent {} bytes (cap {}), truncated: {}, removed {} bytes",
         sent.original_bytes,
