@@ -151,7 +151,7 @@ impl Tool {
             args: PhantomData,
         };
         Self::new(
-            spec(name, description, schema_for::<A>()),
+            ToolSpec::new(name, description, schema_for::<A>()),
             Some(Arc::new(handler)),
         )
     }
@@ -168,7 +168,7 @@ impl Tool {
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
         Self::new(
-            spec(name, description, parameters),
+            ToolSpec::new(name, description, parameters),
             Some(Arc::new(JsonFnHandler(handler))),
         )
     }
@@ -207,7 +207,7 @@ impl Tool {
             args: PhantomData,
         };
         Self::new(
-            spec(name, description, schema_for::<A>()),
+            ToolSpec::new(name, description, schema_for::<A>()),
             Some(Arc::new(handler)),
         )
     }
@@ -218,7 +218,7 @@ impl Tool {
         description: impl Into<String>,
         parameters: Value,
     ) -> Self {
-        Self::new(spec(name, description, parameters), None)
+        Self::new(ToolSpec::new(name, description, parameters), None)
     }
 
     /// Requires `permission` of the caller: [`Registry::permitted_for`](crate::Registry::permitted_for)
@@ -269,13 +269,5 @@ impl Tool {
                 self.spec.name
             ))),
         }
-    }
-}
-
-fn spec(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        parameters,
     }
 }

@@ -16,6 +16,17 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+impl ToolSpec {
+    /// A spec from its three parts.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
 /// Whether and which tools the model must call.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -103,7 +114,7 @@ pub struct ModelRequest {
     #[serde(default, skip_serializing_if = "is_auto")]
     pub tool_choice: ToolChoice,
     /// Generation settings.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default_settings")]
     pub settings: GenerationSettings,
     /// Provider-specific fields the common settings do not cover, merged into the provider's
     /// request body by its adapter.
@@ -139,6 +150,10 @@ impl Default for ModelRequest {
             stream: true,
         }
     }
+}
+
+fn is_default_settings(settings: &GenerationSettings) -> bool {
+    *settings == GenerationSettings::default()
 }
 
 fn is_auto(choice: &ToolChoice) -> bool {
