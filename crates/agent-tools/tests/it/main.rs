@@ -5,5 +5,6 @@
 
 mod handlers;
 mod registry;
+mod repair_props;
 mod schema;
 mod validation;
