@@ -54,31 +54,6 @@ fn parse_args<A: DeserializeOwned>(arguments: Value) -> Result<A, ToolError> {
         .map_err(|e| ToolError::respond_to_model(format!("the arguments could not be read: {e}")))
 }
 
-/// Wraps an async function of typed arguments.
-struct FnHandler<A, F> {
-    f: F,
-    args: PhantomData<fn() -> A>,
-}
-
-impl<A, T, F, Fut> Handler for FnHandler<A, F>
-where
-    A: DeserializeOwned + 'static,
-    T: Serialize,
-    F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<T, ToolError>> + Send + 'static,
-{
-    fn call(&self, arguments: Value, context: ToolContext) -> ToolStream {
-        let args = match parse_args::<A>(arguments) {
-            Ok(args) => args,
-            Err(error) => return done(error),
-        };
-        let future = (self.f)(args, context);
-        Box::pin(futures_util::stream::once(async move {
-            ToolEvent::Done(to_json(future.await))
-        }))
-    }
-}
-
 /// Wraps an async function of raw JSON.
 struct JsonFnHandler<F>(F);
 
@@ -146,14 +121,10 @@ impl Tool {
         F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, ToolError>> + Send + 'static,
     {
-        let handler = FnHandler {
-            f: handler,
-            args: PhantomData,
-        };
-        Self::new(
-            ToolSpec::new(name, description, schema_for::<A>()),
-            Some(Arc::new(handler)),
-        )
+        // An async fn is a stream of exactly one final result: one adapter serves both.
+        Self::streaming(name, description, move |args: A, context| {
+            futures_util::stream::once(handler(args, context)).map(ToolEvent::Done)
+        })
     }
 
     /// A tool from a raw JSON Schema and an async function of raw JSON arguments.
