@@ -22,10 +22,21 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use serde::Serialize;
+use serde_json::value::RawValue;
+
 use crate::appender::{AppendFuture, ConversationAppender};
 use crate::blocking::run_blocking;
 use crate::error::Error;
 use crate::turn::{StoredTurn, Turn};
+
+/// One line of the file: a [`StoredTurn`] whose message was serialized before the lock.
+#[derive(Serialize)]
+struct Line<'a> {
+    seq: u64,
+    at_unix_ms: u64,
+    message: &'a RawValue,
+}
 
 /// A conversation read back from a JSONL file.
 #[derive(Debug, Clone, PartialEq)]
@@ -160,8 +171,14 @@ impl ConversationAppender for JsonlAppender {
     fn append<'a>(&'a self, turn: &'a Turn) -> AppendFuture<'a> {
         let log = Arc::clone(&self.log);
         let path = Arc::clone(&self.path);
-        let turn = turn.clone();
-        Box::pin(run_blocking(move || Self::lock(&log).append(&path, turn)))
+        Box::pin(async move {
+            // Serialize the borrowed message here, as the SQLite appender does, instead of
+            // deep-copying it for the blocking thread; only the sequence number waits for the lock.
+            let message =
+                serde_json::value::to_raw_value(&turn.message).map_err(Error::Serialize)?;
+            let at_unix_ms = turn.at_unix_ms;
+            run_blocking(move || Self::lock(&log).append(&path, at_unix_ms, &message)).await
+        })
     }
 }
 
@@ -264,12 +281,17 @@ struct Log {
 }
 
 impl Log {
-    fn append(&mut self, path: &Path, turn: Turn) -> Result<(), Error> {
+    fn append(&mut self, path: &Path, at_unix_ms: u64, message: &RawValue) -> Result<(), Error> {
         if self.dirty {
             self.cut_to_end(path)?;
         }
-        let mut line =
-            serde_json::to_vec(&StoredTurn::new(self.next_seq, turn)).map_err(Error::Serialize)?;
+        // Same fields, same order as `StoredTurn`, so `load_jsonl` reads the line back as one.
+        let mut line = serde_json::to_vec(&Line {
+            seq: self.next_seq,
+            at_unix_ms,
+            message,
+        })
+        .map_err(Error::Serialize)?;
         line.push(b'\n');
 
         let written = self
