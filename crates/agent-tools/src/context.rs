@@ -1,7 +1,8 @@
-//! What a handler learns about the call it serves: [`ToolContext`] and the [`Caller`].
+//! What a handler learns about the call it serves: [`ToolContext`], the [`Caller`] and the
+//! [`Accounting`] it reports spend into.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agent_types::ToolCallId;
 use tokio_util::sync::CancellationToken;
@@ -84,6 +85,8 @@ pub struct ToolContext {
     tool_name: Arc<str>,
     caller: Arc<Caller>,
     cancellation: CancellationToken,
+    hard_stop: Option<CancellationToken>,
+    accounting: Accounting,
 }
 
 impl ToolContext {
@@ -95,6 +98,8 @@ impl ToolContext {
             tool_name: tool_name.into(),
             caller: Arc::new(Caller::default()),
             cancellation: CancellationToken::new(),
+            hard_stop: None,
+            accounting: Accounting::default(),
         }
     }
 
@@ -110,6 +115,36 @@ impl ToolContext {
     pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
         self.cancellation = token;
         self
+    }
+
+    /// Separates "please stop" from "stop now". By default the guard around a handler drops
+    /// it as soon as [`cancellation`](Self::cancellation) fires. With a hard-stop token the
+    /// handler sees the cancellation first and may wind down on its own (finish a write, return
+    /// early); the guard drops it only when `token` fires. The loop fires it after a short grace
+    /// period.
+    #[must_use]
+    pub fn with_hard_stop(mut self, token: CancellationToken) -> Self {
+        self.hard_stop = Some(token);
+        self
+    }
+
+    /// Reports usage into `accounting` (the loop passes its own, to count it against budgets).
+    #[must_use]
+    pub fn with_accounting(mut self, accounting: Accounting) -> Self {
+        self.accounting = accounting;
+        self
+    }
+
+    /// The token whose firing makes the guard drop the handler: the hard-stop token when one
+    /// is set, otherwise the cancellation token.
+    pub fn hard_stop(&self) -> &CancellationToken {
+        self.hard_stop.as_ref().unwrap_or(&self.cancellation)
+    }
+
+    /// Where the handler reports tokens and money it spent itself (a tool that calls a model,
+    /// a paid API). The loop adds them to its token and cost budgets after the tool round.
+    pub fn accounting(&self) -> &Accounting {
+        &self.accounting
     }
 
     /// The provider's id for this call.
@@ -129,7 +164,8 @@ impl ToolContext {
 
     /// The token that fires when the call is cancelled. Long-running handlers should watch
     /// it (`token.cancelled().await`) and stop early; a handler that ignores it is dropped at
-    /// its next await point anyway.
+    /// its next await point anyway (at once, or after the grace period when a
+    /// [hard stop](Self::with_hard_stop) is set).
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancellation
     }
@@ -137,6 +173,56 @@ impl ToolContext {
     /// Whether the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.cancellation.is_cancelled()
+    }
+}
+
+/// Usage a handler reports while it runs: tokens and US dollars it spent itself.
+///
+/// Cheap to clone; clones share the same totals, so a handler's reports reach whoever built
+/// the context. Reports only add up.
+#[derive(Debug, Clone, Default)]
+pub struct Accounting {
+    totals: Arc<Mutex<AccountingTotals>>,
+}
+
+/// The totals an [`Accounting`] has received.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AccountingTotals {
+    /// Tokens reported.
+    pub tokens: u64,
+    /// Dollars reported.
+    pub cost_usd: f64,
+}
+
+impl Accounting {
+    /// Adds `tokens` to the total.
+    pub fn add_tokens(&self, tokens: u64) {
+        let mut totals = self.lock();
+        totals.tokens = totals.tokens.saturating_add(tokens);
+    }
+
+    /// Adds `cost_usd` (ignored unless finite and positive) to the total.
+    pub fn add_cost_usd(&self, cost_usd: f64) {
+        if cost_usd.is_finite() && cost_usd > 0.0 {
+            self.lock().cost_usd += cost_usd;
+        }
+    }
+
+    /// What has been reported so far.
+    pub fn totals(&self) -> AccountingTotals {
+        *self.lock()
+    }
+
+    /// Returns the totals and resets them to zero.
+    pub fn take(&self) -> AccountingTotals {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AccountingTotals> {
+        // The totals are plain numbers: a panic elsewhere cannot leave them inconsistent.
+        self.totals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -170,5 +256,40 @@ mod tests {
         token.cancel();
         assert!(ctx.is_cancelled());
         assert!(ctx.clone().cancellation().is_cancelled());
+        // Without a hard-stop token, cancellation is the hard stop.
+        assert!(ctx.hard_stop().is_cancelled());
+    }
+
+    #[test]
+    fn hard_stop_is_separate_when_set() {
+        let soft = CancellationToken::new();
+        let hard = CancellationToken::new();
+        let ctx = ToolContext::new("c", "t")
+            .with_cancellation(soft.clone())
+            .with_hard_stop(hard.clone());
+        soft.cancel();
+        assert!(ctx.is_cancelled());
+        assert!(!ctx.hard_stop().is_cancelled());
+        hard.cancel();
+        assert!(ctx.hard_stop().is_cancelled());
+    }
+
+    #[test]
+    fn accounting_is_shared_and_additive() {
+        let accounting = Accounting::default();
+        let ctx = ToolContext::new("c", "t").with_accounting(accounting.clone());
+        ctx.accounting().add_tokens(10);
+        ctx.clone().accounting().add_tokens(5);
+        ctx.accounting().add_cost_usd(0.25);
+        ctx.accounting().add_cost_usd(f64::NAN);
+        ctx.accounting().add_cost_usd(-1.0);
+        assert_eq!(
+            accounting.take(),
+            AccountingTotals {
+                tokens: 15,
+                cost_usd: 0.25
+            }
+        );
+        assert_eq!(accounting.totals(), AccountingTotals::default());
     }
 }

@@ -105,11 +105,12 @@ pub(crate) fn done(error: ToolError) -> ToolStream {
 
 /// Runs `handler` so that nothing it does escapes: a panic (while starting the call or while
 /// polling its stream) becomes a [`ToolErrorKind::Panicked`](crate::ToolErrorKind::Panicked)
-/// error, cancellation of the context's token drops the handler and ends with
+/// error, the context's [hard stop](ToolContext::hard_stop) (its cancellation token unless a
+/// separate one is set) drops the handler and ends with
 /// [`ToolError::cancelled`], anything after the first `Done` is ignored, and a stream that ends
 /// without `Done` ends with a fatal error.
 pub(crate) fn guarded(handler: &dyn Handler, arguments: Value, context: ToolContext) -> ToolStream {
-    let token = context.cancellation().clone();
+    let token = context.hard_stop().clone();
     if token.is_cancelled() {
         return done(ToolError::cancelled());
     }

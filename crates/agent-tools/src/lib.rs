@@ -86,7 +86,7 @@ mod tool;
 mod truncate;
 mod validate;
 
-pub use context::{Caller, ToolContext};
+pub use context::{Accounting, AccountingTotals, Caller, ToolContext};
 pub use error::{Error, ToolError, ToolErrorKind};
 pub use handler::{Handler, ToolEvent, ToolOutput, ToolStream, collect_output};
 pub use name::{MAX_NAME_LEN, sanitize_name, tool_name, validate_name};

@@ -96,6 +96,10 @@ pub enum ErrorKind {
     /// The conversation appender failed. 500.
     #[error("conversation appender failed")]
     Appender,
+    /// A gate (a hook run before each model call, e.g. a tenancy or policy check) refused
+    /// the request. 403.
+    #[error("refused")]
+    Refused,
 }
 
 /// The error that ends a loop. It carries what the loop had done when it stopped: the trace
@@ -155,6 +159,7 @@ impl AgentError {
             ErrorKind::Tool { .. } | ErrorKind::Appender => 500,
             ErrorKind::Backend { error } => error.agent_status(),
             ErrorKind::NotImplemented => 501,
+            ErrorKind::Refused => 403,
         }
     }
 
@@ -323,6 +328,7 @@ mod tests {
                 500,
             ),
             (ErrorKind::NotImplemented, 501),
+            (ErrorKind::Refused, 403),
             (ErrorKind::Appender, 500),
             (
                 ErrorKind::Backend {

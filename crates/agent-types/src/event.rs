@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::error::AgentError;
 use crate::id::{SessionId, ToolCallId};
 use crate::message::{Message, Role, ToolCall, is_false};
+use crate::stop::StopReason;
 
 /// One event of a running loop, across every model call and tool round.
 ///
@@ -20,8 +21,8 @@ use crate::message::{Message, Role, ToolCall, is_false};
 ///       | thinking_start thinking_delta* thinking_end
 ///       | tool_call_start tool_call_delta* tool_call_end )*
 ///     message_end
-///     ( tool_execution_start tool_execution_delta* tool_execution_end
-///       message_start{tool} message_end )*
+///     ( tool_execution_start | tool_execution_delta | tool_execution_end )*
+///     ( message_start{tool} message_end )*
 ///   )*
 ///   awaiting_tool_execution?
 ///   error?
@@ -29,8 +30,15 @@ use crate::message::{Message, Role, ToolCall, is_false};
 /// ```
 ///
 /// `session_start` is always first and `session_end` always last, even after an error or a
-/// cancellation. Blocks within one assistant message do not interleave: each `*_start` is
-/// closed by its `*_end` before the next block starts. The complete message, with usage and
+/// cancellation; `session_end` carries the run's finish reason, the only place it appears.
+/// Text and thinking blocks never interleave with anything: each `*_start` is closed by its
+/// `*_end` before another block starts. Tool-call events are keyed by `index`, and fragments
+/// of parallel calls may interleave the way the provider streamed them. Tool executions of
+/// one round may also interleave (they run in parallel by default); they are keyed by
+/// `call_id`, and the tool messages follow in call order once the round is done. Every local
+/// call gets a `tool_execution_start` and a `tool_execution_end`, including calls refused
+/// before running (unknown tool, invalid arguments); remote calls get none and are listed in
+/// `awaiting_tool_execution` instead. The complete message, with usage and
 /// stop reason, arrives in `message_end`, so a consumer that only wants whole turns can skip
 /// every delta.
 ///
@@ -55,6 +63,10 @@ pub enum AgentEvent {
         session_id: SessionId,
         /// The messages this call added to the session (not the caller's input).
         messages: Vec<Message>,
+        /// Why the run ended: `stop` (final answer), `length`, `content_filter`, `tool_calls`
+        /// (suspended for remote tools), `error` or `aborted`. This is the only event that
+        /// carries the run's finish reason, so it appears exactly once per run.
+        finish_reason: StopReason,
     },
     /// The loop suspended because the model asked for remote tools (tools without a local
     /// handler). Resume the session with one result per call.

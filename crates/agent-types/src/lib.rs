@@ -53,6 +53,7 @@
 //! assert!((dollars - 0.30).abs() < 1e-9);
 //! ```
 
+mod assemble;
 mod backend;
 mod error;
 mod event;
@@ -65,6 +66,7 @@ mod stream;
 mod trace;
 mod usage;
 
+pub use assemble::MessageAssembler;
 pub use backend::{Backend, BackendStream, Capabilities};
 pub use error::{AgentError, BackendError, BackendErrorKind, Budget, ErrorKind};
 pub use event::AgentEvent;

@@ -33,6 +33,10 @@ pub struct TraceEntry {
     /// What went wrong, if the call failed (validation, unknown tool, handler error, timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The repairs lenient validation made to the model's arguments, in words
+    /// (e.g. `/count: parsed the string "5" as a number`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<String>,
 }
 
 mod micros {

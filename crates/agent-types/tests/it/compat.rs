@@ -4,7 +4,7 @@
 
 use agent_types::{
     AgentError, AgentEvent, AssistantMessage, Capabilities, ErrorKind, Message, ModelRequest,
-    StreamEvent, Usage, UserMessage,
+    StopReason, StreamEvent, Usage, UserMessage,
 };
 use serde_json::json;
 
@@ -81,7 +81,8 @@ fn user_content_as_a_bare_string() {
     let in_event: AgentEvent = serde_json::from_value(json!({
         "type": "session_end",
         "session_id": "s",
-        "messages": [{"role": "user", "content": "hi"}]
+        "messages": [{"role": "user", "content": "hi"}],
+        "finish_reason": "stop"
     }))
     .unwrap();
     assert_eq!(
@@ -89,6 +90,7 @@ fn user_content_as_a_bare_string() {
         AgentEvent::SessionEnd {
             session_id: "s".into(),
             messages: vec![Message::user("hi")],
+            finish_reason: StopReason::Stop,
         }
     );
 }

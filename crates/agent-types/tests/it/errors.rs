@@ -41,6 +41,10 @@ fn error_kinds() {
         "error_appender",
         AgentError::new(ErrorKind::Appender, "No space left on device (os error 28)")
     );
+    check!(
+        "error_refused",
+        AgentError::new(ErrorKind::Refused, "tenant `acme` may not use model `gpt-5`")
+    );
 }
 
 #[test]
@@ -162,6 +166,7 @@ fn trace_entries() {
             truncated: false,
             duration: Duration::ZERO,
             error: Some("/path: expected a string, got 5".into()),
+            repairs: Vec::new(),
         }
     );
 }

@@ -122,6 +122,7 @@ fn agent_event_session_boundaries() {
                 Message::from(full_assistant()),
                 Message::from(ToolResult::ok("call_1", "get_weather", r#"{"temp_c":21}"#)),
             ],
+            finish_reason: StopReason::Stop,
         }
     );
     check!(

@@ -98,11 +98,12 @@ fn trace_entry() -> TraceEntry {
         iteration: 1,
         call_id: "call_1".into(),
         tool_name: "get_weather".into(),
-        arguments: json!({"city": "Denver"}),
+        arguments: json!({"city": "Denver", "days": 3}),
         result_bytes: 70_000,
         sent_bytes: 65_536,
         truncated: true,
         duration: Duration::from_micros(12_345),
         error: None,
+        repairs: vec!["/days: parsed the string \"3\" as a number".into()],
     }
 }
