@@ -1,0 +1,74 @@
+//! Model backends for agentry.
+//!
+//! A backend turns one model call into the normalized
+//! [`StreamEvent`](agent_types::StreamEvent)s of the [`Backend`](agent_types::Backend) trait,
+//! which is all the agent loop ever sees of a provider. This crate holds the implementations:
+//!
+//! - **Provider adapters** (OpenAI, Anthropic, Gemini, Ollama) will each sit behind their own
+//!   cargo feature, so a build compiles only the providers it talks to. With
+//!   `default-features = false` the crate builds no HTTP client and no async runtime.
+//! - **The scripted backend** ([`ScriptedBackend`], feature `scripted`, on by default) replays
+//!   canned assistant turns ([`ScriptedTurn`]) with optional delays, usage reports, mid-stream
+//!   failures and hangs. It serves the loop's tests and benchmarks and your own: a test of
+//!   code built on agentry needs no network, no API key and no recorded bytes.
+//!
+//! It is not the loop (that is `agent-loop`) and it defines no vocabulary: requests, events,
+//! errors and the trait itself live in `agent-types`.
+//!
+//! # Features
+//!
+//! | Feature    | Default | What it adds                                                      |
+//! |------------|---------|-------------------------------------------------------------------|
+//! | `scripted` | yes     | [`ScriptedBackend`] and [`ScriptedTurn`]; tokio's timer, no HTTP |
+//!
+//! # Example
+//!
+//! A model that asks for a tool, then answers:
+//!
+//! ```
+//! # #[cfg(not(feature = "scripted"))]
+//! # fn main() {}
+//! # #[cfg(feature = "scripted")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use agent_backends::{ScriptedBackend, ScriptedTurn};
+//! use agent_types::{Backend, Message, ModelRequest, StopReason, StreamEvent};
+//! use futures_util::StreamExt;
+//! use serde_json::json;
+//!
+//! let backend = ScriptedBackend::new([
+//!     ScriptedTurn::tool_call("call_1", "get_weather", json!({"city": "Denver"})),
+//!     ScriptedTurn::text("Sunny in Denver."),
+//! ]);
+//! let request = ModelRequest::new("test-model", vec![Message::user("Weather in Denver?")]);
+//!
+//! // The first call asks for the tool...
+//! let events: Vec<StreamEvent> = backend.stream(&request).map(Result::unwrap).collect().await;
+//! assert!(matches!(&events[1], StreamEvent::ToolCallStart { name, .. } if name == "get_weather"));
+//! assert_eq!(
+//!     events.last(),
+//!     Some(&StreamEvent::Finish { stop_reason: StopReason::ToolCalls })
+//! );
+//!
+//! // ...the second one answers.
+//! let events: Vec<StreamEvent> = backend.stream(&request).map(Result::unwrap).collect().await;
+//! assert_eq!(
+//!     events[1],
+//!     StreamEvent::TextDelta { delta: "Sunny in Denver.".into() }
+//! );
+//!
+//! // The script has two turns: a third call is an error, not a hang.
+//! let third: Vec<_> = backend.stream(&request).collect().await;
+//! assert!(third[0].is_err());
+//! assert_eq!(backend.calls(), 3);
+//! # }
+//! ```
+
+// The docs above link to the scripted backend, which a build without its feature lacks.
+#![cfg_attr(not(feature = "scripted"), allow(rustdoc::broken_intra_doc_links))]
+
+#[cfg(feature = "scripted")]
+mod scripted;
+
+#[cfg(feature = "scripted")]
+pub use scripted::{ScriptedBackend, ScriptedTurn};
