@@ -45,6 +45,12 @@ const RULES: &[Rule] = &[
         why: "the in-memory appender alone pulls no runtime and no SQLite",
     },
     Rule {
+        package: "agent-backends",
+        features: Features::NoDefault,
+        forbidden: &["reqwest", "hyper", "tokio"],
+        why: "without features the crate builds no HTTP client and no runtime",
+    },
+    Rule {
         package: "agentry",
         features: Features::NoDefault,
         forbidden: &["tokio", "reqwest", "hyper", "rusqlite"],
