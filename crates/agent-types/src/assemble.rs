@@ -1,5 +1,7 @@
 //! [`MessageAssembler`]: folds a backend's stream events into one assistant message.
 
+use std::collections::VecDeque;
+
 use serde_json::Value;
 
 use crate::error::{BackendError, BackendErrorKind};
@@ -35,7 +37,7 @@ pub struct MessageAssembler {
     calls: Vec<PendingCall>,
     finished: bool,
     emit_events: bool,
-    events: Vec<AgentEvent>,
+    events: VecDeque<AgentEvent>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +148,7 @@ impl MessageAssembler {
                 }
                 self.close_open();
                 if self.emit_events {
-                    self.events.push(AgentEvent::ToolCallStart {
+                    self.events.push_back(AgentEvent::ToolCallStart {
                         index,
                         id: id.clone(),
                         name: name.clone(),
@@ -177,7 +179,9 @@ impl MessageAssembler {
                     .calls
                     .iter()
                     .position(|call| call.index == index)
-                    .ok_or_else(|| protocol(format!("tool call {index} ended but never started")))?;
+                    .ok_or_else(|| {
+                        protocol(format!("tool call {index} ended but never started"))
+                    })?;
                 self.end_call(position);
             }
             StreamEvent::Usage(report) => match &mut self.usage {
@@ -198,8 +202,13 @@ impl MessageAssembler {
     }
 
     /// The agent events queued since the last drain, oldest first.
-    pub fn drain_events(&mut self) -> std::vec::Drain<'_, AgentEvent> {
+    pub fn drain_events(&mut self) -> std::collections::vec_deque::Drain<'_, AgentEvent> {
         self.events.drain(..)
+    }
+
+    /// The oldest queued agent event, if any (for consumers that await between events).
+    pub fn next_event(&mut self) -> Option<AgentEvent> {
+        self.events.pop_front()
     }
 
     /// Closes every open block and returns the message.
@@ -216,8 +225,7 @@ impl MessageAssembler {
         }
         let mut message = std::mem::take(&mut self.message);
         message.usage = self.usage.take();
-        if message.stop_reason == Some(StopReason::Stop) && message.tool_calls().next().is_some()
-        {
+        if message.stop_reason == Some(StopReason::Stop) && message.tool_calls().next().is_some() {
             message.stop_reason = Some(StopReason::ToolCalls);
         }
         message
@@ -233,7 +241,7 @@ impl MessageAssembler {
 
     fn emit(&mut self, event: impl FnOnce() -> AgentEvent) {
         if self.emit_events {
-            self.events.push(event());
+            self.events.push_back(event());
         }
     }
 
@@ -269,7 +277,7 @@ impl MessageAssembler {
             },
             (Open::Nothing, _) => return,
         };
-        self.events.push(event);
+        self.events.push_back(event);
     }
 
     fn call_mut(&mut self, index: u32) -> Result<&mut PendingCall, BackendError> {
@@ -295,7 +303,7 @@ impl MessageAssembler {
         if let Some(AssistantBlock::ToolCall(tool_call)) = self.message.content.get_mut(block) {
             tool_call.arguments = arguments;
             if self.emit_events {
-                self.events.push(AgentEvent::ToolCallEnd {
+                self.events.push_back(AgentEvent::ToolCallEnd {
                     index,
                     tool_call: tool_call.clone(),
                 });
@@ -447,7 +455,10 @@ mod tests {
         // A message with tool calls that says `stop` is a tool-call turn.
         assert_eq!(message.stop_reason, Some(StopReason::ToolCalls));
         let usage = message.usage.unwrap();
-        assert_eq!((usage.input_tokens, usage.output_tokens), (Some(3), Some(4)));
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens),
+            (Some(3), Some(4))
+        );
         let AssistantBlock::Thinking(thinking) = &message.content[0] else {
             panic!("thinking first")
         };

@@ -87,8 +87,9 @@ pub enum ErrorKind {
     /// The model call failed. 502, or the provider's own status for client errors.
     #[error("backend error")]
     Backend {
-        /// The backend's error.
-        error: BackendError,
+        /// The backend's error (boxed: it is the largest kind, and keeping `AgentError` small
+        /// keeps every `Result` that carries it cheap to move).
+        error: Box<BackendError>,
     },
     /// The feature exists in the API but not in this build or backend. 501.
     #[error("not implemented")]
@@ -180,7 +181,12 @@ impl AgentError {
 impl From<BackendError> for AgentError {
     fn from(error: BackendError) -> Self {
         let message = error.to_string();
-        Self::new(ErrorKind::Backend { error }, message)
+        Self::new(
+            ErrorKind::Backend {
+                error: Box::new(error),
+            },
+            message,
+        )
     }
 }
 
@@ -332,7 +338,7 @@ mod tests {
             (ErrorKind::Appender, 500),
             (
                 ErrorKind::Backend {
-                    error: BackendError::new(BackendErrorKind::Server, "boom"),
+                    error: Box::new(BackendError::new(BackendErrorKind::Server, "boom")),
                 },
                 502,
             ),

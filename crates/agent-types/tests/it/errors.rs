@@ -43,7 +43,10 @@ fn error_kinds() {
     );
     check!(
         "error_refused",
-        AgentError::new(ErrorKind::Refused, "tenant `acme` may not use model `gpt-5`")
+        AgentError::new(
+            ErrorKind::Refused,
+            "tenant `acme` may not use model `gpt-5`"
+        )
     );
 }
 

@@ -1,0 +1,423 @@
+//! Running one round of tool calls: validation, handlers (parallel or serial), timeouts,
+//! cancellation with a grace period, truncation, the result hook and the trace.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use agent_tools::{
+    Accounting, Registry, ToolContext, ToolError, ToolErrorKind, ToolEvent, TruncationPolicy,
+    truncate, truncate_result,
+};
+use agent_types::{AgentEvent, ToolCall, ToolResult, TraceEntry};
+use futures_util::future::{Either, select};
+use futures_util::{StreamExt, stream};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, field};
+
+use crate::events::Emitter;
+use crate::options::{Options, ToolErrorMode};
+
+/// One call to run.
+pub(crate) struct Job {
+    pub(crate) call: ToolCall,
+    pub(crate) iteration: u32,
+}
+
+/// Why a call's failure ends the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Invalid arguments under `abort`.
+    Invalid,
+    /// Any other failure under `abort`, or a fatal handler error under any mode.
+    Failed,
+}
+
+/// What one call produced.
+pub(crate) struct Outcome {
+    /// What the model sees.
+    pub(crate) result: ToolResult,
+    /// What happened.
+    pub(crate) trace: TraceEntry,
+    /// Set when this call's failure ends the run.
+    pub(crate) stop: Option<Stop>,
+}
+
+/// Everything the calls of a round share.
+struct Round<'a> {
+    tools: &'a Registry,
+    options: &'a Options,
+    policy: &'a TruncationPolicy,
+    emitter: &'a Emitter,
+    hard_stop: &'a CancellationToken,
+    accounting: &'a Accounting,
+    /// Set by a call whose failure ends the run: calls not started yet are skipped.
+    stopping: AtomicBool,
+}
+
+/// Runs `jobs` and returns one outcome per job, in job order.
+///
+/// Calls run concurrently up to the parallelism limit. When the run is cancelled, running
+/// handlers see their tokens fire and get `cancel_grace` to finish; then the hard stop drops
+/// them. Calls not started by then are not run.
+pub(crate) async fn run_batch(
+    jobs: &[Job],
+    tools: &Registry,
+    options: &Options,
+    policy: &TruncationPolicy,
+    emitter: &Emitter,
+    hard_stop: &CancellationToken,
+    accounting: &Accounting,
+) -> Vec<Outcome> {
+    if jobs.is_empty() {
+        return Vec::new();
+    }
+    let round = Round {
+        tools,
+        options,
+        policy,
+        emitter,
+        hard_stop,
+        accounting,
+        stopping: AtomicBool::new(false),
+    };
+    let round = &round;
+    let limit = options.tool_parallelism.limit();
+    // The futures are made up front (they do nothing until polled): a closure in `map`
+    // would hide their lifetimes from the `Send` check.
+    let calls: Vec<_> = jobs.iter().map(|job| round.run(job)).collect();
+    let batch = stream::iter(calls).buffered(limit).collect::<Vec<_>>();
+    let mut batch = pin!(batch);
+    let cancelled = pin!(options.cancellation.cancelled());
+    match select(batch.as_mut(), cancelled).await {
+        Either::Left((outcomes, _)) => outcomes,
+        Either::Right(((), _)) => {
+            // Handlers saw their tokens fire; those that honour them get to wind down.
+            match tokio::time::timeout(options.cancel_grace, batch.as_mut()).await {
+                Ok(outcomes) => outcomes,
+                Err(_) => {
+                    hard_stop.cancel();
+                    batch.await
+                }
+            }
+        }
+    }
+}
+
+/// How a call failed, before the error mode decides what that means.
+enum Failure {
+    UnknownTool,
+    Invalid,
+    Handler(ToolErrorKind),
+    TimedOut,
+    NotRun,
+}
+
+impl Round<'_> {
+    async fn run(&self, job: &Job) -> Outcome {
+        let call = &job.call;
+        let span = tracing::info_span!(
+            "tool_call",
+            tool = %call.name,
+            call_id = %call.id,
+            iteration = job.iteration,
+            result_bytes = field::Empty,
+            sent_bytes = field::Empty,
+            truncated = field::Empty,
+            duration_us = field::Empty,
+            error = field::Empty,
+        );
+        let outcome = self.run_call(job).instrument(span.clone()).await;
+        span.record("result_bytes", outcome.trace.result_bytes);
+        span.record("sent_bytes", outcome.trace.sent_bytes);
+        span.record("truncated", outcome.trace.truncated);
+        span.record(
+            "duration_us",
+            u64::try_from(outcome.trace.duration.as_micros()).unwrap_or(u64::MAX),
+        );
+        if let Some(error) = &outcome.trace.error {
+            span.record("error", error.as_str());
+        }
+        outcome
+    }
+
+    async fn run_call(&self, job: &Job) -> Outcome {
+        let call = &job.call;
+        let started = Instant::now();
+        let options = self.options;
+        if options.cancellation.is_cancelled() || self.stopping.load(Ordering::Relaxed) {
+            let why = if options.cancellation.is_cancelled() {
+                "the run was cancelled before it started"
+            } else {
+                "an earlier call's failure ended the run"
+            };
+            self.announce_start(call, &call.arguments).await;
+            return self
+                .fail(
+                    job,
+                    call.arguments.clone(),
+                    Vec::new(),
+                    Failure::NotRun,
+                    format!("This call was not run: {why}."),
+                    started,
+                )
+                .await;
+        }
+
+        let Some(tool) = self.tools.get(&call.name) else {
+            self.announce_start(call, &call.arguments).await;
+            let mut names: Vec<&str> = self.tools.names().collect();
+            names.truncate(32);
+            let message = if names.is_empty() {
+                format!(
+                    "There is no tool named `{}`: no tools are available.",
+                    call.name
+                )
+            } else {
+                format!(
+                    "There is no tool named `{}`. Available tools: {}.",
+                    call.name,
+                    names.join(", ")
+                )
+            };
+            return self
+                .fail(
+                    job,
+                    call.arguments.clone(),
+                    Vec::new(),
+                    Failure::UnknownTool,
+                    message,
+                    started,
+                )
+                .await;
+        };
+
+        let validated = match tool.validate(call.arguments.clone(), options.tool_arg_validation) {
+            Ok(validated) => validated,
+            Err(invalid) => {
+                self.announce_start(call, &call.arguments).await;
+                let repairs = invalid.repairs.iter().map(ToString::to_string).collect();
+                let message = format!(
+                    "{invalid}\nFix the arguments and call `{}` again.",
+                    call.name
+                );
+                return self
+                    .fail(
+                        job,
+                        call.arguments.clone(),
+                        repairs,
+                        Failure::Invalid,
+                        message,
+                        started,
+                    )
+                    .await;
+            }
+        };
+        let repairs: Vec<String> = validated.repairs.iter().map(ToString::to_string).collect();
+        let arguments = validated.arguments;
+        self.announce_start(call, &arguments).await;
+        if tool.is_remote() {
+            // Only reached for a remote call whose arguments failed validation elsewhere and
+            // passed here, which cannot happen; refuse rather than pretend to run it.
+            let message = format!("`{}` is run by the caller and cannot run here.", call.name);
+            return self
+                .fail(
+                    job,
+                    arguments,
+                    repairs,
+                    Failure::Handler(ToolErrorKind::Fatal),
+                    message,
+                    started,
+                )
+                .await;
+        }
+
+        let call_token = options.cancellation.child_token();
+        let context = ToolContext::new(call.id.clone(), Arc::<str>::from(call.name.as_str()))
+            .with_caller(Arc::clone(&options.caller))
+            .with_cancellation(call_token.clone())
+            .with_hard_stop(self.hard_stop.clone())
+            .with_accounting(self.accounting.clone());
+        let mut output = tool.invoke(arguments.clone(), context);
+        let emitter = self.emitter;
+        let pump = async {
+            while let Some(event) = output.next().await {
+                match event {
+                    ToolEvent::Delta(delta) => {
+                        emitter
+                            .emit_with(|| AgentEvent::ToolExecutionDelta {
+                                call_id: call.id.clone(),
+                                delta,
+                            })
+                            .await;
+                    }
+                    ToolEvent::Done(result) => return result,
+                }
+            }
+            Err(ToolError::fatal("the tool ended without a result"))
+        };
+        let finished = match options.tool_timeout {
+            Some(limit) => match tokio::time::timeout(limit, pump).await {
+                Ok(result) => Ok(result),
+                Err(_) => {
+                    call_token.cancel();
+                    Err(limit)
+                }
+            },
+            None => Ok(pump.await),
+        };
+        drop(output);
+        match finished {
+            Ok(Ok(value)) => self.succeed(job, arguments, repairs, value, started).await,
+            Ok(Err(error)) => {
+                let kind = error.kind();
+                let message = match kind {
+                    ToolErrorKind::Cancelled => {
+                        "The call was cancelled before it finished.".to_owned()
+                    }
+                    _ => error.message().to_owned(),
+                };
+                self.fail(
+                    job,
+                    arguments,
+                    repairs,
+                    Failure::Handler(kind),
+                    message,
+                    started,
+                )
+                .await
+            }
+            Err(limit) => {
+                let message = format!(
+                    "`{}` did not finish within {limit:?} and was stopped. Try a smaller request \
+                     or another approach.",
+                    call.name
+                );
+                self.fail(job, arguments, repairs, Failure::TimedOut, message, started)
+                    .await
+            }
+        }
+    }
+
+    async fn announce_start(&self, call: &ToolCall, arguments: &Value) {
+        self.emitter
+            .emit_with(|| AgentEvent::ToolExecutionStart {
+                call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                arguments: arguments.clone(),
+            })
+            .await;
+    }
+
+    async fn succeed(
+        &self,
+        job: &Job,
+        arguments: Value,
+        repairs: Vec<String>,
+        value: Value,
+        started: Instant,
+    ) -> Outcome {
+        let duration = started.elapsed();
+        let cut = truncate_result(value, self.policy);
+        let result = ToolResult::ok(job.call.id.clone(), job.call.name.clone(), cut.text);
+        self.finish(
+            job,
+            arguments,
+            repairs,
+            result,
+            cut.original_bytes,
+            cut.truncated,
+            None,
+            None,
+            duration,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn fail(
+        &self,
+        job: &Job,
+        arguments: Value,
+        repairs: Vec<String>,
+        failure: Failure,
+        message: String,
+        started: Instant,
+    ) -> Outcome {
+        let duration = started.elapsed();
+        let abort = self.options.tool_error_mode == ToolErrorMode::Abort;
+        let stop = match failure {
+            Failure::Handler(ToolErrorKind::Fatal) => Some(Stop::Failed),
+            Failure::Handler(ToolErrorKind::Cancelled) | Failure::NotRun => None,
+            Failure::Invalid if abort => Some(Stop::Invalid),
+            Failure::UnknownTool | Failure::Handler(_) | Failure::TimedOut if abort => {
+                Some(Stop::Failed)
+            }
+            _ => None,
+        };
+        if stop.is_some() {
+            self.stopping.store(true, Ordering::Relaxed);
+        }
+        let cut = truncate(message, self.policy);
+        let error = cut.text.clone();
+        let result = ToolResult::error(job.call.id.clone(), job.call.name.clone(), cut.text);
+        self.finish(
+            job,
+            arguments,
+            repairs,
+            result,
+            cut.original_bytes,
+            cut.truncated,
+            Some(error),
+            stop,
+            duration,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &self,
+        job: &Job,
+        arguments: Value,
+        repairs: Vec<String>,
+        result: ToolResult,
+        result_bytes: usize,
+        truncated: bool,
+        error: Option<String>,
+        stop: Option<Stop>,
+        duration: std::time::Duration,
+    ) -> Outcome {
+        let result = self.options.hooks.transform(result).await;
+        if self.emitter.is_on() {
+            self.emitter
+                .emit(AgentEvent::ToolExecutionEnd {
+                    call_id: job.call.id.clone(),
+                    tool_name: job.call.name.clone(),
+                    output: result.content.clone(),
+                    is_error: result.is_error,
+                    truncated,
+                })
+                .await;
+        }
+        let trace = TraceEntry {
+            iteration: job.iteration,
+            call_id: job.call.id.clone(),
+            tool_name: job.call.name.clone(),
+            arguments,
+            result_bytes: result_bytes as u64,
+            sent_bytes: result.content.len() as u64,
+            truncated,
+            duration,
+            error,
+            repairs,
+        };
+        Outcome {
+            result,
+            trace,
+            stop,
+        }
+    }
+}

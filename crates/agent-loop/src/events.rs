@@ -1,0 +1,186 @@
+//! Turning the loop's future into a stream of events: the [`Emitter`] the loop writes to and
+//! the [`EventStream`] a consumer reads.
+//!
+//! The loop is one `async fn`. When streaming, it pushes each event into a queue shared with
+//! the [`EventStream`] and yields once, so the stream hands the event out before the loop goes
+//! on (a consumer that stops reading stops the loop: back-pressure). Without streaming the
+//! emitter is off and no event is even built, so [`generate`](crate::generate) and
+//! [`generate_stream`](crate::generate_stream) are the same code.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+
+use agent_types::{AgentError, AgentEvent};
+use futures_core::Stream;
+
+use crate::result::GenerateResult;
+
+type Queue = Arc<Mutex<VecDeque<AgentEvent>>>;
+
+/// Where the loop sends events. Cloning shares the queue (parallel tool calls emit too).
+#[derive(Clone, Default)]
+pub(crate) struct Emitter {
+    queue: Option<Queue>,
+}
+
+impl Emitter {
+    /// An emitter that builds nothing.
+    pub(crate) fn off() -> Self {
+        Self { queue: None }
+    }
+
+    /// Whether events are wanted; check before building an expensive one.
+    pub(crate) fn is_on(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// Queues `event`; awaiting the returned future lets the consumer take it before the
+    /// loop continues. (A plain function returning a reference-free future, so the loop's
+    /// futures stay `Send` without higher-ranked lifetime trouble.)
+    pub(crate) fn emit(&self, event: AgentEvent) -> YieldOnce {
+        self.emit_with(|| event)
+    }
+
+    /// Queues the event `build` makes, only if events are on.
+    pub(crate) fn emit_with(&self, build: impl FnOnce() -> AgentEvent) -> YieldOnce {
+        match &self.queue {
+            Some(queue) => {
+                lock(queue).push_back(build());
+                YieldOnce(false)
+            }
+            None => YieldOnce(true),
+        }
+    }
+}
+
+fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<AgentEvent>> {
+    // Only ever locked for a push or a pop; a panic cannot leave the deque inconsistent.
+    queue.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Returns `Pending` once (waking itself), so the stream gets to hand out what was queued.
+pub(crate) struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<GenerateResult, AgentError>> + Send + 'a>>;
+
+/// The events of a run as they happen, and its result at the end.
+///
+/// Read the events with [`StreamExt::next`](futures_util::StreamExt::next); after the last
+/// one (`session_end`), [`result`](Self::result) gives the run's outcome. Calling `result`
+/// early runs the rest of the loop without handing out its events. Dropping the stream
+/// cancels the run where it stands (like dropping any future).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use agent_backends::{ScriptedBackend, ScriptedTurn};
+/// use agent_loop::{Options, Session, execute_stream};
+/// use agent_types::AgentEvent;
+/// use futures_util::StreamExt;
+///
+/// let backend = ScriptedBackend::new([ScriptedTurn::text("Hello!")]);
+/// let mut session = Session::new("test-model");
+/// let mut stream = execute_stream(&mut session, "Hi", &backend, &Options::default());
+/// let mut text = String::new();
+/// while let Some(event) = stream.next().await {
+///     if let AgentEvent::TextDelta { delta } = event {
+///         text.push_str(&delta);
+///     }
+/// }
+/// let result = stream.result().await.unwrap();
+/// assert_eq!(text, result.text());
+/// # }
+/// ```
+#[must_use = "a stream does nothing unless polled"]
+pub struct EventStream<'a> {
+    run: Option<RunFuture<'a>>,
+    queue: Queue,
+    outcome: Option<Result<GenerateResult, AgentError>>,
+}
+
+impl<'a> EventStream<'a> {
+    /// Builds the stream: `start` receives the emitter and returns the run's future.
+    pub(crate) fn new<F, Fut>(start: F) -> Self
+    where
+        F: FnOnce(Emitter) -> Fut,
+        Fut: Future<Output = Result<GenerateResult, AgentError>> + Send + 'a,
+    {
+        let queue = Queue::default();
+        let emitter = Emitter {
+            queue: Some(Arc::clone(&queue)),
+        };
+        Self {
+            run: Some(Box::pin(start(emitter))),
+            queue,
+            outcome: None,
+        }
+    }
+
+    /// The run's outcome. Runs whatever is left of the loop first, dropping its events.
+    ///
+    /// # Errors
+    ///
+    /// The [`AgentError`] that ended the run, with the partial trace and messages.
+    pub async fn result(mut self) -> Result<GenerateResult, AgentError> {
+        if let Some(run) = self.run.take() {
+            let outcome = run.await;
+            lock(&self.queue).clear();
+            return outcome;
+        }
+        self.outcome.take().unwrap_or_else(|| {
+            Err(AgentError::config(
+                "the run's result was already taken from this stream",
+            ))
+        })
+    }
+}
+
+impl Stream for EventStream<'_> {
+    type Item = AgentEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
+        let this = &mut *self;
+        if let Some(event) = lock(&this.queue).pop_front() {
+            return Poll::Ready(Some(event));
+        }
+        let Some(run) = this.run.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = run.as_mut().poll(cx);
+        if let Poll::Ready(outcome) = polled {
+            this.run = None;
+            this.outcome = Some(outcome);
+        }
+        match lock(&this.queue).pop_front() {
+            Some(event) => Poll::Ready(Some(event)),
+            None if this.run.is_none() => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl std::fmt::Debug for EventStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream")
+            .field("running", &self.run.is_some())
+            .field("queued", &lock(&self.queue).len())
+            .finish()
+    }
+}

@@ -1,0 +1,248 @@
+//! The agentry agent loop.
+//!
+//! A model gets tools. In [`return`](ToolMode::Return) mode (the default) one model call is
+//! made and the tool calls it asks for come back to the caller. In [`auto`](ToolMode::Auto)
+//! mode the loop validates each call's arguments, runs the handlers (in parallel by default),
+//! feeds the results back in call order and calls the model again, until it answers, asks for
+//! a tool the caller runs itself (the run suspends), or a budget trips: tool iterations,
+//! cumulative tokens, cumulative US dollars, or the same call repeated.
+//!
+//! - [`generate`] runs a one-off [`Input`] and returns a [`GenerateResult`];
+//!   [`generate_stream`] is the same loop yielding [`AgentEvent`](agent_types::AgentEvent)s
+//!   as they happen, with the result at the end ([`EventStream::result`]).
+//! - [`Session`] is a conversation as plain serializable data; [`execute`] and
+//!   [`execute_stream`] run it from a user message or from the results of pending remote
+//!   calls, so a run suspended in one process resumes in another.
+//! - [`Options`] holds the mode, the [tools](agent_tools::Registry), every budget, timeouts,
+//!   the cancellation token, the conversation appender and the [`Hooks`].
+//!
+//! The loop talks to models only through the [`Backend`] trait, so it has no HTTP client and
+//! no provider code. It needs a tokio runtime with timers for timeouts and the cancellation
+//! grace period.
+//!
+//! Every error ends the run with an [`AgentError`] whose kind maps to an HTTP status (budget
+//! 429, aborted 499, configuration 400…) and which carries the trace and the messages
+//! produced so far, whether or not a trace was asked for.
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_backends::{ScriptedBackend, ScriptedTurn};
+//! use agent_loop::{Input, Options, generate};
+//! use agent_tools::{Registry, Tool};
+//! use serde_json::json;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct City {
+//!     city: String,
+//! }
+//!
+//! let mut tools = Registry::new();
+//! tools.register(Tool::from_fn("get_weather", "Current weather for a city.", |args: City, _ctx| async move {
+//!     Ok(json!({"city": args.city, "sky": "sunny", "temp_c": 21}))
+//! }))?;
+//!
+//! // A model that asks for the tool, then answers.
+//! let backend = ScriptedBackend::new([
+//!     ScriptedTurn::tool_call("call_1", "get_weather", json!({"city": "Denver"})),
+//!     ScriptedTurn::text("Sunny and 21 °C in Denver."),
+//! ]);
+//! let options = Options::auto().with_tools(tools).with_tool_trace(true);
+//! let result = generate(&backend, Input::new("test-model").user("Weather in Denver?"), &options).await?;
+//!
+//! assert_eq!(result.text(), "Sunny and 21 °C in Denver.");
+//! assert_eq!(result.trace[0].tool_name, "get_weather");
+//! assert_eq!(result.messages.len(), 3); // tool-call turn, tool result, answer
+//! # Ok(())
+//! # }
+//! ```
+
+mod dispatch;
+mod events;
+mod hooks;
+mod options;
+mod result;
+mod run;
+mod session;
+
+use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
+use serde_json::{Map, Value};
+
+pub use events::EventStream;
+pub use hooks::{Hooks, ModelCallGate};
+pub use options::{ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism};
+pub use result::{GenerateResult, ModelCallRecord};
+pub use session::{Session, SessionInput, SessionStatus};
+
+pub use agent_tools::ValidationMode;
+
+/// What a one-off run starts from: the model, the system prompt, the history and settings.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Input {
+    /// The model to call.
+    pub model: String,
+    /// The static system prompt.
+    pub system: Option<String>,
+    /// The conversation; the last message is usually the user's question (or tool results
+    /// in `return` mode).
+    pub messages: Vec<Message>,
+    /// Sampling and output settings.
+    pub settings: GenerationSettings,
+    /// Whether and which tool the model must call.
+    pub tool_choice: ToolChoice,
+    /// Provider-specific request fields, passed through.
+    pub extras: Map<String, Value>,
+}
+
+impl Input {
+    /// An empty input for `model`.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the system prompt.
+    #[must_use]
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Appends a user message.
+    #[must_use]
+    pub fn user(mut self, text: impl Into<String>) -> Self {
+        self.messages.push(Message::User(UserMessage::text(text)));
+        self
+    }
+
+    /// Appends any message.
+    #[must_use]
+    pub fn message(mut self, message: impl Into<Message>) -> Self {
+        self.messages.push(message.into());
+        self
+    }
+
+    /// Appends messages.
+    #[must_use]
+    pub fn messages(mut self, messages: impl IntoIterator<Item = Message>) -> Self {
+        self.messages.extend(messages);
+        self
+    }
+
+    /// Sets the generation settings.
+    #[must_use]
+    pub fn settings(mut self, settings: GenerationSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Sets the tool choice.
+    #[must_use]
+    pub fn tool_choice(mut self, tool_choice: ToolChoice) -> Self {
+        self.tool_choice = tool_choice;
+        self
+    }
+
+    fn into_session(self) -> Session {
+        let mut session = Session::new(self.model)
+            .with_messages(self.messages)
+            .with_settings(self.settings)
+            .with_tool_choice(self.tool_choice);
+        session.system = self.system;
+        session.extras = self.extras;
+        session
+    }
+}
+
+/// Runs `input` under `options` and returns the outcome.
+///
+/// In `return` mode this is one model call; in `auto` mode the whole loop. A run that asks
+/// for remote tools ends with status `awaiting_tool_execution` and the pending calls; to
+/// resume it, use a [`Session`] and [`execute`] instead.
+///
+/// # Errors
+///
+/// An [`AgentError`] for configuration mistakes (before any model call), budgets, backend
+/// failures, cancellation, tool failures under `abort`, appender failures and refusals by a
+/// gate; it carries the partial trace and messages.
+pub async fn generate<B: Backend + ?Sized>(
+    backend: &B,
+    input: Input,
+    options: &Options,
+) -> Result<GenerateResult, AgentError> {
+    let mut session = input.into_session();
+    run::execute(
+        &mut session,
+        SessionInput::Continue,
+        backend,
+        options,
+        events::Emitter::off(),
+    )
+    .await
+}
+
+/// [`generate`], streaming: the events of every round as they happen, then the result via
+/// [`EventStream::result`].
+pub fn generate_stream<'a, B: Backend + 'a>(
+    backend: B,
+    input: Input,
+    options: &Options,
+) -> EventStream<'a> {
+    let options = options.clone();
+    let mut session = input.into_session();
+    EventStream::new(move |emitter| async move {
+        run::execute(
+            &mut session,
+            SessionInput::Continue,
+            &backend,
+            &options,
+            emitter,
+        )
+        .await
+    })
+}
+
+/// Runs `session` from `input`: a user message, or the results of its pending calls.
+///
+/// The session is updated in place: history, status, usage, cost and pending calls. If the
+/// input does not fit the session (results for the wrong calls, a user message while calls
+/// are pending), nothing changes and a configuration error (400) says why.
+///
+/// # Errors
+///
+/// As [`generate`]. After an error the session keeps every message that completed and its
+/// status says `error` or `aborted`.
+pub async fn execute<B: Backend + ?Sized>(
+    session: &mut Session,
+    input: impl Into<SessionInput>,
+    backend: &B,
+    options: &Options,
+) -> Result<GenerateResult, AgentError> {
+    run::execute(
+        session,
+        input.into(),
+        backend,
+        options,
+        events::Emitter::off(),
+    )
+    .await
+}
+
+/// [`execute`], streaming.
+pub fn execute_stream<'a, B: Backend + 'a>(
+    session: &'a mut Session,
+    input: impl Into<SessionInput>,
+    backend: B,
+    options: &Options,
+) -> EventStream<'a> {
+    let options = options.clone();
+    let input = input.into();
+    EventStream::new(move |emitter| async move {
+        run::execute(session, input, &backend, &options, emitter).await
+    })
+}

@@ -1,0 +1,308 @@
+//! [`Options`]: how a run behaves (mode, tools, budgets, timeouts, hooks).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_conversation::ConversationAppender;
+use agent_tools::{Caller, Registry, ValidationMode};
+use agent_types::RateCard;
+use tokio_util::sync::CancellationToken;
+
+use crate::hooks::Hooks;
+use crate::result::ModelCallRecord;
+
+/// Who resolves the tool calls the model asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ToolMode {
+    /// One model call. Requested tool calls come back to the caller (finish reason
+    /// `tool_calls`), who runs them and calls again. The default.
+    #[default]
+    Return,
+    /// The loop validates and runs the calls, feeds the results back and calls the model
+    /// again, until a final answer, a remote tool, or a budget.
+    Auto,
+}
+
+/// How the calls of one round run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolParallelism {
+    /// Concurrently on the loop's task, at most `max_concurrent` at once. Results still join
+    /// the history in call order.
+    Parallel {
+        /// The most calls running at the same time (at least 1).
+        max_concurrent: usize,
+    },
+    /// One after another, in call order.
+    Serial,
+}
+
+impl ToolParallelism {
+    /// The default bound on concurrent calls.
+    pub const DEFAULT_MAX_CONCURRENT: usize = 16;
+
+    pub(crate) fn limit(self) -> usize {
+        match self {
+            Self::Parallel { max_concurrent } => max_concurrent.max(1),
+            Self::Serial => 1,
+        }
+    }
+}
+
+impl Default for ToolParallelism {
+    fn default() -> Self {
+        Self::Parallel {
+            max_concurrent: Self::DEFAULT_MAX_CONCURRENT,
+        }
+    }
+}
+
+/// What a failed tool call does to the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ToolErrorMode {
+    /// The error becomes the call's result (marked as an error) and the model reacts to it.
+    /// The default. A handler's [fatal](agent_tools::ToolError::fatal) error still ends the run.
+    #[default]
+    Recover,
+    /// The first failure ends the run with the trace attached. Calls already running finish;
+    /// calls not yet started are not run.
+    Abort,
+}
+
+/// A sink for per-model-call accounting records.
+pub type ModelCallSink = Arc<dyn Fn(&ModelCallRecord) + Send + Sync>;
+
+/// How a run behaves. Cheap to clone (shared parts are behind `Arc`s).
+///
+/// Every budget is independent and off unless stated: the defaults are `return` mode, 10 tool
+/// iterations, no token or cost budget, parallel tools (16 at once), 65,536-byte results,
+/// `recover`, `strict` validation, no trace, three identical calls in a row count as a cycle,
+/// no timeouts, a one-second cancellation grace period.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_loop::{Options, ToolErrorMode, ToolMode};
+///
+/// let options = Options::auto()
+///     .with_max_tool_iterations(5)
+///     .with_token_budget(50_000)
+///     .with_max_cost_usd(0.25)
+///     .with_tool_timeout(Duration::from_secs(10))
+///     .with_tool_error_mode(ToolErrorMode::Abort);
+/// assert_eq!(options.mode, ToolMode::Auto);
+/// assert_eq!(options.tool_result_max_bytes, 65_536);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Options {
+    /// Who resolves tool calls.
+    pub mode: ToolMode,
+    /// The tools the model may call: local ones with handlers and remote ones (spec only).
+    pub tools: Arc<Registry>,
+    /// Only these tools (by name) for this run; a name that is not registered is a
+    /// configuration error. `None` offers every tool the caller may use.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Who is calling: tools requiring permissions the caller lacks are not offered, and
+    /// handlers see the caller in their context.
+    pub caller: Arc<Caller>,
+    /// The most model → tools → model rounds.
+    pub max_tool_iterations: u32,
+    /// The most tokens for the whole run: every model call's input and output tokens plus
+    /// the tool output sent back (estimated at 4 bytes a token) and tokens handlers report.
+    /// Not a model call's `max_output_tokens`.
+    pub token_budget: Option<u64>,
+    /// The most US dollars for the whole run, priced by `rate_card` (cache reads and writes
+    /// at their own prices) plus dollars handlers report.
+    pub max_cost_usd: Option<f64>,
+    /// Prices per model.
+    pub rate_card: Arc<RateCard>,
+    /// How the calls of one round run.
+    pub tool_parallelism: ToolParallelism,
+    /// The cap on each serialized tool result the model sees; longer results are cut with a
+    /// marker stating the full size.
+    pub tool_result_max_bytes: usize,
+    /// What a failed tool call does.
+    pub tool_error_mode: ToolErrorMode,
+    /// How tool arguments are checked against the tool's schema.
+    pub tool_arg_validation: ValidationMode,
+    /// Put the trace in the result (it is always attached to errors).
+    pub include_tool_trace: bool,
+    /// Receives each message the run produces, in order, awaited before the run goes on.
+    pub conversation: Option<Arc<dyn ConversationAppender>>,
+    /// Also append the caller's input (the user message or remote tool results) and count it
+    /// among the run's new messages.
+    pub echo_input: bool,
+    /// Cancels the run: the model call in flight and every running handler.
+    pub cancellation: CancellationToken,
+    /// How long a cancelled handler may take to wind down before it is dropped.
+    pub cancel_grace: Duration,
+    /// The longest one model call may take, first byte to last.
+    pub model_call_timeout: Option<Duration>,
+    /// The longest one tool call may take.
+    pub tool_timeout: Option<Duration>,
+    /// End the run when the same tool is called with the same arguments this many times in a
+    /// row. `None` turns cycle detection off.
+    pub max_repeated_calls: Option<u32>,
+    /// Gates and transforms.
+    pub hooks: Hooks,
+    /// Receives one record per model call as it completes.
+    pub on_model_call: Option<ModelCallSink>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            mode: ToolMode::Return,
+            tools: Arc::new(Registry::new()),
+            allowed_tools: None,
+            caller: Arc::new(Caller::default()),
+            max_tool_iterations: 10,
+            token_budget: None,
+            max_cost_usd: None,
+            rate_card: Arc::new(RateCard::new()),
+            tool_parallelism: ToolParallelism::default(),
+            tool_result_max_bytes: 65_536,
+            tool_error_mode: ToolErrorMode::Recover,
+            tool_arg_validation: ValidationMode::Strict,
+            include_tool_trace: false,
+            conversation: None,
+            echo_input: false,
+            cancellation: CancellationToken::new(),
+            cancel_grace: Duration::from_secs(1),
+            model_call_timeout: None,
+            tool_timeout: None,
+            max_repeated_calls: Some(3),
+            hooks: Hooks::default(),
+            on_model_call: None,
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($field:ident: $ty:ty) $(=> $wrap:expr)?;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, $field: $ty) -> Self {
+                self.$field = setters!(@wrap $field $(, $wrap)?);
+                self
+            }
+        )*
+    };
+    (@wrap $field:ident) => { $field };
+    (@wrap $field:ident, $wrap:expr) => { $wrap($field) };
+}
+
+impl Options {
+    /// The defaults in `auto` mode.
+    pub fn auto() -> Self {
+        Self {
+            mode: ToolMode::Auto,
+            ..Self::default()
+        }
+    }
+
+    setters! {
+        /// Sets the tool mode.
+        with_mode(mode: ToolMode);
+        /// Sets the tool registry.
+        with_tools(tools: Registry) => Arc::new;
+        /// Sets the caller.
+        with_caller(caller: Caller) => Arc::new;
+        /// Sets the most tool rounds.
+        with_max_tool_iterations(max_tool_iterations: u32);
+        /// Sets the token budget for the whole run.
+        with_token_budget(token_budget: u64) => Some;
+        /// Sets the cost budget for the whole run, in US dollars.
+        with_max_cost_usd(max_cost_usd: f64) => Some;
+        /// Sets the rate card.
+        with_rate_card(rate_card: RateCard) => Arc::new;
+        /// Sets how a round's calls run.
+        with_tool_parallelism(tool_parallelism: ToolParallelism);
+        /// Sets the cap on each tool result.
+        with_tool_result_max_bytes(tool_result_max_bytes: usize);
+        /// Sets what a failed tool call does.
+        with_tool_error_mode(tool_error_mode: ToolErrorMode);
+        /// Sets how arguments are validated.
+        with_tool_arg_validation(tool_arg_validation: ValidationMode);
+        /// Puts the trace in the result.
+        with_tool_trace(include_tool_trace: bool);
+        /// Also appends the caller's input.
+        with_echo_input(echo_input: bool);
+        /// Sets the cancellation token.
+        with_cancellation(cancellation: CancellationToken);
+        /// Sets the grace period for cancelled handlers.
+        with_cancel_grace(cancel_grace: Duration);
+        /// Sets the timeout of each model call.
+        with_model_call_timeout(model_call_timeout: Duration) => Some;
+        /// Sets the timeout of each tool call.
+        with_tool_timeout(tool_timeout: Duration) => Some;
+        /// Sets how many identical calls in a row end the run (`None`: never).
+        with_max_repeated_calls(max_repeated_calls: Option<u32>);
+        /// Sets the hooks.
+        with_hooks(hooks: Hooks);
+    }
+
+    /// Shares an already shared registry.
+    #[must_use]
+    pub fn with_shared_tools(mut self, tools: Arc<Registry>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Offers only the named tools for this run.
+    #[must_use]
+    pub fn with_allowed_tools<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allowed_tools = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Appends every produced message to `appender`.
+    #[must_use]
+    pub fn with_conversation(mut self, appender: Arc<dyn ConversationAppender>) -> Self {
+        self.conversation = Some(appender);
+        self
+    }
+
+    /// Sends one record per model call to `sink`.
+    #[must_use]
+    pub fn on_model_call(
+        mut self,
+        sink: impl Fn(&ModelCallRecord) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_model_call = Some(Arc::new(sink));
+        self
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("mode", &self.mode)
+            .field("tools", &self.tools.names().collect::<Vec<_>>())
+            .field("allowed_tools", &self.allowed_tools)
+            .field("caller", &self.caller)
+            .field("max_tool_iterations", &self.max_tool_iterations)
+            .field("token_budget", &self.token_budget)
+            .field("max_cost_usd", &self.max_cost_usd)
+            .field("tool_parallelism", &self.tool_parallelism)
+            .field("tool_result_max_bytes", &self.tool_result_max_bytes)
+            .field("tool_error_mode", &self.tool_error_mode)
+            .field("tool_arg_validation", &self.tool_arg_validation)
+            .field("include_tool_trace", &self.include_tool_trace)
+            .field("conversation", &self.conversation.is_some())
+            .field("echo_input", &self.echo_input)
+            .field("cancelled", &self.cancellation.is_cancelled())
+            .field("cancel_grace", &self.cancel_grace)
+            .field("model_call_timeout", &self.model_call_timeout)
+            .field("tool_timeout", &self.tool_timeout)
+            .field("max_repeated_calls", &self.max_repeated_calls)
+            .field("hooks", &self.hooks)
+            .field("on_model_call", &self.on_model_call.is_some())
+            .finish()
+    }
+}

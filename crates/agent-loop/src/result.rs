@@ -1,0 +1,90 @@
+//! What a run returns: [`GenerateResult`] and one [`ModelCallRecord`] per model call.
+
+use std::time::Duration;
+
+use agent_types::{AssistantMessage, Message, SessionId, StopReason, ToolCall, TraceEntry, Usage};
+use serde::{Deserialize, Serialize};
+
+use crate::session::SessionStatus;
+
+/// Accounting for one model call: what it consumed, cost and took, and what it asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCallRecord {
+    /// The tool round the call started (0 for the first call of a run).
+    pub iteration: u32,
+    /// The model that answered (as the provider named it, or as requested).
+    pub model: String,
+    /// Tokens, cache tokens included, when the provider reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// What the call cost, when the rate card prices the model and usage is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// From sending the request to the last event.
+    #[serde(rename = "latency_us", with = "micros")]
+    pub latency: Duration,
+    /// From sending the request to the first event.
+    #[serde(rename = "first_event_us", with = "micros")]
+    pub time_to_first_event: Duration,
+    /// How many tool calls the model asked for.
+    pub tool_calls: u32,
+    /// Why the model stopped.
+    pub stop_reason: StopReason,
+}
+
+/// The outcome of [`generate`](crate::generate) or [`execute`](crate::execute).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateResult {
+    /// The session the run belonged to.
+    pub session_id: SessionId,
+    /// `completed`, or `awaiting_tool_execution` when tool calls wait for the caller (remote
+    /// tools, or any call in `return` mode).
+    pub status: SessionStatus,
+    /// The last assistant message: the final answer, or the turn asking for tools.
+    pub message: AssistantMessage,
+    /// Why the run ended: the model's stop reason, or `tool_calls` when it waits for results.
+    pub finish_reason: StopReason,
+    /// The messages this run added, in order (assistant turns and tool results; the caller's
+    /// input only with `echo_input`).
+    pub messages: Vec<Message>,
+    /// The calls the caller must run before resuming, in call order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_tool_calls: Vec<ToolCall>,
+    /// Tokens over every model call of this run.
+    pub usage: Usage,
+    /// Dollars over every model call of this run (plus what handlers reported); `None` when
+    /// nothing could be priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// One record per model call.
+    pub model_calls: Vec<ModelCallRecord>,
+    /// One entry per tool call, when `include_tool_trace` was set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<TraceEntry>,
+}
+
+impl GenerateResult {
+    /// The final answer's text.
+    pub fn text(&self) -> String {
+        self.message.text_content()
+    }
+
+    /// The tool calls of the last assistant message (what `return` mode hands back).
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.message.tool_calls()
+    }
+}
+
+mod micros {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(value.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_micros)
+    }
+}

@@ -1,0 +1,961 @@
+//! The loop itself: one run of a session, from its input to an answer, a suspension or an error.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::time::Duration;
+
+use agent_conversation::Turn;
+use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
+use agent_types::{
+    AgentError, AgentEvent, AssistantMessage, Backend, BackendError, BackendErrorKind, Budget,
+    ErrorKind, Message, MessageAssembler, ModelRequest, Role, StopReason, ToolCall, ToolResult,
+    TraceEntry, Usage,
+};
+use futures_util::StreamExt;
+use futures_util::future::{Either, select};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, field};
+
+use crate::dispatch::{Job, Outcome};
+use crate::events::Emitter;
+use crate::hooks::ModelCallGate;
+use crate::options::{Options, ToolMode};
+use crate::result::{GenerateResult, ModelCallRecord};
+use crate::session::{RepeatedCall, RunState, Session, SessionInput, SessionStatus};
+
+/// Runs `session` from `input` to its end, emitting events on the way.
+pub(crate) async fn execute<B: Backend + ?Sized>(
+    session: &mut Session,
+    input: SessionInput,
+    backend: &B,
+    options: &Options,
+    emitter: Emitter,
+) -> Result<GenerateResult, AgentError> {
+    let session_id = session.id.clone();
+    emitter
+        .emit_with(|| AgentEvent::SessionStart {
+            session_id: session_id.clone(),
+        })
+        .await;
+    let span = tracing::info_span!(
+        "agent_loop",
+        session_id = %session_id,
+        model = %session.model,
+        mode = ?options.mode,
+        iterations = field::Empty,
+        model_calls = field::Empty,
+        input_tokens = field::Empty,
+        output_tokens = field::Empty,
+        cost_usd = field::Empty,
+        finish_reason = field::Empty,
+    );
+    let outcome = async {
+        let mut run = Run::start(session, input, backend, options, emitter.clone())?;
+        let ended = run.drive().await;
+        Ok::<_, AgentError>(run.finish(ended).await)
+    }
+    .instrument(span.clone())
+    .await
+    .unwrap_or_else(Err);
+
+    let finish_reason = match &outcome {
+        Ok(result) => result.finish_reason,
+        Err(error) if error.is_aborted() => StopReason::Aborted,
+        Err(_) => StopReason::Error,
+    };
+    span.record("finish_reason", field::debug(finish_reason));
+    if emitter.is_on() {
+        // Built before any await: no borrow of the outcome is held across one.
+        let (last, messages) = match &outcome {
+            Ok(result) => (
+                (result.status == SessionStatus::AwaitingToolExecution).then(|| {
+                    AgentEvent::AwaitingToolExecution {
+                        session_id: session_id.clone(),
+                        tool_calls: result.pending_tool_calls.clone(),
+                    }
+                }),
+                result.messages.clone(),
+            ),
+            Err(error) => (
+                Some(AgentEvent::Error {
+                    error: error.clone(),
+                }),
+                error.partial_messages.clone(),
+            ),
+        };
+        if let Some(event) = last {
+            emitter.emit(event).await;
+        }
+        emitter
+            .emit(AgentEvent::SessionEnd {
+                session_id,
+                messages,
+                finish_reason,
+            })
+            .await;
+    }
+    outcome
+}
+
+/// How the loop stopped, short of an error.
+enum End {
+    /// The model answered.
+    Answered,
+    /// Calls wait for the caller.
+    Suspended(Vec<ToolCall>),
+}
+
+/// One run. Holds the session's history inside the request it sends, so no round copies the
+/// history; `Drop` hands the history back even if the run's future is dropped mid-way.
+struct Run<'s, 'o, B: ?Sized> {
+    session: &'s mut Session,
+    backend: &'o B,
+    options: &'o Options,
+    emitter: Emitter,
+    tools: Cow<'o, Registry>,
+    policy: TruncationPolicy,
+    request: ModelRequest,
+    /// Index of the first message this run produced (or echoed).
+    produced_from: usize,
+    /// Messages before this index are already with the appender.
+    appended_to: usize,
+    state: RunState,
+    usage: Usage,
+    cost_usd: Option<f64>,
+    records: Vec<ModelCallRecord>,
+    trace: Vec<TraceEntry>,
+    warned_no_usage: bool,
+    hard_stop: CancellationToken,
+    accounting: Accounting,
+}
+
+impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
+    /// Checks the input and the configuration, then takes the session's history. Nothing in
+    /// the session changes when this fails.
+    fn start(
+        session: &'s mut Session,
+        input: SessionInput,
+        backend: &'o B,
+        options: &'o Options,
+        emitter: Emitter,
+    ) -> Result<Self, AgentError> {
+        check_input(session, &input)?;
+        let tools = effective_tools(options, session)?;
+        if !tools.is_empty() && !backend.capabilities().tools {
+            return Err(AgentError::config(format!(
+                "{} tool(s) are declared but this backend does not support tools; remove the \
+                 tools or use a backend that supports them",
+                tools.len()
+            )));
+        }
+        let policy = TruncationPolicy::new(options.tool_result_max_bytes)
+            .map_err(|error| AgentError::config(error.to_string()))?;
+
+        let state = match input {
+            SessionInput::ToolResults(_) => session.suspended.take().unwrap_or_default(),
+            _ => RunState::default(),
+        };
+        if session.messages.is_empty() && matches!(input, SessionInput::Continue) {
+            return Err(AgentError::config(
+                "there is nothing to send: the session has no messages and the input is empty",
+            ));
+        }
+        let mut messages = std::mem::take(&mut session.messages);
+        let pending = std::mem::take(&mut session.pending_tool_calls);
+        // A round a dropped run left unanswered is closed first (history only: the appender
+        // never saw the round end), so the request stays valid.
+        if !matches!(input, SessionInput::ToolResults(_)) {
+            close_dangling(&mut messages, "the run that made it ended first");
+        }
+        let before_input = messages.len();
+        match input {
+            SessionInput::User(user) => messages.push(Message::User(user)),
+            SessionInput::ToolResults(results) => {
+                messages.extend(order_results(results, &pending, &policy));
+            }
+            SessionInput::Continue => {}
+        }
+        let produced_from = if options.echo_input {
+            before_input
+        } else {
+            messages.len()
+        };
+        session.status = SessionStatus::Running;
+        let request = ModelRequest {
+            model: session.model.clone(),
+            system: session.system.take(),
+            messages,
+            tools: tools.specs(),
+            tool_choice: session.tool_choice.clone(),
+            settings: session.settings.clone(),
+            extras: session.extras.clone(),
+            stream: true,
+        };
+        Ok(Self {
+            session,
+            backend,
+            options,
+            emitter,
+            tools,
+            policy,
+            appended_to: produced_from,
+            produced_from,
+            request,
+            state,
+            usage: Usage::default(),
+            cost_usd: None,
+            records: Vec::new(),
+            trace: Vec::new(),
+            warned_no_usage: false,
+            hard_stop: CancellationToken::new(),
+            accounting: Accounting::default(),
+        })
+    }
+
+    /// The loop: model call, tools, model call… until an answer, a suspension or an error.
+    async fn drive(&mut self) -> Result<End, AgentError> {
+        // Echoed input goes to the appender first.
+        self.append_new().await?;
+        loop {
+            let at = self.call_model().await?;
+            self.check_spend()?;
+            let calls: Vec<ToolCall> = match &self.request.messages[at] {
+                Message::Assistant(message) => message.tool_calls().cloned().collect(),
+                _ => Vec::new(),
+            };
+            if calls.is_empty() {
+                return Ok(End::Answered);
+            }
+            if self.options.mode == ToolMode::Return {
+                return Ok(End::Suspended(calls));
+            }
+            if self.state.iterations >= self.options.max_tool_iterations {
+                return Err(AgentError::budget(Budget::Iterations {
+                    used: self.state.iterations,
+                    max: self.options.max_tool_iterations,
+                }));
+            }
+            self.state.iterations += 1;
+            self.check_cycle(&calls)?;
+            let pending = self.run_tools(calls).await?;
+            self.check_spend()?;
+            if !pending.is_empty() {
+                return Ok(End::Suspended(pending));
+            }
+        }
+    }
+
+    /// Settles the session and builds the result or the error.
+    async fn finish(
+        &mut self,
+        ended: Result<End, AgentError>,
+    ) -> Result<GenerateResult, AgentError> {
+        self.session.usage += self.usage;
+        if let Some(cost) = self.cost_usd {
+            *self.session.cost_usd.get_or_insert(0.0) += cost;
+        }
+        let span = tracing::Span::current();
+        span.record("iterations", self.state.iterations);
+        span.record("model_calls", self.records.len());
+        record_usage(&span, &self.usage, self.cost_usd);
+        match ended {
+            Ok(End::Answered) => {
+                self.session.status = SessionStatus::Completed;
+                Ok(self.result(Vec::new()))
+            }
+            Ok(End::Suspended(pending)) => {
+                self.session.status = SessionStatus::AwaitingToolExecution;
+                self.session.suspended = Some(std::mem::take(&mut self.state));
+                self.session.pending_tool_calls.clone_from(&pending);
+                Ok(self.result(pending))
+            }
+            Err(error) => {
+                self.session.status = if error.is_aborted() {
+                    SessionStatus::Aborted
+                } else {
+                    SessionStatus::Error
+                };
+                // Every call the model asked for gets a result, so the history stays valid
+                // for the next request.
+                let reason = format!("the run ended first ({})", error.kind);
+                close_dangling(&mut self.request.messages, &reason);
+                if let Err(appender) = self.append_new().await {
+                    tracing::warn!(error = %appender.message, "could not store the results closing an interrupted round");
+                }
+                let messages = self.request.messages[self.produced_from..].to_vec();
+                Err(error.with_partial(std::mem::take(&mut self.trace), messages))
+            }
+        }
+    }
+
+    fn result(&mut self, pending: Vec<ToolCall>) -> GenerateResult {
+        let message = self
+            .request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                Message::Assistant(assistant) => Some(assistant.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let finish_reason = if pending.is_empty() {
+            message.stop_reason.unwrap_or(StopReason::Stop)
+        } else {
+            StopReason::ToolCalls
+        };
+        GenerateResult {
+            session_id: self.session.id.clone(),
+            status: self.session.status,
+            message,
+            finish_reason,
+            messages: self.request.messages[self.produced_from..].to_vec(),
+            pending_tool_calls: pending,
+            usage: self.usage,
+            cost_usd: self.cost_usd,
+            model_calls: std::mem::take(&mut self.records),
+            trace: if self.options.include_tool_trace {
+                std::mem::take(&mut self.trace)
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// One model call: gate, stream, assemble, account, append. Returns the new message's
+    /// position in the history.
+    async fn call_model(&mut self) -> Result<usize, AgentError> {
+        if self.options.cancellation.is_cancelled() {
+            return Err(aborted("the run was cancelled before the model call"));
+        }
+        let iteration = self.state.iterations;
+        if self.options.hooks.has_gate() {
+            let gate = ModelCallGate {
+                model: self.request.model.clone(),
+                iteration,
+                messages: self.request.messages.len(),
+                tools: self
+                    .request
+                    .tools
+                    .iter()
+                    .map(|spec| spec.name.clone())
+                    .collect(),
+                caller: self.options.caller.clone(),
+            };
+            self.options
+                .hooks
+                .gate(gate)
+                .await
+                .map_err(|reason| AgentError::new(ErrorKind::Refused, reason))?;
+        }
+        let span = tracing::info_span!(
+            "model_call",
+            model = %self.request.model,
+            iteration,
+            input_tokens = field::Empty,
+            output_tokens = field::Empty,
+            cache_read_tokens = field::Empty,
+            cost_usd = field::Empty,
+            latency_us = field::Empty,
+            tool_calls = field::Empty,
+        );
+        self.emitter
+            .emit_with(|| AgentEvent::MessageStart {
+                role: Role::Assistant,
+            })
+            .await;
+        let started = Instant::now();
+        let mut first_event = None;
+        let mut assembler = MessageAssembler::new(self.emitter.is_on());
+        let pumped = {
+            let stream = self.backend.stream(&self.request);
+            let emitter = &self.emitter;
+            let assembler = &mut assembler;
+            let first_event = &mut first_event;
+            // Boxed with an explicit `Send` so the compiler proves it here, once, instead of
+            // through every caller's future (where higher-ranked lifetimes defeat it).
+            let pump: Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + '_>> =
+                Box::pin(async move {
+                    let mut stream = stream;
+                    while let Some(item) = stream.next().await {
+                        first_event.get_or_insert_with(|| started.elapsed());
+                        assembler.push(item?)?;
+                        while let Some(event) = assembler.next_event() {
+                            emitter.emit(event).await;
+                        }
+                    }
+                    Ok::<(), BackendError>(())
+                });
+            bounded(
+                pump,
+                &self.options.cancellation,
+                self.options.model_call_timeout,
+            )
+            .instrument(span.clone())
+            .await
+        };
+        let latency = started.elapsed();
+        let failure = match pumped {
+            Bounded::Done(Ok(())) if assembler.is_finished() => None,
+            Bounded::Done(Ok(())) => Some(AgentError::from(BackendError::new(
+                BackendErrorKind::Protocol,
+                "the model's stream ended before its finish event",
+            ))),
+            Bounded::Done(Err(error)) => Some(AgentError::from(error)),
+            Bounded::Cancelled => Some(aborted("the run was cancelled during the model call")),
+            Bounded::TimedOut(limit) => Some(AgentError::from(BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("the model call took longer than its {limit:?} timeout"),
+            ))),
+        };
+        if let Some(mut error) = failure {
+            let reason = if error.is_aborted() {
+                StopReason::Aborted
+            } else {
+                StopReason::Error
+            };
+            let partial = assembler.finish_partial(reason);
+            self.flush_assembler(&mut assembler).await;
+            if let ErrorKind::Backend { error: backend } = &mut error.kind
+                && backend.partial.is_none()
+                && !partial.content.is_empty()
+            {
+                backend.partial = Some(Box::new(partial.clone()));
+            }
+            self.emitter
+                .emit_with(|| AgentEvent::MessageEnd {
+                    message: Message::Assistant(partial),
+                    cost_usd: None,
+                })
+                .await;
+            return Err(error);
+        }
+
+        let mut message = assembler.finish();
+        self.flush_assembler(&mut assembler).await;
+        if message.model.is_none() {
+            message.model = Some(self.request.model.clone());
+        }
+        let cost_usd = self.account(&message);
+        let tool_calls = u32::try_from(message.tool_calls().count()).unwrap_or(u32::MAX);
+        if let Some(usage) = &message.usage {
+            record_usage(&span, usage, cost_usd);
+        }
+        span.record(
+            "latency_us",
+            u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
+        );
+        span.record("tool_calls", tool_calls);
+        let record = ModelCallRecord {
+            iteration,
+            model: message.model.clone().unwrap_or_default(),
+            usage: message.usage,
+            cost_usd,
+            latency,
+            time_to_first_event: first_event.unwrap_or(latency),
+            tool_calls,
+            stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
+        };
+        if let Some(sink) = &self.options.on_model_call {
+            sink(&record);
+        }
+        self.records.push(record);
+        self.push_message(Message::Assistant(message), cost_usd)
+            .await?;
+        Ok(self.request.messages.len() - 1)
+    }
+
+    async fn flush_assembler(&self, assembler: &mut MessageAssembler) {
+        while let Some(event) = assembler.next_event() {
+            self.emitter.emit(event).await;
+        }
+    }
+
+    /// Adds a model call's usage and cost to the run; returns the call's cost.
+    fn account(&mut self, message: &AssistantMessage) -> Option<f64> {
+        let Some(usage) = &message.usage else {
+            let budgeted =
+                self.options.token_budget.is_some() || self.options.max_cost_usd.is_some();
+            if budgeted && !self.warned_no_usage {
+                self.warned_no_usage = true;
+                tracing::warn!(
+                    model = %self.request.model,
+                    "the backend reported no token usage: the token and cost budgets cannot count \
+                     this run's model calls; the iteration and repeated-call limits still apply"
+                );
+            }
+            return None;
+        };
+        self.usage += *usage;
+        self.state.tokens = self
+            .state
+            .tokens
+            .saturating_add(usage.total_tokens().unwrap_or(0));
+        let model = message.model.as_deref().unwrap_or(&self.request.model);
+        let cost = self
+            .options
+            .rate_card
+            .cost(model, usage)
+            .or_else(|| self.options.rate_card.cost(&self.request.model, usage));
+        if let Some(cost) = cost {
+            self.state.cost_usd += cost;
+            *self.cost_usd.get_or_insert(0.0) += cost;
+        }
+        cost
+    }
+
+    /// The token and cost budgets, checked after every model call and every tool round.
+    fn check_spend(&self) -> Result<(), AgentError> {
+        if let Some(max) = self.options.token_budget
+            && self.state.tokens > max
+        {
+            return Err(AgentError::budget(Budget::Tokens {
+                used: self.state.tokens,
+                max,
+            }));
+        }
+        if let Some(max) = self.options.max_cost_usd
+            && self.state.cost_usd > max
+        {
+            return Err(AgentError::budget(Budget::CostUsd {
+                used: self.state.cost_usd,
+                max,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Cycle detection: the same tool with the same arguments too many times in a row.
+    fn check_cycle(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
+        let Some(max) = self.options.max_repeated_calls else {
+            return Ok(());
+        };
+        let max = max.max(2);
+        for call in calls {
+            let times = match &mut self.state.last_call {
+                Some(last) if last.tool == call.name && last.arguments == call.arguments => {
+                    last.times += 1;
+                    last.times
+                }
+                slot => {
+                    *slot = Some(RepeatedCall {
+                        tool: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        times: 1,
+                    });
+                    1
+                }
+            };
+            if times >= max {
+                let budget = Budget::RepeatedCall {
+                    tool: call.name.clone(),
+                    times,
+                };
+                let message = format!(
+                    "{budget}, so the model looks stuck in a loop. Check that the tool's result \
+                     answers what the model asked (an error it cannot act on invites a retry), or \
+                     raise `max_repeated_calls`"
+                );
+                return Err(AgentError::new(
+                    ErrorKind::BudgetExceeded { budget },
+                    message,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one round's calls; local results join the history in call order. Returns the
+    /// remote calls left for the caller.
+    async fn run_tools(&mut self, calls: Vec<ToolCall>) -> Result<Vec<ToolCall>, AgentError> {
+        let iteration = self.state.iterations;
+        let mut pending = Vec::new();
+        let mut jobs = Vec::with_capacity(calls.len());
+        for mut call in calls {
+            // A remote call with valid arguments waits for the caller; with invalid ones it is
+            // refused here like a local call, so the model can fix it without a round trip.
+            let remote = match self.tools.get(&call.name) {
+                Some(tool) if tool.is_remote() => {
+                    match tool.validate(call.arguments.clone(), self.options.tool_arg_validation) {
+                        Ok(validated) => {
+                            call.arguments = validated.arguments;
+                            true
+                        }
+                        Err(_) => false,
+                    }
+                }
+                _ => false,
+            };
+            if remote {
+                pending.push(call);
+            } else {
+                jobs.push(Job { call, iteration });
+            }
+        }
+        let outcomes = crate::dispatch::run_batch(
+            &jobs,
+            &self.tools,
+            self.options,
+            &self.policy,
+            &self.emitter,
+            &self.hard_stop,
+            &self.accounting,
+        )
+        .await;
+
+        let mut stop = None;
+        let mut tool_tokens = 0_u64;
+        for (job, outcome) in jobs.into_iter().zip(outcomes) {
+            let Outcome {
+                result,
+                trace,
+                stop: stops,
+            } = outcome;
+            tool_tokens = tool_tokens.saturating_add(estimate_tokens(result.content.len()));
+            if stop.is_none() {
+                stop = stops.map(|kind| stop_error(kind, &job.call, &result.content));
+            }
+            self.trace.push(trace);
+            self.push_message(Message::Tool(result), None).await?;
+        }
+        let reported = self.accounting.take();
+        self.state.tokens = self
+            .state
+            .tokens
+            .saturating_add(tool_tokens)
+            .saturating_add(reported.tokens);
+        if reported.cost_usd > 0.0 {
+            self.state.cost_usd += reported.cost_usd;
+            *self.cost_usd.get_or_insert(0.0) += reported.cost_usd;
+        }
+        if self.options.cancellation.is_cancelled() {
+            return Err(aborted("the run was cancelled while tools were running"));
+        }
+        match stop {
+            Some(error) => Err(error),
+            None => Ok(pending),
+        }
+    }
+
+    /// Adds `message` to the history, tells the consumer, and stores it (awaited).
+    async fn push_message(
+        &mut self,
+        message: Message,
+        cost_usd: Option<f64>,
+    ) -> Result<(), AgentError> {
+        if self.emitter.is_on() {
+            // An assistant message's `message_start` went out when its model call began.
+            if message.role() != Role::Assistant {
+                self.emitter
+                    .emit(AgentEvent::MessageStart {
+                        role: message.role(),
+                    })
+                    .await;
+            }
+            self.emitter
+                .emit(AgentEvent::MessageEnd {
+                    message: message.clone(),
+                    cost_usd,
+                })
+                .await;
+        }
+        self.request.messages.push(message);
+        self.append_new().await
+    }
+
+    /// Hands every message not yet stored to the appender, in order.
+    async fn append_new(&mut self) -> Result<(), AgentError> {
+        let Some(appender) = &self.options.conversation else {
+            self.appended_to = self.request.messages.len();
+            return Ok(());
+        };
+        while self.appended_to < self.request.messages.len() {
+            let turn = Turn::new(self.request.messages[self.appended_to].clone());
+            appender.append(&turn).await.map_err(|error| {
+                AgentError::new(
+                    ErrorKind::Appender,
+                    format!(
+                        "storing turn {} failed: {}",
+                        self.appended_to,
+                        error_chain(&error)
+                    ),
+                )
+            })?;
+            self.appended_to += 1;
+        }
+        Ok(())
+    }
+}
+
+impl<B: ?Sized> Drop for Run<'_, '_, B> {
+    fn drop(&mut self) {
+        // Give the history back, whatever happened; a run dropped mid-way reads as aborted.
+        self.session.messages = std::mem::take(&mut self.request.messages);
+        self.session.system = self.request.system.take();
+        if self.session.status == SessionStatus::Running {
+            self.session.status = SessionStatus::Aborted;
+        }
+    }
+}
+
+/// The outcome of a future raced against cancellation and a timeout.
+pub(crate) enum Bounded<T> {
+    Done(T),
+    Cancelled,
+    TimedOut(Duration),
+}
+
+/// Runs `future` until it ends, `token` fires, or `timeout` passes.
+pub(crate) async fn bounded<F: Future>(
+    future: F,
+    token: &CancellationToken,
+    timeout: Option<Duration>,
+) -> Bounded<F::Output> {
+    let cancelled = pin!(token.cancelled());
+    let future = pin!(future);
+    let raced = async {
+        match select(future, cancelled).await {
+            Either::Left((output, _)) => Bounded::Done(output),
+            Either::Right(((), _)) => Bounded::Cancelled,
+        }
+    };
+    match timeout {
+        Some(limit) => tokio::time::timeout(limit, raced)
+            .await
+            .unwrap_or(Bounded::TimedOut(limit)),
+        None => raced.await,
+    }
+}
+
+fn aborted(message: &str) -> AgentError {
+    AgentError::new(ErrorKind::Aborted, message)
+}
+
+/// The error that ends the run for a call that failed in a way that stops it.
+fn stop_error(kind: crate::dispatch::Stop, call: &ToolCall, content: &str) -> AgentError {
+    use crate::dispatch::Stop;
+    match kind {
+        Stop::Invalid => AgentError::new(
+            ErrorKind::Validation,
+            format!(
+                "the arguments of `{}` (call {}) are invalid: {content}",
+                call.name, call.id
+            ),
+        ),
+        Stop::Failed => AgentError::new(
+            ErrorKind::Tool {
+                tool: call.name.clone(),
+            },
+            format!("`{}` (call {}) failed: {content}", call.name, call.id),
+        ),
+    }
+}
+
+/// Tokens a tool result will cost when sent back: about 4 bytes a token.
+fn estimate_tokens(bytes: usize) -> u64 {
+    u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX)
+}
+
+fn record_usage(span: &tracing::Span, usage: &Usage, cost_usd: Option<f64>) {
+    if let Some(tokens) = usage.input_tokens {
+        span.record("input_tokens", tokens);
+    }
+    if let Some(tokens) = usage.output_tokens {
+        span.record("output_tokens", tokens);
+    }
+    if let Some(tokens) = usage.cache_read_tokens {
+        span.record("cache_read_tokens", tokens);
+    }
+    if let Some(cost) = cost_usd {
+        span.record("cost_usd", cost);
+    }
+}
+
+/// An error and its sources, joined: the OS reason of an I/O error is often only in a source.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The input must fit the session's state: results only for exactly the pending calls, and
+/// no new user message while calls are pending.
+fn check_input(session: &Session, input: &SessionInput) -> Result<(), AgentError> {
+    let awaiting = session.status == SessionStatus::AwaitingToolExecution;
+    match input {
+        SessionInput::ToolResults(results) => {
+            if !awaiting {
+                return Err(AgentError::config(format!(
+                    "tool results were given but session {} is not waiting for any (status: {:?})",
+                    session.id, session.status
+                )));
+            }
+            let expected: HashSet<&str> = session
+                .pending_tool_calls
+                .iter()
+                .map(|call| call.id.as_str())
+                .collect();
+            let mut seen = HashSet::new();
+            let mut unexpected = Vec::new();
+            let mut duplicated = Vec::new();
+            for result in results {
+                let id = result.tool_call_id.as_str();
+                if !expected.contains(id) {
+                    unexpected.push(id);
+                } else if !seen.insert(id) {
+                    duplicated.push(id);
+                }
+            }
+            let mut missing: Vec<&str> = session
+                .pending_tool_calls
+                .iter()
+                .map(|call| call.id.as_str())
+                .filter(|id| !seen.contains(id))
+                .collect();
+            missing.dedup();
+            if unexpected.is_empty() && duplicated.is_empty() && missing.is_empty() {
+                return Ok(());
+            }
+            let mut problems = Vec::new();
+            if !missing.is_empty() {
+                problems.push(format!("missing results for {}", missing.join(", ")));
+            }
+            if !unexpected.is_empty() {
+                problems.push(format!(
+                    "results for calls that are not pending: {}",
+                    unexpected.join(", ")
+                ));
+            }
+            if !duplicated.is_empty() {
+                problems.push(format!(
+                    "more than one result for {}",
+                    duplicated.join(", ")
+                ));
+            }
+            Err(AgentError::config(format!(
+                "session {} needs exactly one result per pending call: {}; nothing was changed",
+                session.id,
+                problems.join("; ")
+            )))
+        }
+        SessionInput::User(_) | SessionInput::Continue if awaiting => {
+            let ids: Vec<&str> = session
+                .pending_tool_calls
+                .iter()
+                .map(|call| call.id.as_str())
+                .collect();
+            Err(AgentError::config(format!(
+                "session {} is waiting for tool results ({}); resume it with one result per call",
+                session.id,
+                ids.join(", ")
+            )))
+        }
+        SessionInput::User(_) | SessionInput::Continue => Ok(()),
+    }
+}
+
+/// The results in the pending calls' order, each capped like a local result.
+fn order_results(
+    results: Vec<ToolResult>,
+    pending: &[ToolCall],
+    policy: &TruncationPolicy,
+) -> Vec<Message> {
+    let mut slots: Vec<Option<ToolResult>> = pending.iter().map(|_| None).collect();
+    for mut result in results {
+        if let Some(at) = pending
+            .iter()
+            .position(|call| call.id == result.tool_call_id)
+        {
+            if result.name.is_empty() {
+                result.name.clone_from(&pending[at].name);
+            }
+            result.content =
+                agent_tools::truncate(std::mem::take(&mut result.content), policy).text;
+            slots[at] = Some(result);
+        }
+    }
+    slots.into_iter().flatten().map(Message::Tool).collect()
+}
+
+/// Adds an error result for every call of the last assistant turn that has none, so the
+/// history is valid to send again. Returns how many were added.
+pub(crate) fn close_dangling(messages: &mut Vec<Message>, reason: &str) -> usize {
+    let mut answered = HashSet::new();
+    let mut calls = Vec::new();
+    for message in messages.iter().rev() {
+        match message {
+            Message::Tool(result) => {
+                answered.insert(result.tool_call_id.clone());
+            }
+            Message::Assistant(assistant) => {
+                calls.extend(
+                    assistant
+                        .tool_calls()
+                        .filter(|call| !answered.contains(&call.id))
+                        .map(|call| (call.id.clone(), call.name.clone())),
+                );
+                break;
+            }
+            _ => break,
+        }
+    }
+    let added = calls.len();
+    for (id, name) in calls {
+        messages.push(Message::Tool(ToolResult::error(
+            id,
+            name,
+            format!("This call was not run: {reason}."),
+        )));
+    }
+    added
+}
+
+/// The tools this run offers: the registry, plus the session's remote tools, narrowed to the
+/// allow-list and to what the caller may use. Borrowed when nothing changes.
+fn effective_tools<'o>(
+    options: &'o Options,
+    session: &Session,
+) -> Result<Cow<'o, Registry>, AgentError> {
+    let mut tools = Cow::Borrowed(options.tools.as_ref());
+    if !session.remote_tools.is_empty() {
+        let mut merged = options.tools.as_ref().clone();
+        for spec in &session.remote_tools {
+            merged
+                .register(Tool::new(spec.clone(), None))
+                .map_err(|error| {
+                    AgentError::config(format!(
+                        "the session's remote tool `{}`: {error}",
+                        spec.name
+                    ))
+                })?;
+        }
+        tools = Cow::Owned(merged);
+    }
+    if let Some(allowed) = &options.allowed_tools {
+        let narrowed = tools.narrow(allowed).map_err(|error| {
+            AgentError::config(format!(
+                "{error}: each tool declared for a run needs a handler (a local tool) or a spec \
+                 (a remote tool) in the registry"
+            ))
+        })?;
+        tools = Cow::Owned(narrowed);
+    }
+    let gated = tools
+        .iter()
+        .any(|tool| !tool.tool().required_permissions().is_empty());
+    if gated {
+        tools = Cow::Owned(tools.permitted_for(&options.caller));
+    }
+    Ok(tools)
+}

@@ -1,0 +1,301 @@
+//! [`Session`]: a conversation the loop can run, suspend and resume, in one process or another.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agent_types::{
+    GenerationSettings, Message, SessionId, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage,
+    UserMessage,
+};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// Created, never run.
+    #[default]
+    Idle,
+    /// A run is in progress (seen only while it runs, or if a run was dropped mid-way).
+    Running,
+    /// The model asked for tools the caller runs; resume with one result per pending call.
+    AwaitingToolExecution,
+    /// The last run ended with an answer.
+    Completed,
+    /// The last run was cancelled; what completed before is kept.
+    Aborted,
+    /// The last run failed (a budget, a backend error, a tool error under `abort`...).
+    Error,
+}
+
+/// What a run starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionInput {
+    /// A new user message.
+    User(UserMessage),
+    /// Results for exactly the session's pending tool calls (any order).
+    ToolResults(Vec<ToolResult>),
+    /// Nothing new: run on the history as it is (its last message must be a user message or
+    /// a tool result).
+    Continue,
+}
+
+impl From<UserMessage> for SessionInput {
+    fn from(message: UserMessage) -> Self {
+        Self::User(message)
+    }
+}
+
+impl From<&str> for SessionInput {
+    fn from(text: &str) -> Self {
+        Self::User(UserMessage::text(text))
+    }
+}
+
+impl From<String> for SessionInput {
+    fn from(text: String) -> Self {
+        Self::User(UserMessage::text(text))
+    }
+}
+
+impl From<Vec<ToolResult>> for SessionInput {
+    fn from(results: Vec<ToolResult>) -> Self {
+        Self::ToolResults(results)
+    }
+}
+
+/// A conversation with everything needed to run it again: the model and its settings, the
+/// system prompt, the messages, remote tool specs, the status, cumulative usage and cost, and
+/// the calls waiting for the caller.
+///
+/// A session is plain data: it serializes with serde (a versioned format, `"format": 1`), so
+/// a run suspended for remote tools in one process can be stored and resumed in another with
+/// [`execute`](crate::execute). Local tools are not part of it; the resuming process supplies
+/// them through [`Options::tools`](crate::Options::tools), by the same names.
+///
+/// ```
+/// use agent_loop::{Session, SessionStatus};
+///
+/// let session = Session::new("gpt-5-mini").with_system("Answer briefly.");
+/// let json = serde_json::to_string(&session).unwrap();
+/// let back: Session = serde_json::from_str(&json).unwrap();
+/// assert_eq!(back, session);
+/// assert_eq!(back.status, SessionStatus::Idle);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    format: Format,
+    /// The session's id.
+    pub id: SessionId,
+    /// Where the session stands.
+    pub status: SessionStatus,
+    /// The model every call goes to.
+    pub model: String,
+    /// The static system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The conversation so far.
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    /// Sampling and output settings for every call.
+    #[serde(default)]
+    pub settings: GenerationSettings,
+    /// Whether and which tool the model must call.
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
+    /// Provider-specific request fields, passed through.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub extras: Map<String, Value>,
+    /// Tools the caller runs itself (spec only), offered next to the local tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote_tools: Vec<ToolSpec>,
+    /// Tokens over every model call of every run.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Dollars over every run; `None` until something is priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// The calls waiting for the caller, when `status` is `awaiting_tool_execution`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_tool_calls: Vec<ToolCall>,
+    /// The budgets a suspended run has used, so resuming continues them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) suspended: Option<RunState>,
+}
+
+impl Session {
+    /// A new idle session for `model`, with a fresh id.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self::with_id(new_session_id(), model)
+    }
+
+    /// A new idle session with the given id.
+    pub fn with_id(id: impl Into<SessionId>, model: impl Into<String>) -> Self {
+        Self {
+            format: Format,
+            id: id.into(),
+            status: SessionStatus::Idle,
+            model: model.into(),
+            system: None,
+            messages: Vec::new(),
+            settings: GenerationSettings::default(),
+            tool_choice: ToolChoice::default(),
+            extras: Map::new(),
+            remote_tools: Vec::new(),
+            usage: Usage::default(),
+            cost_usd: None,
+            pending_tool_calls: Vec::new(),
+            suspended: None,
+        }
+    }
+
+    /// Sets the system prompt.
+    #[must_use]
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Appends a message to the history.
+    #[must_use]
+    pub fn with_message(mut self, message: impl Into<Message>) -> Self {
+        self.messages.push(message.into());
+        self
+    }
+
+    /// Appends messages to the history.
+    #[must_use]
+    pub fn with_messages(mut self, messages: impl IntoIterator<Item = Message>) -> Self {
+        self.messages.extend(messages);
+        self
+    }
+
+    /// Sets the generation settings.
+    #[must_use]
+    pub fn with_settings(mut self, settings: GenerationSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Sets the tool choice.
+    #[must_use]
+    pub fn with_tool_choice(mut self, tool_choice: ToolChoice) -> Self {
+        self.tool_choice = tool_choice;
+        self
+    }
+
+    /// Declares a tool the caller runs itself.
+    #[must_use]
+    pub fn with_remote_tool(mut self, spec: ToolSpec) -> Self {
+        self.remote_tools.push(spec);
+        self
+    }
+
+    /// The session as JSON.
+    ///
+    /// # Errors
+    ///
+    /// Only if a message holds a value JSON cannot represent (never for values built from JSON).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    /// A session from JSON written by [`to_json`](Self::to_json) (or any serde JSON writer).
+    ///
+    /// # Errors
+    ///
+    /// Malformed JSON, or a `format` this version does not know.
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+}
+
+/// The budgets a run has used so far, kept in the session while it waits for remote tools.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RunState {
+    /// Tool rounds run.
+    pub(crate) iterations: u32,
+    /// Tokens counted against the token budget.
+    pub(crate) tokens: u64,
+    /// Dollars counted against the cost budget.
+    pub(crate) cost_usd: f64,
+    /// The last call, for cycle detection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) last_call: Option<RepeatedCall>,
+}
+
+/// The most recent tool call and how many times in a row it was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RepeatedCall {
+    pub(crate) tool: String,
+    pub(crate) arguments: Value,
+    pub(crate) times: u32,
+}
+
+/// The session format version; serialized as `1`, and anything else is refused on read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Format;
+
+impl Format {
+    const CURRENT: u32 = 1;
+}
+
+impl Serialize for Format {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u32(Self::CURRENT)
+    }
+}
+
+impl<'de> Deserialize<'de> for Format {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let version = u32::deserialize(deserializer)?;
+        if version == Self::CURRENT {
+            Ok(Self)
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "session format {version} is not supported (this version of agentry reads format {})",
+                Self::CURRENT
+            )))
+        }
+    }
+}
+
+/// A process-unique, time-ordered session id: `sess_` + milliseconds + a counter, in hex.
+pub(crate) fn new_session_id() -> SessionId {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis());
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    SessionId::from(format!(
+        "sess_{millis:x}{:04x}{count:x}",
+        std::process::id() & 0xffff
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_format_is_refused_with_a_reason() {
+        let mut json = serde_json::to_value(Session::with_id("s", "m")).unwrap();
+        assert_eq!(json["format"], 1);
+        json["format"] = 2.into();
+        let error = serde_json::from_value::<Session>(json).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("session format 2 is not supported")
+        );
+    }
+
+    #[test]
+    fn ids_are_unique() {
+        let a = new_session_id();
+        let b = new_session_id();
+        assert_ne!(a, b);
+        assert!(a.as_str().starts_with("sess_"));
+    }
+}
