@@ -1,0 +1,19 @@
+//! Integration tests for agent-loop: the loop run against the scripted backend with real
+//! tools, real appenders (in memory and JSONL files) and tokio's paused clock for anything
+//! timed.
+//!
+//! One binary for the whole crate (see STYLE.md) keeps link times down. Each module owns one
+//! area; shared helpers live in `support`.
+
+// clippy.toml allows unwrap inside #[test] fns only; the shared helpers here are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod budgets;
+mod cancellation;
+mod conversation;
+mod hooks;
+mod modes;
+mod sessions;
+mod streaming;
+mod support;
+mod tools;
