@@ -31,6 +31,8 @@ pub(crate) fn run() -> Result<(), String> {
             "-p",
             "agent-conversation",
             "-p",
+            "agent-backends",
+            "-p",
             "agentry",
             "--no-default-features",
         ],

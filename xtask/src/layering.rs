@@ -51,6 +51,12 @@ const RULES: &[Rule] = &[
         why: "without features the crate builds no HTTP client and no runtime",
     },
     Rule {
+        package: "agent-loop",
+        features: Features::All,
+        forbidden: &["reqwest", "hyper", "rusqlite"],
+        why: "the loop talks to the backend trait, never to a provider or a store directly",
+    },
+    Rule {
         package: "agentry",
         features: Features::NoDefault,
         forbidden: &["tokio", "reqwest", "hyper", "rusqlite"],

@@ -8,27 +8,66 @@
 //! |---|---|---|---|
 //! | [`types`] | `agent-types` | messages, tool specs, usage and pricing, events, trace, errors, the backend trait | always |
 //! | [`tools`] | `agent-tools` | tool registry, schema derivation, argument validation and repair, truncation | `tools` (default) |
+//! | [`agent_loop`] | `agent-loop` | the loop: `return`/`auto` modes, budgets, cancellation, streaming, sessions | `loop` (default) |
+//! | [`backends`] | `agent-backends` | model backends: the scripted backend (provider adapters to come) | `backends`, `scripted` (default) |
 //! | [`conversation`] | `agent-conversation` | turn appenders: in-memory, JSONL, SQLite | `conversation` (default) |
 //!
 //! | feature | default | enables |
 //! |---|---|---|
 //! | `tools` | yes | [`tools`] |
+//! | `loop` | yes | [`agent_loop`] and the headline items at the root ([`generate`], [`Options`]…); needs tokio's timer |
+//! | `backends` | via `scripted` | [`backends`] without any backend |
+//! | `scripted` | yes | the scripted backend |
 //! | `conversation` | yes | [`conversation`] with both stores below |
 //! | `jsonl` | via `conversation` | the durable JSONL appender |
 //! | `sqlite` | via `conversation` | the SQLite store (bundles SQLite, builds C code) |
 //!
-//! The agent loop and the provider adapters arrive as `agent-loop` and `agent-backends`.
+//! With `default-features = false` the facade is the vocabulary alone: no tokio, no HTTP
+//! client, no SQLite.
 //!
 //! # Example
 //!
-//! ```
-//! use agentry::{Message, ToolCall};
+//! An `auto`-mode loop: the (scripted) model asks for a tool, the loop runs it and the model
+//! answers.
 //!
-//! let question = Message::user("What is the weather in Denver?");
-//! let call = ToolCall::new("call_1", "get_weather", serde_json::json!({"city": "Denver"}));
-//! assert_eq!(call.arguments["city"], "Denver");
-//! # let _ = question;
 //! ```
+//! # #[cfg(all(feature = "loop", feature = "scripted"))]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agentry::backends::{ScriptedBackend, ScriptedTurn};
+//! use agentry::tools::{Registry, Tool};
+//! use agentry::{Input, Options, generate};
+//! use serde_json::json;
+//!
+//! let mut tools = Registry::new();
+//! tools.register(Tool::from_json_fn(
+//!     "get_time",
+//!     "The current time in UTC.",
+//!     json!({"type": "object", "properties": {}}),
+//!     |_args, _ctx| async { Ok(json!("12:00 UTC")) },
+//! ))?;
+//! let model = ScriptedBackend::new([
+//!     ScriptedTurn::tool_call("call_1", "get_time", json!({})),
+//!     ScriptedTurn::text("It is noon UTC."),
+//! ]);
+//! let result = generate(&model, Input::new("demo").user("What time is it?"), &Options::auto().with_tools(tools)).await?;
+//! assert_eq!(result.text(), "It is noon UTC.");
+//! # Ok(())
+//! # }
+//! # #[cfg(not(all(feature = "loop", feature = "scripted")))]
+//! # fn main() {}
+//! ```
+
+// The tables above link every layer; a build without some of them has nothing to link to.
+#![cfg_attr(
+    not(all(
+        feature = "tools",
+        feature = "loop",
+        feature = "backends",
+        feature = "conversation"
+    )),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 #[doc(inline)]
 pub use agent_types as types;
@@ -41,6 +80,21 @@ pub use agent_tools as tools;
 #[doc(inline)]
 pub use agent_conversation as conversation;
 
+#[cfg(feature = "loop")]
+#[doc(inline)]
+pub use agent_loop;
+
+#[cfg(feature = "backends")]
+#[doc(inline)]
+pub use agent_backends as backends;
+
+#[cfg(feature = "loop")]
+#[doc(inline)]
+pub use agent_loop::{
+    EventStream, GenerateResult, Hooks, Input, Options, Session, SessionInput, SessionStatus,
+    ToolErrorMode, ToolMode, ToolParallelism, execute, execute_stream, generate, generate_stream,
+};
+
 #[doc(inline)]
 pub use agent_types::{
     AgentError, AgentEvent, AssistantMessage, Backend, Message, ModelRequest, RateCard, StopReason,
@@ -48,6 +102,6 @@ pub use agent_types::{
 };
 
 // The README's Rust example is compiled and run as a doc test so it cannot drift from the API.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "loop", feature = "scripted"))]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
