@@ -130,6 +130,8 @@ struct Run<'s, 'o, B: ?Sized> {
     warned_no_usage: bool,
     hard_stop: CancellationToken,
     accounting: Accounting,
+    /// Whether this run's usage and cost were added to the session.
+    settled: bool,
 }
 
 impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
@@ -212,6 +214,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             warned_no_usage: false,
             hard_stop: CancellationToken::new(),
             accounting: Accounting::default(),
+            settled: false,
         })
     }
 
@@ -253,10 +256,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         &mut self,
         ended: Result<End, AgentError>,
     ) -> Result<GenerateResult, AgentError> {
-        self.session.usage += self.usage;
-        if let Some(cost) = self.cost_usd {
-            *self.session.cost_usd.get_or_insert(0.0) += cost;
-        }
+        self.settle();
         let span = tracing::Span::current();
         span.record("iterations", self.state.iterations);
         span.record("model_calls", self.records.len());
@@ -690,8 +690,24 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     }
 }
 
+impl<B: ?Sized> Run<'_, '_, B> {
+    /// Adds this run's usage and cost to the session's totals, once: from `finish`, or from
+    /// `Drop` when the run's future was dropped first (its model calls were made and paid
+    /// for, and their messages stay in the history).
+    fn settle(&mut self) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        self.session.usage += self.usage;
+        if let Some(cost) = self.cost_usd {
+            *self.session.cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
+}
+
 impl<B: ?Sized> Drop for Run<'_, '_, B> {
     fn drop(&mut self) {
+        self.settle();
         // Give the history back, whatever happened; a run dropped mid-way reads as aborted.
         self.session.messages = std::mem::take(&mut self.request.messages);
         self.session.system = self.request.system.take();
