@@ -12,7 +12,9 @@
 //!   as they happen, with the result at the end ([`EventStream::result`]).
 //! - [`Session`] is a conversation as plain serializable data; [`execute`] and
 //!   [`execute_stream`] run it from a user message or from the results of pending remote
-//!   calls, so a run suspended in one process resumes in another.
+//!   calls, so a run suspended in one process resumes in another. In a round that mixes
+//!   local and remote calls, the local ones run first and their results join the history (and
+//!   the appender) at once; the remote results follow when the caller resumes.
 //! - [`Options`] holds the mode, the [tools](agent_tools::Registry), every budget, timeouts,
 //!   the cancellation token, the conversation appender and the [`Hooks`].
 //!

@@ -156,7 +156,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let policy = TruncationPolicy::new(options.tool_result_max_bytes)
             .map_err(|error| AgentError::config(error.to_string()))?;
 
-        let state = match input {
+        let mut state = match input {
             SessionInput::ToolResults(_) => session.suspended.take().unwrap_or_default(),
             _ => RunState::default(),
         };
@@ -176,7 +176,16 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         match input {
             SessionInput::User(user) => messages.push(Message::User(user)),
             SessionInput::ToolResults(results) => {
-                messages.extend(order_results(results, &pending, &policy));
+                let results = order_results(results, &pending, &policy);
+                // Remote results are tool output the next call sends, like local ones.
+                for result in &results {
+                    if let Message::Tool(result) = result {
+                        state.tokens = state
+                            .tokens
+                            .saturating_add(estimate_tokens(result.content.len()));
+                    }
+                }
+                messages.extend(results);
             }
             SessionInput::Continue => {}
         }
@@ -282,7 +291,10 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 // for the next request.
                 let reason = format!("the run ended first ({})", error.kind);
                 close_dangling(&mut self.request.messages, &reason);
-                if let Err(appender) = self.append_new().await {
+                // After an appender failure, storing more would reorder the stored turns.
+                if matches!(error.kind, ErrorKind::Appender) {
+                    self.appended_to = self.request.messages.len();
+                } else if let Err(appender) = self.append_new().await {
                     tracing::warn!(error = %appender.message, "could not store the results closing an interrupted round");
                 }
                 let messages = self.request.messages[self.produced_from..].to_vec();
@@ -678,7 +690,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 AgentError::new(
                     ErrorKind::Appender,
                     format!(
-                        "storing turn {} failed: {}",
+                        "storing message {} of the conversation (counting from 0) failed: {}",
                         self.appended_to,
                         error_chain(&error)
                     ),
