@@ -21,7 +21,8 @@ commands:
   ci         fmt, layering, clippy, tests (nextest when present), doc tests,
              snapshot check, docs, and single-layer builds: everything CI runs
   layering   check the crate dependency rules with `cargo tree`
-  bench      run the benchmarks (each reports ratios to a baseline from the same run)
+  bench      run the benchmarks of agent-tools and agent-loop (each reports ratios to
+             a baseline from the same run)
 ";
 
 fn main() -> ExitCode {
@@ -29,9 +30,21 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
         Some("layering") => layering::run(),
+        // One cargo invocation builds both benches with one feature resolution, instead
+        // of rebuilding the shared dependencies for each.
         Some("bench") => step::cargo(
             "benchmarks",
-            &["bench", "-p", "agent-tools", "--bench", "tools"],
+            &[
+                "bench",
+                "-p",
+                "agent-tools",
+                "--bench",
+                "tools",
+                "-p",
+                "agent-loop",
+                "--bench",
+                "loop",
+            ],
         ),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
