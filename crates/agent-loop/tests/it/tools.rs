@@ -136,6 +136,19 @@ async fn max_concurrent_bounds_the_overlap() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_bound_of_zero_runs_calls_one_at_a_time_instead_of_never() {
+    // The outer timeout turns a stalled round (nothing ever allowed to start) into a failure.
+    let (elapsed, most) = tokio::time::timeout(
+        Duration::from_secs(60),
+        timed_round(3, ToolParallelism::Parallel { max_concurrent: 0 }),
+    )
+    .await
+    .expect("a bound of zero stalled the round");
+    assert_about(elapsed, 300);
+    assert_eq!(most, 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn results_join_the_history_in_call_order_whatever_order_they_finish_in() {
     let backend = ScriptedBackend::new([
         ScriptedTurn::tool_calls([
