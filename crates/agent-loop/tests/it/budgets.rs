@@ -158,6 +158,33 @@ async fn the_token_budget_is_cumulative_over_model_calls_and_tool_output() {
 }
 
 #[tokio::test]
+async fn a_final_answer_that_crosses_the_token_budget_is_an_error_that_keeps_the_answer() {
+    // The budget is checked after every model call, the last one included: an answer that
+    // arrives over budget ends the run as a 429, with the answer among the partial messages.
+    let (options, _) = auto_with_echo();
+    let options = options.with_token_budget(1_000);
+    let backend = ScriptedBackend::new([
+        echo_call("call_1", 1).with_usage(usage(400, 10)),
+        ScriptedTurn::text("The answer.").with_usage(usage(600, 10)),
+    ]);
+
+    let error = run(&backend, &options).await;
+
+    assert_eq!(
+        error.budget_exceeded(),
+        Some(&Budget::Tokens {
+            used: 410 + 1 + 610,
+            max: 1_000
+        })
+    );
+    let Some(Message::Assistant(answer)) = error.partial_messages.last() else {
+        panic!("the answer is not the last partial message: {error:?}");
+    };
+    assert_eq!(answer.text_content(), "The answer.");
+    assert_eq!(error.partial_messages.len(), 3);
+}
+
+#[tokio::test]
 async fn one_huge_model_call_trips_the_token_budget_before_its_tools_run() {
     let (options, runs) = auto_with_echo();
     let options = options.with_token_budget(1_000);
