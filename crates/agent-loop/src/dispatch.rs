@@ -10,7 +10,7 @@ use agent_tools::{
     truncate, truncate_result,
 };
 use agent_types::{AgentEvent, ToolCall, ToolResult, TraceEntry};
-use futures_util::future::{Either, select};
+use futures_util::future::{Either, join_all, select};
 use futures_util::{StreamExt, stream};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -88,7 +88,13 @@ pub(crate) async fn run_batch(
     // The futures are made up front (they do nothing until polled): a closure in `map`
     // would hide their lifetimes from the `Send` check.
     let calls: Vec<_> = jobs.iter().map(|job| round.run(job)).collect();
-    let batch = stream::iter(calls).buffered(limit).collect::<Vec<_>>();
+    // Within the bound, `join_all` keeps every call in one allocation; `buffered` (one task
+    // allocation per call) only when the bound holds some calls back.
+    let batch = if calls.len() <= limit {
+        Either::Left(join_all(calls))
+    } else {
+        Either::Right(stream::iter(calls).buffered(limit).collect::<Vec<_>>())
+    };
     let mut batch = pin!(batch);
     let cancelled = pin!(options.cancellation.cancelled());
     match select(batch.as_mut(), cancelled).await {

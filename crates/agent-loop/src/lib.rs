@@ -152,9 +152,10 @@ impl Input {
 
     fn into_session(self) -> Session {
         let mut session = Session::new(self.model)
-            .with_messages(self.messages)
             .with_settings(self.settings)
             .with_tool_choice(self.tool_choice);
+        // Moved, not extended: the history's buffer is reused as is.
+        session.messages = self.messages;
         session.system = self.system;
         session.extras = self.extras;
         session
@@ -184,6 +185,7 @@ pub async fn generate<B: Backend + ?Sized>(
         backend,
         options,
         events::Emitter::off(),
+        run::Scope::OneOff,
     )
     .await
 }
@@ -204,6 +206,7 @@ pub fn generate_stream<'a, B: Backend + 'a>(
             &backend,
             &options,
             emitter,
+            run::Scope::OneOff,
         )
         .await
     })
@@ -231,6 +234,7 @@ pub async fn execute<B: Backend + ?Sized>(
         backend,
         options,
         events::Emitter::off(),
+        run::Scope::Session,
     )
     .await
 }
@@ -245,6 +249,14 @@ pub fn execute_stream<'a, B: Backend + 'a>(
     let options = options.clone();
     let input = input.into();
     EventStream::new(move |emitter| async move {
-        run::execute(session, input, &backend, &options, emitter).await
+        run::execute(
+            session,
+            input,
+            &backend,
+            &options,
+            emitter,
+            run::Scope::Session,
+        )
+        .await
     })
 }

@@ -26,6 +26,15 @@ use crate::options::{Options, ToolMode};
 use crate::result::{GenerateResult, ModelCallRecord};
 use crate::session::{RepeatedCall, RunState, Session, SessionInput, SessionStatus};
 
+/// Whether the session outlives the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The caller keeps the session: the run's new messages are copied into the result.
+    Session,
+    /// `generate`: the session is dropped after the run, so the new messages move out of it.
+    OneOff,
+}
+
 /// Runs `session` from `input` to its end, emitting events on the way.
 pub(crate) async fn execute<B: Backend + ?Sized>(
     session: &mut Session,
@@ -33,6 +42,7 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
     backend: &B,
     options: &Options,
     emitter: Emitter,
+    scope: Scope,
 ) -> Result<GenerateResult, AgentError> {
     let session_id = session.id.clone();
     emitter
@@ -53,7 +63,7 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
         finish_reason = field::Empty,
     );
     let outcome = async {
-        let mut run = Run::start(session, input, backend, options, emitter.clone())?;
+        let mut run = Run::start(session, input, backend, options, emitter.clone(), scope)?;
         let ended = run.drive().await;
         Ok::<_, AgentError>(run.finish(ended).await)
     }
@@ -132,6 +142,7 @@ struct Run<'s, 'o, B: ?Sized> {
     accounting: Accounting,
     /// Whether this run's usage and cost were added to the session.
     settled: bool,
+    scope: Scope,
 }
 
 impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
@@ -143,6 +154,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         backend: &'o B,
         options: &'o Options,
         emitter: Emitter,
+        scope: Scope,
     ) -> Result<Self, AgentError> {
         check_input(session, &input)?;
         let tools = effective_tools(options, session)?;
@@ -224,6 +236,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             hard_stop: CancellationToken::new(),
             accounting: Accounting::default(),
             settled: false,
+            scope,
         })
     }
 
@@ -297,17 +310,27 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 } else if let Err(appender) = self.append_new().await {
                     tracing::warn!(error = %appender.message, "could not store the results closing an interrupted round");
                 }
-                let messages = self.request.messages[self.produced_from..].to_vec();
+                let messages = self.take_new_messages();
                 Err(error.with_partial(std::mem::take(&mut self.trace), messages))
             }
         }
     }
 
+    /// The messages this run added: moved out for a one-off run, copied for a session.
+    fn take_new_messages(&mut self) -> Vec<Message> {
+        match self.scope {
+            Scope::OneOff => self.request.messages.split_off(self.produced_from),
+            Scope::Session => self.request.messages[self.produced_from..].to_vec(),
+        }
+    }
+
     fn result(&mut self, pending: Vec<ToolCall>) -> GenerateResult {
+        let messages = self.take_new_messages();
         let message = self
             .request
             .messages
             .iter()
+            .chain(messages.iter())
             .rev()
             .find_map(|message| match message {
                 Message::Assistant(assistant) => Some(assistant.clone()),
@@ -324,7 +347,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             status: self.session.status,
             message,
             finish_reason,
-            messages: self.request.messages[self.produced_from..].to_vec(),
+            messages,
             pending_tool_calls: pending,
             usage: self.usage,
             cost_usd: self.cost_usd,
@@ -541,26 +564,23 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     }
 
     /// Cycle detection: the same tool with the same arguments too many times in a row.
+    /// Compares in place; only the round's last call is copied into the run state.
     fn check_cycle(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
         let Some(max) = self.options.max_repeated_calls else {
             return Ok(());
         };
         let max = max.max(2);
+        let stored = self.state.last_call.as_ref();
+        let mut times = stored.map_or(0, |last| last.times);
+        let mut previous: Option<&ToolCall> = None;
         for call in calls {
-            let times = match &mut self.state.last_call {
-                Some(last) if last.tool == call.name && last.arguments == call.arguments => {
-                    last.times += 1;
-                    last.times
-                }
-                slot => {
-                    *slot = Some(RepeatedCall {
-                        tool: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                        times: 1,
-                    });
-                    1
-                }
+            let same = match previous {
+                Some(prev) => prev.name == call.name && prev.arguments == call.arguments,
+                None => stored
+                    .is_some_and(|last| last.tool == call.name && last.arguments == call.arguments),
             };
+            times = if same { times + 1 } else { 1 };
+            previous = Some(call);
             if times >= max {
                 let budget = Budget::RepeatedCall {
                     tool: call.name.clone(),
@@ -575,6 +595,20 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     ErrorKind::BudgetExceeded { budget },
                     message,
                 ));
+            }
+        }
+        if let Some(call) = previous {
+            match &mut self.state.last_call {
+                Some(last) if last.tool == call.name && last.arguments == call.arguments => {
+                    last.times = times;
+                }
+                slot => {
+                    *slot = Some(RepeatedCall {
+                        tool: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        times,
+                    });
+                }
             }
         }
         Ok(())
