@@ -33,8 +33,10 @@ pub struct ModelCallGate {
 /// - [`before_model_call`](Self::before_model_call) runs before every model call and may
 ///   refuse it (a tenancy gate, a kill switch, a policy check). A refusal ends the run with a
 ///   `refused` error (HTTP 403) before anything is sent.
-/// - [`transform_tool_result`](Self::transform_tool_result) sees every tool result (errors
-///   included) after truncation and before the model does (annotate freshness, redact).
+/// - [`transform_tool_result`](Self::transform_tool_result) sees every local tool result
+///   (errors included) after truncation and before the model does (annotate freshness,
+///   redact). What it returns is sent as is: the trace's `sent_bytes` is its length, and it is
+///   not truncated again.
 ///
 /// ```
 /// use agent_loop::Hooks;

@@ -109,10 +109,13 @@ pub struct Options {
     pub max_tool_iterations: u32,
     /// The most tokens for the whole run: every model call's input and output tokens plus
     /// the tool output sent back (estimated at 4 bytes a token) and tokens handlers report.
-    /// Not a model call's `max_output_tokens`.
+    /// Not a model call's `max_output_tokens`. Checked after every model call and every tool
+    /// round; a budget is a hard cap, so even a complete answer that crosses it ends the run
+    /// with a budget error (the answer is in the error's partial messages).
     pub token_budget: Option<u64>,
     /// The most US dollars for the whole run, priced by `rate_card` (cache reads and writes
-    /// at their own prices) plus dollars handlers report.
+    /// at their own prices) plus dollars handlers report. The rate card must price the
+    /// session's model, or the run is refused as a configuration error.
     pub max_cost_usd: Option<f64>,
     /// Prices per model.
     pub rate_card: Arc<RateCard>,
@@ -141,7 +144,8 @@ pub struct Options {
     /// The longest one tool call may take.
     pub tool_timeout: Option<Duration>,
     /// End the run when the same tool is called with the same arguments this many times in a
-    /// row. `None` turns cycle detection off.
+    /// row across rounds (identical calls within one round count once; values below 2 mean
+    /// 2). `None` turns cycle detection off.
     pub max_repeated_calls: Option<u32>,
     /// Gates and transforms.
     pub hooks: Hooks,

@@ -10,7 +10,8 @@ use crate::session::SessionStatus;
 /// Accounting for one model call: what it consumed, cost and took, and what it asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCallRecord {
-    /// The tool round the call started (0 for the first call of a run).
+    /// How many tool rounds the run had finished when this call started: 0 for a run's first
+    /// call, 1 for the call after round 1 (the trace numbers rounds from 1).
     pub iteration: u32,
     /// The model that answered (as the provider named it, or as requested).
     pub model: String,

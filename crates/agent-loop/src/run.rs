@@ -167,6 +167,14 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
         let policy = TruncationPolicy::new(options.tool_result_max_bytes)
             .map_err(|error| AgentError::config(error.to_string()))?;
+        if options.max_cost_usd.is_some() && options.rate_card.price(&session.model).is_none() {
+            // Without a price every call would count as free and the budget could never trip.
+            return Err(AgentError::config(format!(
+                "a cost budget is set but the rate card has no price for model `{}`; add one \
+                 with `RateCard::with` or drop `max_cost_usd`",
+                session.model
+            )));
+        }
 
         let mut state = match input {
             SessionInput::ToolResults(_) => session.suspended.take().unwrap_or_default(),
@@ -302,7 +310,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 };
                 // Every call the model asked for gets a result, so the history stays valid
                 // for the next request.
-                let reason = format!("the run ended first ({})", error.kind);
+                let reason = format!("the run ended first: {}", error.kind);
                 close_dangling(&mut self.request.messages, &reason);
                 // After an appender failure, storing more would reorder the stored turns.
                 if matches!(error.kind, ErrorKind::Appender) {
@@ -563,8 +571,10 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         Ok(())
     }
 
-    /// Cycle detection: the same tool with the same arguments too many times in a row.
-    /// Compares in place; only the round's last call is copied into the run state.
+    /// Cycle detection: the same tool with the same arguments too many times in a row, across
+    /// rounds. Identical calls within one round count once (asking for the same thing twice
+    /// at once is redundancy, not a loop). Compares in place; only the round's last call is
+    /// copied into the run state.
     fn check_cycle(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
         let Some(max) = self.options.max_repeated_calls else {
             return Ok(());
@@ -574,8 +584,13 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let mut times = stored.map_or(0, |last| last.times);
         let mut previous: Option<&ToolCall> = None;
         for call in calls {
+            let same_as =
+                |other: &ToolCall| other.name == call.name && other.arguments == call.arguments;
+            if previous.is_some_and(same_as) {
+                continue;
+            }
             let same = match previous {
-                Some(prev) => prev.name == call.name && prev.arguments == call.arguments,
+                Some(_) => false,
                 None => stored
                     .is_some_and(|last| last.tool == call.name && last.arguments == call.arguments),
             };

@@ -302,8 +302,46 @@ async fn the_cost_budget_is_cumulative() {
     assert_eq!(error.partial_trace.len(), 1);
 }
 
+#[tokio::test]
+async fn a_cost_budget_without_a_price_for_the_model_is_refused_before_any_call() {
+    let (options, _) = auto_with_echo();
+    // The card prices another model only: every call would count as free.
+    let card = RateCard::new().with("other-model", ModelPrice::default());
+    let options = options.with_rate_card(card).with_max_cost_usd(0.01);
+    let backend = ScriptedBackend::new([ScriptedTurn::text("never reached")]);
+
+    let error = run(&backend, &options).await;
+
+    assert_eq!(error.status(), 400);
+    assert!(
+        error.message.contains("no price for model `test-model`"),
+        "{}",
+        error.message
+    );
+    assert_eq!(backend.calls(), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Repeated calls
+
+#[tokio::test]
+async fn identical_calls_within_one_round_count_once() {
+    let (options, runs) = auto_with_echo();
+    let same = |id: &str| agent_types::ToolCall::new(id, "echo", json!({"q": "roll"}));
+    // Three identical calls at once, then the same call again: two in a row, not four.
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_calls([same("a"), same("b"), same("c")]),
+        ScriptedTurn::tool_calls([same("d")]),
+        ScriptedTurn::text("done"),
+    ]);
+
+    let result = generate(&backend, Input::new("test-model").user("go"), &options)
+        .await
+        .unwrap();
+
+    assert_eq!(result.text(), "done");
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
 
 #[tokio::test]
 async fn the_same_call_three_times_in_a_row_is_a_cycle() {
