@@ -28,7 +28,9 @@ pub enum ToolMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ToolParallelism {
     /// Concurrently on the loop's task, at most `max_concurrent` at once. Results still join
-    /// the history in call order.
+    /// the history in call order. Handlers overlap while they wait (I/O, timers); they do not
+    /// run on several cores at once, so a CPU-heavy handler should move its work to
+    /// `tokio::task::spawn_blocking`.
     Parallel {
         /// The most calls running at the same time (at least 1).
         max_concurrent: usize,
