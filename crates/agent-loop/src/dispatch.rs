@@ -161,12 +161,11 @@ impl Round<'_> {
             };
             self.announce_start(call, &call.arguments).await;
             return self
-                .fail(
+                .settle(
                     job,
                     call.arguments.clone(),
                     Vec::new(),
-                    Failure::NotRun,
-                    format!("This call was not run: {why}."),
+                    Err((Failure::NotRun, format!("This call was not run: {why}."))),
                     started,
                 )
                 .await;
@@ -189,12 +188,11 @@ impl Round<'_> {
                 )
             };
             return self
-                .fail(
+                .settle(
                     job,
                     call.arguments.clone(),
                     Vec::new(),
-                    Failure::UnknownTool,
-                    message,
+                    Err((Failure::UnknownTool, message)),
                     started,
                 )
                 .await;
@@ -210,12 +208,11 @@ impl Round<'_> {
                     call.name
                 );
                 return self
-                    .fail(
+                    .settle(
                         job,
                         call.arguments.clone(),
                         repairs,
-                        Failure::Invalid,
-                        message,
+                        Err((Failure::Invalid, message)),
                         started,
                     )
                     .await;
@@ -224,22 +221,6 @@ impl Round<'_> {
         let repairs: Vec<String> = validated.repairs.iter().map(ToString::to_string).collect();
         let arguments = validated.arguments;
         self.announce_start(call, &arguments).await;
-        if tool.is_remote() {
-            // Only reached for a remote call whose arguments failed validation elsewhere and
-            // passed here, which cannot happen; refuse rather than pretend to run it.
-            let message = format!("`{}` is run by the caller and cannot run here.", call.name);
-            return self
-                .fail(
-                    job,
-                    arguments,
-                    repairs,
-                    Failure::Handler(ToolErrorKind::Fatal),
-                    message,
-                    started,
-                )
-                .await;
-        }
-
         let call_token = options.cancellation.child_token();
         let context = ToolContext::new(call.id.clone(), Arc::<str>::from(call.name.as_str()))
             .with_caller(Arc::clone(&options.caller))
@@ -276,7 +257,10 @@ impl Round<'_> {
         };
         drop(output);
         match finished {
-            Ok(Ok(value)) => self.succeed(job, arguments, repairs, value, started).await,
+            Ok(Ok(value)) => {
+                self.settle(job, arguments, repairs, Ok(value), started)
+                    .await
+            }
             Ok(Err(error)) => {
                 let kind = error.kind();
                 let message = match kind {
@@ -285,12 +269,11 @@ impl Round<'_> {
                     }
                     _ => error.message().to_owned(),
                 };
-                self.fail(
+                self.settle(
                     job,
                     arguments,
                     repairs,
-                    Failure::Handler(kind),
-                    message,
+                    Err((Failure::Handler(kind), message)),
                     started,
                 )
                 .await
@@ -301,8 +284,14 @@ impl Round<'_> {
                      or another approach.",
                     call.name
                 );
-                self.fail(job, arguments, repairs, Failure::TimedOut, message, started)
-                    .await
+                self.settle(
+                    job,
+                    arguments,
+                    repairs,
+                    Err((Failure::TimedOut, message)),
+                    started,
+                )
+                .await
             }
         }
     }
@@ -317,85 +306,42 @@ impl Round<'_> {
             .await;
     }
 
-    async fn succeed(
+    /// Turns how a call ended into its outcome: the capped result (or error), whether it
+    /// stops the run, the result hook, the end event and the trace entry.
+    async fn settle(
         &self,
         job: &Job,
         arguments: Value,
         repairs: Vec<String>,
-        value: Value,
+        ended: Result<Value, (Failure, String)>,
         started: Instant,
     ) -> Outcome {
         let duration = started.elapsed();
-        let cut = truncate_result(value, self.policy);
-        let result = ToolResult::ok(job.call.id.clone(), job.call.name.clone(), cut.text);
-        self.finish(
-            job,
-            arguments,
-            repairs,
-            result,
-            cut.original_bytes,
-            cut.truncated,
-            None,
-            None,
-            duration,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn fail(
-        &self,
-        job: &Job,
-        arguments: Value,
-        repairs: Vec<String>,
-        failure: Failure,
-        message: String,
-        started: Instant,
-    ) -> Outcome {
-        let duration = started.elapsed();
+        let (cut, failure) = match ended {
+            Ok(value) => (truncate_result(value, self.policy), None),
+            Err((failure, message)) => (truncate(message, self.policy), Some(failure)),
+        };
         let abort = self.options.tool_error_mode == ToolErrorMode::Abort;
         let stop = match failure {
-            Failure::Handler(ToolErrorKind::Fatal) => Some(Stop::Failed),
-            Failure::Handler(ToolErrorKind::Cancelled) | Failure::NotRun => None,
-            Failure::Invalid if abort => Some(Stop::Invalid),
-            Failure::UnknownTool | Failure::Handler(_) | Failure::TimedOut if abort => {
+            None => None,
+            Some(Failure::Handler(ToolErrorKind::Fatal)) => Some(Stop::Failed),
+            Some(Failure::Handler(ToolErrorKind::Cancelled) | Failure::NotRun) => None,
+            Some(Failure::Invalid) if abort => Some(Stop::Invalid),
+            Some(Failure::UnknownTool | Failure::Handler(_) | Failure::TimedOut) if abort => {
                 Some(Stop::Failed)
             }
-            _ => None,
+            Some(_) => None,
         };
         if stop.is_some() {
             self.stopping.store(true, Ordering::Relaxed);
         }
-        let cut = truncate(message, self.policy);
-        let error = cut.text.clone();
-        let result = ToolResult::error(job.call.id.clone(), job.call.name.clone(), cut.text);
-        self.finish(
-            job,
-            arguments,
-            repairs,
-            result,
-            cut.original_bytes,
-            cut.truncated,
-            Some(error),
-            stop,
-            duration,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn finish(
-        &self,
-        job: &Job,
-        arguments: Value,
-        repairs: Vec<String>,
-        result: ToolResult,
-        result_bytes: usize,
-        truncated: bool,
-        error: Option<String>,
-        stop: Option<Stop>,
-        duration: std::time::Duration,
-    ) -> Outcome {
+        let error = failure.is_some().then(|| cut.text.clone());
+        let (id, name) = (job.call.id.clone(), job.call.name.clone());
+        let result = if failure.is_some() {
+            ToolResult::error(id, name, cut.text)
+        } else {
+            ToolResult::ok(id, name, cut.text)
+        };
         let result = self.options.hooks.transform(result).await;
         if self.emitter.is_on() {
             self.emitter
@@ -404,7 +350,7 @@ impl Round<'_> {
                     tool_name: job.call.name.clone(),
                     output: result.content.clone(),
                     is_error: result.is_error,
-                    truncated,
+                    truncated: cut.truncated,
                 })
                 .await;
         }
@@ -413,9 +359,9 @@ impl Round<'_> {
             call_id: job.call.id.clone(),
             tool_name: job.call.name.clone(),
             arguments,
-            result_bytes: result_bytes as u64,
+            result_bytes: cut.original_bytes as u64,
             sent_bytes: result.content.len() as u64,
-            truncated,
+            truncated: cut.truncated,
             duration,
             error,
             repairs,
