@@ -77,13 +77,41 @@ impl MessageAssembler {
     /// a tool-call fragment for an index that never started, an index started twice, or
     /// anything after `finish`.
     pub fn push(&mut self, event: StreamEvent) -> Result<(), BackendError> {
+        self.observe(&event)?;
+        // The delta events move the owned text instead of copying it; `observe` has already
+        // queued the block boundary (if any) that comes before them.
+        if self.emit_events {
+            let delta = match event {
+                StreamEvent::TextDelta { delta } => AgentEvent::TextDelta { delta },
+                StreamEvent::ThinkingDelta { delta } => AgentEvent::ThinkingDelta { delta },
+                StreamEvent::ToolCallDelta { index, delta } => {
+                    AgentEvent::ToolCallDelta { index, delta }
+                }
+                _ => return Ok(()),
+            };
+            self.events.push_back(delta);
+        }
+        Ok(())
+    }
+
+    /// Folds a borrowed event into the message, copying only what the message keeps.
+    ///
+    /// This is for code that passes each event on and keeps a copy of the message being built
+    /// (an adapter that must report the partial message of a failed stream): it copies text
+    /// into the message but allocates nothing per event. Delta agent events are not queued
+    /// here; use [`push`](Self::push) when the events are wanted.
+    ///
+    /// # Errors
+    ///
+    /// As for [`push`](Self::push).
+    pub fn observe(&mut self, event: &StreamEvent) -> Result<(), BackendError> {
         if self.finished {
             return Err(protocol("the stream went on after its finish event"));
         }
         match event {
             StreamEvent::MessageStart { model, .. } => {
                 if model.is_some() {
-                    self.message.model = model;
+                    self.message.model.clone_from(model);
                 }
             }
             StreamEvent::TextDelta { delta } => {
@@ -101,23 +129,21 @@ impl MessageAssembler {
                     }
                 };
                 if let Some(AssistantBlock::Text { text }) = self.message.content.get_mut(at) {
-                    text.push_str(&delta);
+                    text.push_str(delta);
                 }
-                self.emit(|| AgentEvent::TextDelta { delta });
             }
             StreamEvent::ThinkingDelta { delta } => {
                 let at = self.open_thinking();
                 if let Some(AssistantBlock::Thinking(block)) = self.message.content.get_mut(at) {
-                    block.thinking.push_str(&delta);
+                    block.thinking.push_str(delta);
                 }
-                self.emit(|| AgentEvent::ThinkingDelta { delta });
             }
             StreamEvent::ThinkingSignature { signature, id } => {
                 let at = self.open_thinking();
                 if let Some(AssistantBlock::Thinking(block)) = self.message.content.get_mut(at) {
-                    block.signature = Some(signature);
+                    block.signature = Some(signature.clone());
                     if id.is_some() {
-                        block.id = id;
+                        block.id.clone_from(id);
                     }
                 }
                 self.close_open();
@@ -128,7 +154,7 @@ impl MessageAssembler {
                     .content
                     .push(AssistantBlock::Thinking(Thinking {
                         thinking: String::new(),
-                        signature: Some(data),
+                        signature: Some(data.clone()),
                         redacted: true,
                         id: None,
                     }));
@@ -143,24 +169,24 @@ impl MessageAssembler {
                 name,
                 signature,
             } => {
+                let index = *index;
                 if self.calls.iter().any(|call| call.index == index) {
                     return Err(protocol(format!("tool call {index} started twice")));
                 }
                 self.close_open();
-                if self.emit_events {
-                    self.events.push_back(AgentEvent::ToolCallStart {
-                        index,
-                        id: id.clone(),
-                        name: name.clone(),
-                    });
-                }
+                self.emit(|| AgentEvent::ToolCallStart {
+                    index,
+                    id: id.clone(),
+                    name: name.clone(),
+                });
                 self.message
                     .content
                     .push(AssistantBlock::ToolCall(ToolCall {
-                        id,
-                        name,
+                        id: id.clone(),
+                        name: name.clone(),
                         arguments: Value::Null,
-                        signature,
+                        signature: signature.clone(),
+                        invalid_arguments: false,
                     }));
                 self.calls.push(PendingCall {
                     index,
@@ -170,11 +196,11 @@ impl MessageAssembler {
                 });
             }
             StreamEvent::ToolCallDelta { index, delta } => {
-                let call = self.call_mut(index)?;
-                call.arguments.push_str(&delta);
-                self.emit(|| AgentEvent::ToolCallDelta { index, delta });
+                let call = self.call_mut(*index)?;
+                call.arguments.push_str(delta);
             }
             StreamEvent::ToolCallEnd { index } => {
+                let index = *index;
                 let position = self
                     .calls
                     .iter()
@@ -185,11 +211,11 @@ impl MessageAssembler {
                 self.end_call(position);
             }
             StreamEvent::Usage(report) => match &mut self.usage {
-                Some(usage) => usage.merge(report),
-                None => self.usage = Some(report),
+                Some(usage) => usage.merge(*report),
+                None => self.usage = Some(*report),
             },
             StreamEvent::Finish { stop_reason } => {
-                self.message.stop_reason = Some(stop_reason);
+                self.message.stop_reason = Some(*stop_reason);
                 self.finished = true;
             }
         }
@@ -299,9 +325,10 @@ impl MessageAssembler {
         call.ended = true;
         let raw = std::mem::take(&mut call.arguments);
         let (index, block) = (call.index, call.block);
-        let arguments = parse_arguments(raw);
+        let (arguments, invalid) = parse_arguments(raw);
         if let Some(AssistantBlock::ToolCall(tool_call)) = self.message.content.get_mut(block) {
             tool_call.arguments = arguments;
+            tool_call.invalid_arguments = invalid;
             if self.emit_events {
                 self.events.push_back(AgentEvent::ToolCallEnd {
                     index,
@@ -312,13 +339,17 @@ impl MessageAssembler {
     }
 }
 
-/// Parses a call's argument text: blank means no arguments (`{}`); text that is not JSON is
-/// kept verbatim as a string, so nothing the model sent is lost and validation can say why.
-fn parse_arguments(raw: String) -> Value {
+/// Parses a call's argument text: blank means no arguments (`{}`); text that is not JSON (a
+/// stream cut off mid-call, a model that wrote broken JSON) is kept verbatim as a string and
+/// flagged, so nothing the model sent is lost and validation can say why.
+fn parse_arguments(raw: String) -> (Value, bool) {
     if raw.trim().is_empty() {
-        return Value::Object(serde_json::Map::new());
+        return (Value::Object(serde_json::Map::new()), false);
     }
-    serde_json::from_str(&raw).unwrap_or(Value::String(raw))
+    match serde_json::from_str(&raw) {
+        Ok(value) => (value, false),
+        Err(_) => (Value::String(raw), true),
+    }
 }
 
 fn protocol(message: impl Into<String>) -> BackendError {
@@ -400,7 +431,36 @@ mod tests {
         let calls: Vec<_> = message.tool_calls().collect();
         assert_eq!(calls[0].arguments, json!({}));
         assert_eq!(calls[1].arguments, json!("{oops"));
+        assert!(!calls[0].invalid_arguments);
+        assert!(calls[1].invalid_arguments, "raw text must be flagged, not passed off as JSON");
         assert_eq!(message.stop_reason, None);
+    }
+
+    #[test]
+    fn observe_builds_the_same_message_as_push() {
+        let events = vec![
+            StreamEvent::ThinkingDelta {
+                delta: "hmm".into(),
+            },
+            StreamEvent::ThinkingSignature {
+                signature: "sig".into(),
+                id: None,
+            },
+            text("Checking."),
+            start(0, "a", "get_weather"),
+            delta(0, "{\"city\":"),
+            delta(0, "\"Oslo\"}"),
+            StreamEvent::Finish {
+                stop_reason: StopReason::Stop,
+            },
+        ];
+        let mut pushed = MessageAssembler::new(false);
+        let mut observed = MessageAssembler::new(false);
+        for event in events {
+            observed.observe(&event).unwrap();
+            pushed.push(event).unwrap();
+        }
+        assert_eq!(observed.finish(), pushed.finish());
     }
 
     #[test]

@@ -259,12 +259,17 @@ pub struct ToolCall {
     pub id: ToolCallId,
     /// The tool's name, as the model wrote it (it may name no declared tool).
     pub name: String,
-    /// The arguments; `{}` when the model sent none.
+    /// The arguments; `{}` when the model sent none. When the model's argument text was not
+    /// valid JSON, this is that text as a JSON string and `invalid_arguments` is set.
     pub arguments: Value,
     /// An opaque provider signature attached to the call (Gemini thought signatures), sent back
     /// unchanged with the history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
+    /// The argument text was not valid JSON (cut off mid-stream, or malformed by the model):
+    /// `arguments` holds the raw text as a string rather than a silently invented `{}`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub invalid_arguments: bool,
 }
 
 impl ToolCall {
@@ -275,6 +280,7 @@ impl ToolCall {
             name: name.into(),
             arguments,
             signature: None,
+            invalid_arguments: false,
         }
     }
 }
