@@ -64,11 +64,39 @@
 //! # }
 //! ```
 
-// The docs above link to the scripted backend, which a build without its feature lacks.
-#![cfg_attr(not(feature = "scripted"), allow(rustdoc::broken_intra_doc_links))]
+// The docs above link to items that builds without their features lack.
+#![cfg_attr(
+    not(all(feature = "scripted", feature = "providers", feature = "replay")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
+#[cfg(feature = "http")]
+mod error;
+#[cfg(feature = "http")]
+pub mod framing;
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "http")]
+mod provider;
 #[cfg(feature = "scripted")]
 mod scripted;
 
+#[cfg(feature = "anthropic")]
+pub mod anthropic;
+#[cfg(feature = "gemini")]
+pub mod gemini;
+#[cfg(feature = "ollama")]
+pub mod ollama;
+#[cfg(feature = "openai")]
+pub mod openai_chat;
+#[cfg(feature = "openai-responses")]
+pub mod openai_responses;
+#[cfg(feature = "replay")]
+pub mod replay;
+
+#[cfg(feature = "http")]
+pub use error::Error;
+#[cfg(feature = "http")]
+pub use provider::Provider;
 #[cfg(feature = "scripted")]
 pub use scripted::{ScriptedBackend, ScriptedTurn};

@@ -199,8 +199,11 @@ pub enum BackendErrorKind {
     Connection,
     /// The call took longer than its timeout.
     Timeout,
-    /// Rate limited (HTTP 429).
+    /// Rate limited (HTTP 429): waiting helps.
     RateLimited,
+    /// The account's quota or credit is used up (OpenAI `insufficient_quota`, also sent as
+    /// HTTP 429): waiting does not help, so it is not retryable.
+    QuotaExceeded,
     /// The provider is overloaded (Anthropic 529, `overloaded_error`).
     Overloaded,
     /// The provider failed (HTTP 5xx).
@@ -261,6 +264,7 @@ impl BackendError {
             | BackendErrorKind::Overloaded
             | BackendErrorKind::Server => true,
             BackendErrorKind::Authentication
+            | BackendErrorKind::QuotaExceeded
             | BackendErrorKind::InvalidRequest
             | BackendErrorKind::Protocol
             | BackendErrorKind::Unsupported => false,
@@ -271,7 +275,7 @@ impl BackendError {
     /// through, everything else is a bad gateway.
     fn agent_status(&self) -> u16 {
         match (self.kind, self.status) {
-            (BackendErrorKind::RateLimited, _) => 429,
+            (BackendErrorKind::RateLimited | BackendErrorKind::QuotaExceeded, _) => 429,
             (BackendErrorKind::Timeout, _) => 504,
             (BackendErrorKind::Unsupported, _) => 400,
             (BackendErrorKind::InvalidRequest, Some(status)) if (400..500).contains(&status) => {

@@ -1,0 +1,222 @@
+//! Server-sent events, as the WHATWG HTML standard defines the `text/event-stream` format.
+
+use std::borrow::Cow;
+
+use agent_types::BackendError;
+
+use super::{OnEvent, find_eol};
+
+/// One dispatched event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseEvent<'a> {
+    /// The `event:` field; empty when the event had none (the standard calls that `message`).
+    pub event: &'a str,
+    /// The `data:` lines, joined with `\n`.
+    pub data: &'a str,
+}
+
+/// An incremental `text/event-stream` parser.
+///
+/// Lines may end in `\r\n`, `\n` or `\r` (Gemini separates events with `\r\n\r\n`), a leading
+/// byte-order mark is skipped, comment lines (`:` …) and the `id` and `retry` fields are
+/// ignored, and one space after a field's colon is dropped. An event is dispatched at the blank
+/// line that ends it; events with no `data` line are not dispatched. Bytes that are not UTF-8
+/// are replaced with U+FFFD as the standard says, so the JSON parser downstream reports them.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// The unfinished line carried over from the previous chunk.
+    line: Vec<u8>,
+    data: String,
+    event: String,
+    has_data: bool,
+    /// The previous chunk ended with `\r`; a `\n` starting this one belongs to it.
+    skip_lf: bool,
+    /// Bytes seen so far, to skip a BOM only at the very start.
+    started: bool,
+}
+
+impl SseParser {
+    /// An empty parser.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parses the next chunk of the body, calling `on_event` for every event it completes.
+    ///
+    /// # Errors
+    ///
+    /// Whatever `on_event` returns; parsing stops there.
+    pub fn feed(
+        &mut self,
+        mut chunk: &[u8],
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<(), BackendError> {
+        if !self.started && !chunk.is_empty() {
+            self.started = true;
+            chunk = chunk.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(chunk);
+        }
+        if self.skip_lf {
+            self.skip_lf = false;
+            chunk = chunk.strip_prefix(b"\n").unwrap_or(chunk);
+        }
+        while let Some(eol) = find_eol(chunk) {
+            if self.line.is_empty() {
+                self.line_complete(&chunk[..eol], on_event)?;
+            } else {
+                self.line.extend_from_slice(&chunk[..eol]);
+                let line = std::mem::take(&mut self.line);
+                let result = self.line_complete(&line, on_event);
+                self.line = line;
+                self.line.clear();
+                result?;
+            }
+            let mut next = eol + 1;
+            if chunk[eol] == b'\r' {
+                match chunk.get(next) {
+                    Some(b'\n') => next += 1,
+                    Some(_) => {}
+                    None => self.skip_lf = true,
+                }
+            }
+            chunk = &chunk[next..];
+        }
+        self.line.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    /// The body ended. An event still missing its closing blank line is dispatched rather than
+    /// dropped (the standard drops it; servers that omit the final blank line exist, and
+    /// dropping their last event would lose the usage report or the finish).
+    ///
+    /// # Errors
+    ///
+    /// Whatever `on_event` returns.
+    pub fn finish(&mut self, on_event: &mut OnEvent<'_>) -> Result<(), BackendError> {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.line_complete(&line, on_event)?;
+        }
+        self.dispatch(on_event)
+    }
+
+    fn line_complete(
+        &mut self,
+        line: &[u8],
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<(), BackendError> {
+        if line.is_empty() {
+            return self.dispatch(on_event);
+        }
+        if line[0] == b':' {
+            return Ok(());
+        }
+        let line = match std::str::from_utf8(line) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(line),
+        };
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (&*line, ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "event" => {
+                self.event.clear();
+                self.event.push_str(value);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, on_event: &mut OnEvent<'_>) -> Result<(), BackendError> {
+        let result = if self.has_data {
+            on_event(SseEvent {
+                event: &self.event,
+                data: &self.data,
+            })
+        } else {
+            Ok(())
+        };
+        self.data.clear();
+        self.event.clear();
+        self.has_data = false;
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(chunks: &[&[u8]]) -> Vec<(String, String)> {
+        let mut parser = SseParser::new();
+        let mut seen = Vec::new();
+        let mut on = |event: SseEvent<'_>| {
+            seen.push((event.event.to_owned(), event.data.to_owned()));
+            Ok(())
+        };
+        for chunk in chunks {
+            parser.feed(chunk, &mut on).unwrap();
+        }
+        parser.finish(&mut on).unwrap();
+        seen
+    }
+
+    fn pair(event: &str, data: &str) -> (String, String) {
+        (event.to_owned(), data.to_owned())
+    }
+
+    #[test]
+    fn every_line_ending_and_split_gives_the_same_events() {
+        let expected = vec![pair("a", "1\n2"), pair("", "3")];
+        for body in [
+            &b"event: a\ndata: 1\ndata: 2\n\ndata: 3\n\n"[..],
+            b"event: a\r\ndata: 1\r\ndata: 2\r\n\r\ndata: 3\r\n\r\n",
+            b"event: a\rdata: 1\rdata: 2\r\rdata: 3\r\r",
+        ] {
+            for split in 0..=body.len() {
+                let (head, tail) = body.split_at(split);
+                assert_eq!(parse(&[head, tail]), expected, "split at {split}");
+            }
+            let bytes: Vec<&[u8]> = body.chunks(1).collect();
+            assert_eq!(parse(&bytes), expected);
+        }
+    }
+
+    #[test]
+    fn comments_ids_bom_and_spacing() {
+        let body = b"\xEF\xBB\xBF: keep-alive\nid: 7\nretry: 10\ndata:no-space\n\ndata:  two\n\n";
+        assert_eq!(parse(&[body]), vec![pair("", "no-space"), pair("", " two")]);
+    }
+
+    #[test]
+    fn events_without_data_are_not_dispatched_and_a_missing_final_blank_line_is_tolerated() {
+        assert_eq!(
+            parse(&[b"event: ping\n\ndata: last"]),
+            vec![pair("", "last")]
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_fatal() {
+        assert_eq!(parse(&[b"data: \xFF\n\n"]), vec![pair("", "\u{FFFD}")]);
+    }
+
+    #[test]
+    fn a_callback_error_stops_the_parse() {
+        let mut parser = SseParser::new();
+        let error = parser
+            .feed(b"data: 1\n\ndata: 2\n\n", &mut |_| {
+                Err(crate::framing::malformed("stop"))
+            })
+            .unwrap_err();
+        assert_eq!(error.message, "stop");
+    }
+}

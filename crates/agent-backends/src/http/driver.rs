@@ -1,0 +1,486 @@
+//! The one place a model call meets HTTP: send, retry, time out, frame, decode, and report a
+//! partial message when the stream breaks. Adapters supply only the wire format ([`Protocol`]
+//! and its [`Decoder`]).
+
+use std::future::Future;
+use std::hash::BuildHasher;
+
+use agent_types::{
+    BackendError, BackendErrorKind, BackendStream, Capabilities, MessageAssembler, ModelRequest,
+    StopReason, StreamEvent,
+};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use tokio::time::Instant;
+
+use super::options::HttpOptions;
+use super::status::{clip, looks_like_html, retry_after};
+use crate::framing::{JsonArrayParser, NdjsonParser, SseParser};
+
+/// The most of a non-streaming body (or an error body) read into memory.
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// The most of an error body kept for the message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// An HTTP request, ready to send.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    pub(crate) url: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+/// One provider's wire format.
+pub(crate) trait Protocol: Send + Sync {
+    /// The decoder for one response.
+    type Decoder: Decoder;
+
+    /// What the backend supports (checked before anything is sent).
+    fn capabilities(&self) -> Capabilities;
+
+    /// The HTTP settings.
+    fn http(&self) -> &HttpOptions;
+
+    /// Builds the HTTP request.
+    fn prepare(&self, request: &ModelRequest) -> Result<Prepared, BackendError>;
+
+    /// A fresh decoder for one response to `request`.
+    fn decoder(&self, request: &ModelRequest) -> Self::Decoder;
+
+    /// The error for a non-success response (status set by the caller).
+    fn error(&self, status: u16, body: &[u8]) -> BackendError;
+}
+
+/// One frame of a streamed body: an SSE event (`event` may be empty), an NDJSON line or a
+/// JSON-array element (`event` empty).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame<'a> {
+    pub(crate) event: &'a str,
+    pub(crate) data: &'a str,
+}
+
+/// Turns one response into normalized events.
+///
+/// The contract the driver relies on: `message_start` first; `tool_call_end` for every started
+/// call before `finish`; exactly one `finish`, as the last event; an in-band provider error is
+/// returned as `Err` (events pushed to `out` before it still count). After `finish` nothing
+/// more is pushed.
+pub(crate) trait Decoder: Send {
+    /// One frame of a streamed body.
+    fn frame(&mut self, frame: Frame<'_>, out: &mut Vec<StreamEvent>) -> Result<(), BackendError>;
+
+    /// The whole body of a non-streaming response.
+    fn body(&mut self, body: &str, out: &mut Vec<StreamEvent>) -> Result<(), BackendError>;
+
+    /// The body ended; push whatever the provider's last frame implied (e.g. a finish held
+    /// back until the usage report that follows it).
+    fn end(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), BackendError>;
+}
+
+/// Runs one model call against `protocol`.
+pub(crate) fn stream<'a, P: Protocol>(
+    protocol: &'a P,
+    request: &'a ModelRequest,
+) -> BackendStream<'a> {
+    Box::pin(async_stream::stream! {
+        if !request.tools.is_empty() && !protocol.capabilities().tools {
+            yield Err(BackendError::new(
+                BackendErrorKind::Unsupported,
+                "this backend does not support tools; remove them or pick a model that has tool calling",
+            ));
+            return;
+        }
+        let prepared = match protocol.prepare(request) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                yield Err(error);
+                return;
+            }
+        };
+        let http = protocol.http();
+        let limits = Limits::start(http);
+        let mut retries = 0u32;
+        'attempt: loop {
+            let send = http
+                .client
+                .reqwest()
+                .post(&prepared.url)
+                .headers(prepared.headers.clone())
+                .headers(http.headers.clone())
+                .body(prepared.body.clone())
+                .send();
+            let response = match limits.within(send).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(error)) => {
+                    let error = transport_error(&error);
+                    if let Some(wait) = retry_wait(http, &error, retries, &limits) {
+                        retry_log(&error, retries, wait);
+                        tokio::time::sleep(wait).await;
+                        retries += 1;
+                        continue 'attempt;
+                    }
+                    yield Err(error);
+                    return;
+                }
+                Err(timeout) => {
+                    if let Some(wait) = retry_wait(http, &timeout, retries, &limits) {
+                        retry_log(&timeout, retries, wait);
+                        tokio::time::sleep(wait).await;
+                        retries += 1;
+                        continue 'attempt;
+                    }
+                    yield Err(timeout);
+                    return;
+                }
+            };
+
+            let status = response.status().as_u16();
+            if !response.status().is_success() {
+                let asked = retry_after(response.headers());
+                let body = read_capped(response, MAX_ERROR_BODY, &limits).await;
+                let mut error = protocol.error(status, &body);
+                error.status = Some(status);
+                if asked.is_some() {
+                    error.retry_after = asked;
+                }
+                if let Some(wait) = retry_wait(http, &error, retries, &limits) {
+                    retry_log(&error, retries, wait);
+                    tokio::time::sleep(wait).await;
+                    retries += 1;
+                    continue 'attempt;
+                }
+                yield Err(error);
+                return;
+            }
+
+            let content_type = response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_ascii_lowercase);
+            let mut body = response.bytes_stream();
+            let mut framer = Framer::Undecided(content_type);
+            let mut decoder = protocol.decoder(request);
+            let mut out = Vec::new();
+            let mut assembler = MessageAssembler::new(false);
+            // Events that carry no output (message_start, usage) wait here until the first
+            // one that does: until then a failure can still be retried without the caller
+            // having seen anything.
+            let mut held: Vec<StreamEvent> = Vec::new();
+            let mut shown = false;
+            let mut finished = false;
+            loop {
+                let step = match limits.within(body.next()).await {
+                    Err(timeout) => Err(timeout),
+                    Ok(None) => framer
+                        .finish(&mut decoder, &mut out)
+                        .and_then(|()| decoder.end(&mut out))
+                        .map(|()| true),
+                    Ok(Some(Err(error))) => Err(broken(&error)),
+                    Ok(Some(Ok(chunk))) => framer.feed(&chunk, &mut decoder, &mut out).map(|()| false),
+                };
+                let mut step = step;
+                for event in out.drain(..) {
+                    if finished {
+                        tracing::debug!(?event, "ignoring an event after the finish");
+                        continue;
+                    }
+                    if let Err(error) = assembler.observe(&event) {
+                        step = Err(error);
+                        break;
+                    }
+                    if !shown && matches!(event, StreamEvent::MessageStart { .. } | StreamEvent::Usage(_)) {
+                        held.push(event);
+                        continue;
+                    }
+                    for early in held.drain(..) {
+                        yield Ok(early);
+                    }
+                    shown = true;
+                    finished = matches!(event, StreamEvent::Finish { .. });
+                    yield Ok(event);
+                }
+                let error = match step {
+                    Ok(false) => continue,
+                    Ok(true) if finished => return,
+                    Ok(true) => BackendError::new(
+                        BackendErrorKind::Connection,
+                        "the response ended before the provider said it was complete (connection closed early?)",
+                    ),
+                    Err(error) => error,
+                };
+                if finished {
+                    // Everything was delivered; a hiccup after the finish changes nothing.
+                    tracing::debug!(%error, "ignoring an error after the finish");
+                    return;
+                }
+                if !shown && let Some(wait) = retry_wait(http, &error, retries, &limits) {
+                    retry_log(&error, retries, wait);
+                    tokio::time::sleep(wait).await;
+                    retries += 1;
+                    continue 'attempt;
+                }
+                yield Err(with_partial(error, &mut assembler, status));
+                return;
+            }
+        }
+    })
+}
+
+/// The whole-call deadline and the idle limit.
+struct Limits {
+    deadline: Option<Instant>,
+    idle: Option<std::time::Duration>,
+}
+
+impl Limits {
+    fn start(http: &HttpOptions) -> Self {
+        Self {
+            deadline: http.timeouts.total.map(|total| Instant::now() + total),
+            idle: http.timeouts.idle,
+        }
+    }
+
+    /// Runs `future` within the idle limit and the deadline.
+    async fn within<F: Future>(&self, future: F) -> Result<F::Output, BackendError> {
+        let idle_end = self.idle.map(|idle| Instant::now() + idle);
+        let end = match (idle_end, self.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(end) = end else {
+            return Ok(future.await);
+        };
+        tokio::time::timeout_at(end, future).await.map_err(|_| {
+            let which = if Some(end) == self.deadline {
+                "the call's total timeout"
+            } else {
+                "the idle timeout (no bytes from the provider)"
+            };
+            BackendError::new(BackendErrorKind::Timeout, format!("{which} elapsed"))
+        })
+    }
+
+    fn remaining(&self) -> Option<std::time::Duration> {
+        self.deadline
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// How long to wait before retrying `error`, or `None` to give up.
+fn retry_wait(
+    http: &HttpOptions,
+    error: &BackendError,
+    retries: u32,
+    limits: &Limits,
+) -> Option<std::time::Duration> {
+    let policy = &http.retry;
+    if !error.is_retryable() || retries >= policy.max_retries {
+        return None;
+    }
+    let wait = match error.retry_after {
+        Some(asked) if asked > policy.max_retry_after => return None,
+        Some(asked) => asked,
+        None => policy.backoff(retries, jitter()),
+    };
+    // Waiting past the deadline only to time out is worse than failing now.
+    match limits.remaining() {
+        Some(left) if left <= wait => None,
+        _ => Some(wait),
+    }
+}
+
+fn retry_log(error: &BackendError, retries: u32, wait: std::time::Duration) {
+    tracing::warn!(
+        %error,
+        attempt = retries + 1,
+        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        "model call failed before any output; retrying"
+    );
+}
+
+/// A number in `[0, 1)`, different on every call: enough randomness for jitter without a
+/// random-number crate.
+fn jitter() -> f64 {
+    let hash = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    // The top 53 bits as a fraction: exact in an f64.
+    #[allow(clippy::cast_precision_loss)]
+    let fraction = (hash >> 11) as f64 / (1u64 << 53) as f64;
+    fraction
+}
+
+fn transport_error(error: &reqwest::Error) -> BackendError {
+    let kind = if error.is_timeout() {
+        BackendErrorKind::Timeout
+    } else {
+        BackendErrorKind::Connection
+    };
+    BackendError::new(kind, format!("the request could not be completed: {}", chain(error)))
+}
+
+fn broken(error: &reqwest::Error) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Connection,
+        format!("the connection broke mid-response: {}", chain(error)),
+    )
+}
+
+/// The error and its sources, so "error sending request" says why.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn with_partial(
+    mut error: BackendError,
+    assembler: &mut MessageAssembler,
+    status: u16,
+) -> BackendError {
+    let partial = assembler.finish_partial(StopReason::Error);
+    if !partial.content.is_empty() || partial.usage.is_some() {
+        error.partial = Some(Box::new(partial));
+    }
+    if error.status.is_none() {
+        error.status = Some(status);
+    }
+    error
+}
+
+async fn read_capped(response: reqwest::Response, cap: usize, limits: &Limits) -> Vec<u8> {
+    let mut body = response.bytes_stream();
+    let mut bytes = Vec::new();
+    while let Ok(Some(Ok(chunk))) = limits.within(body.next()).await {
+        let room = cap.saturating_sub(bytes.len());
+        bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if bytes.len() >= cap {
+            break;
+        }
+    }
+    bytes
+}
+
+/// The framing of a response body, decided from its content type or, failing that, its first
+/// bytes.
+enum Framer {
+    Undecided(Option<String>),
+    Sse(SseParser),
+    Ndjson(NdjsonParser),
+    JsonArray(JsonArrayParser),
+    Whole(Vec<u8>),
+}
+
+impl Framer {
+    fn decide(content_type: Option<&str>, first: &[u8]) -> Result<Self, BackendError> {
+        let media = content_type
+            .map(|value| value.split(';').next().unwrap_or("").trim())
+            .unwrap_or("");
+        let lead = first.iter().find(|b| !b.is_ascii_whitespace()).copied();
+        Ok(match media {
+            "text/event-stream" => Self::Sse(SseParser::new()),
+            "application/x-ndjson" | "application/jsonl" | "application/ndjson" => {
+                Self::Ndjson(NdjsonParser::new())
+            }
+            _ if looks_like_html(first) => {
+                return Err(BackendError::new(
+                    BackendErrorKind::Protocol,
+                    format!(
+                        "the response is an HTML page, not the provider's JSON (a proxy or captive portal?): {}",
+                        clip(&String::from_utf8_lossy(first), 200)
+                    ),
+                ));
+            }
+            _ => match lead {
+                Some(b'[') => Self::JsonArray(JsonArrayParser::new()),
+                Some(b'd' | b'e' | b':') => Self::Sse(SseParser::new()),
+                _ => Self::Whole(Vec::new()),
+            },
+        })
+    }
+
+    fn feed<D: Decoder>(
+        &mut self,
+        chunk: &[u8],
+        decoder: &mut D,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
+        if let Self::Undecided(content_type) = self {
+            if chunk.iter().all(u8::is_ascii_whitespace) && content_type.is_none() {
+                return Ok(());
+            }
+            *self = Self::decide(content_type.as_deref(), chunk)?;
+        }
+        match self {
+            Self::Undecided(_) => Ok(()),
+            Self::Sse(parser) => parser.feed(chunk, &mut |event| {
+                decoder.frame(
+                    Frame {
+                        event: event.event,
+                        data: event.data,
+                    },
+                    out,
+                )
+            }),
+            Self::Ndjson(parser) => {
+                parser.feed(chunk, &mut |line| decoder.frame(Frame { event: "", data: line }, out))
+            }
+            Self::JsonArray(parser) => parser.feed(chunk, &mut |element| {
+                decoder.frame(
+                    Frame {
+                        event: "",
+                        data: element,
+                    },
+                    out,
+                )
+            }),
+            Self::Whole(buffer) => {
+                if buffer.len() + chunk.len() > MAX_BODY {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Protocol,
+                        format!("the response body is larger than {MAX_BODY} bytes"),
+                    ));
+                }
+                buffer.extend_from_slice(chunk);
+                Ok(())
+            }
+        }
+    }
+
+    fn finish<D: Decoder>(
+        &mut self,
+        decoder: &mut D,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
+        match self {
+            Self::Undecided(_) => Err(BackendError::new(
+                BackendErrorKind::Protocol,
+                "the response body is empty",
+            )),
+            Self::Sse(parser) => parser.finish(&mut |event| {
+                decoder.frame(
+                    Frame {
+                        event: event.event,
+                        data: event.data,
+                    },
+                    out,
+                )
+            }),
+            Self::Ndjson(parser) => {
+                parser.finish(&mut |line| decoder.frame(Frame { event: "", data: line }, out))
+            }
+            Self::JsonArray(parser) => parser.finish(),
+            Self::Whole(buffer) => {
+                let text = std::str::from_utf8(buffer).map_err(|_| {
+                    BackendError::new(BackendErrorKind::Protocol, "the response body is not UTF-8")
+                })?;
+                decoder.body(text, out)
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! [`Provider`]: the adapters by name, for configuration files, command lines and replay.
+
+use std::fmt;
+use std::str::FromStr;
+
+use agent_types::Backend;
+
+use crate::error::Error;
+use crate::http::HttpOptions;
+
+/// A provider's wire format, by the name used on command lines and in configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// OpenAI Chat Completions, and every OpenAI-compatible server (`openai-chat`).
+    OpenAiChat,
+    /// The OpenAI Responses API (`openai-responses`).
+    OpenAiResponses,
+    /// Anthropic Messages (`anthropic`).
+    Anthropic,
+    /// Google Gemini `generateContent` (`gemini`).
+    Gemini,
+    /// Ollama's native `/api/chat` (`ollama`).
+    Ollama,
+}
+
+impl Provider {
+    /// Every provider, in documentation order.
+    pub const ALL: [Provider; 5] = [
+        Self::OpenAiChat,
+        Self::OpenAiResponses,
+        Self::Anthropic,
+        Self::Gemini,
+        Self::Ollama,
+    ];
+
+    /// The provider's name (`openai-chat`, `openai-responses`, `anthropic`, `gemini`, `ollama`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenAiChat => "openai-chat",
+            Self::OpenAiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
+            Self::Ollama => "ollama",
+        }
+    }
+
+    /// The cargo feature of agent-backends that compiles the adapter.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Self::OpenAiChat => "openai",
+            Self::OpenAiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
+            Self::Ollama => "ollama",
+        }
+    }
+
+    /// The adapter for this provider at `base_url`, with an optional API key and HTTP settings.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotCompiled`] when the adapter's feature is off in this build.
+    #[allow(unused_variables)]
+    pub fn backend(
+        self,
+        base_url: &str,
+        api_key: Option<String>,
+        http: HttpOptions,
+    ) -> Result<Box<dyn Backend>, Error> {
+        let key = api_key.unwrap_or_default();
+        match self {
+            #[cfg(feature = "openai")]
+            Self::OpenAiChat => Ok(Box::new(
+                crate::openai_chat::OpenAiChat::new(key)
+                    .with_base_url(base_url)
+                    .with_http(http),
+            )),
+            #[cfg(feature = "openai-responses")]
+            Self::OpenAiResponses => Ok(Box::new(
+                crate::openai_responses::OpenAiResponses::new(key)
+                    .with_base_url(base_url)
+                    .with_http(http),
+            )),
+            #[cfg(feature = "anthropic")]
+            Self::Anthropic => Ok(Box::new(
+                crate::anthropic::Anthropic::new(key)
+                    .with_base_url(base_url)
+                    .with_http(http),
+            )),
+            #[cfg(feature = "gemini")]
+            Self::Gemini => Ok(Box::new(
+                crate::gemini::Gemini::new(key)
+                    .with_base_url(base_url)
+                    .with_http(http),
+            )),
+            #[cfg(feature = "ollama")]
+            Self::Ollama => Ok(Box::new(
+                crate::ollama::Ollama::new()
+                    .with_base_url(base_url)
+                    .with_http(http),
+            )),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::NotCompiled {
+                provider: other.name(),
+                feature: other.feature(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Provider {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|provider| provider.name() == name)
+            .ok_or_else(|| Error::UnknownProvider(name.to_owned()))
+    }
+}

@@ -1,0 +1,1 @@
+//! Recorded provider responses served over loopback HTTP to the real adapters. (Stub.)
