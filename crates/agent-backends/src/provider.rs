@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use agent_types::Backend;
+use agent_types::{Backend, BackendError, BackendErrorKind, ModelRequest, StreamEvent};
 
 use crate::error::Error;
 use crate::http::HttpOptions;
@@ -104,6 +104,72 @@ impl Provider {
                 provider: other.name(),
                 feature: other.feature(),
             }),
+        }
+    }
+}
+
+impl Provider {
+    /// See [`crate::replay::decode`].
+    #[cfg_attr(not(feature = "replay"), allow(dead_code))]
+    #[allow(unused_variables)]
+    pub(crate) fn decode(
+        self,
+        request: &ModelRequest,
+        content_type: Option<&str>,
+        body: &[u8],
+        chunk_size: usize,
+    ) -> Result<Vec<StreamEvent>, BackendError> {
+        use crate::http::driver::decode_all;
+        match self {
+            #[cfg(feature = "openai")]
+            Self::OpenAiChat => decode_all(
+                &crate::openai_chat::OpenAiChat::new(""),
+                request,
+                content_type,
+                body,
+                chunk_size,
+            ),
+            #[cfg(feature = "openai-responses")]
+            Self::OpenAiResponses => decode_all(
+                &crate::openai_responses::OpenAiResponses::new(""),
+                request,
+                content_type,
+                body,
+                chunk_size,
+            ),
+            #[cfg(feature = "anthropic")]
+            Self::Anthropic => decode_all(
+                &crate::anthropic::Anthropic::new(""),
+                request,
+                content_type,
+                body,
+                chunk_size,
+            ),
+            #[cfg(feature = "gemini")]
+            Self::Gemini => decode_all(
+                &crate::gemini::Gemini::new(""),
+                request,
+                content_type,
+                body,
+                chunk_size,
+            ),
+            #[cfg(feature = "ollama")]
+            Self::Ollama => decode_all(
+                &crate::ollama::Ollama::new(),
+                request,
+                content_type,
+                body,
+                chunk_size,
+            ),
+            #[allow(unreachable_patterns)]
+            other => Err(BackendError::new(
+                BackendErrorKind::Unsupported,
+                Error::NotCompiled {
+                    provider: other.name(),
+                    feature: other.feature(),
+                }
+                .to_string(),
+            )),
         }
     }
 }

@@ -18,6 +18,9 @@ use super::options::HttpOptions;
 use super::status::{clip, looks_like_html, retry_after};
 use crate::framing::{JsonArrayParser, NdjsonParser, SseParser};
 
+#[cfg(all(test, feature = "replay"))]
+mod tests;
+
 /// The most of a non-streaming body (or an error body) read into memory.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 /// The most of an error body kept for the message.
@@ -482,5 +485,63 @@ impl Framer {
                 decoder.body(text, out)
             }
         }
+    }
+}
+
+/// Decodes a complete body without HTTP, in `chunk_size` pieces (0 = one piece): the framing,
+/// decoding and completeness checks of [`stream`], for benchmarks, fuzzing and replay tools.
+pub(crate) fn decode_all<P: Protocol>(
+    protocol: &P,
+    request: &ModelRequest,
+    content_type: Option<&str>,
+    body: &[u8],
+    chunk_size: usize,
+) -> Result<Vec<StreamEvent>, BackendError> {
+    let mut framer = Framer::Undecided(content_type.map(str::to_ascii_lowercase));
+    let mut decoder = protocol.decoder(request);
+    let mut events = Vec::new();
+    let size = if chunk_size == 0 {
+        body.len().max(1)
+    } else {
+        chunk_size
+    };
+    let mut result = Ok(());
+    for chunk in body.chunks(size) {
+        result = framer.feed(chunk, &mut decoder, &mut events);
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = framer
+            .finish(&mut decoder, &mut events)
+            .and_then(|()| decoder.end(&mut events));
+    }
+    let mut assembler = MessageAssembler::new(false);
+    let mut finished = false;
+    let mut kept = 0;
+    for event in &events {
+        if finished {
+            break;
+        }
+        if let Err(error) = assembler.observe(event) {
+            result = Err(error);
+            break;
+        }
+        finished = matches!(event, StreamEvent::Finish { .. });
+        kept += 1;
+    }
+    events.truncate(kept);
+    match result {
+        Ok(()) if finished => Ok(events),
+        Ok(()) => Err(with_partial(
+            BackendError::new(
+                BackendErrorKind::Connection,
+                "the response ended before the provider said it was complete",
+            ),
+            &mut assembler,
+            200,
+        )),
+        Err(error) => Err(with_partial(error, &mut assembler, 200)),
     }
 }
