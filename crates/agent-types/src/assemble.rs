@@ -48,6 +48,8 @@ enum Open {
     Text(usize),
     /// A thinking block at this position in `message.content`.
     Thinking(usize),
+    /// A refusal block at this position in `message.content`.
+    Refusal(usize),
 }
 
 #[derive(Debug)]
@@ -84,6 +86,7 @@ impl MessageAssembler {
             let delta = match event {
                 StreamEvent::TextDelta { delta } => AgentEvent::TextDelta { delta },
                 StreamEvent::ThinkingDelta { delta } => AgentEvent::ThinkingDelta { delta },
+                StreamEvent::RefusalDelta { delta } => AgentEvent::RefusalDelta { delta },
                 StreamEvent::ToolCallDelta { index, delta } => {
                     AgentEvent::ToolCallDelta { index, delta }
                 }
@@ -136,6 +139,23 @@ impl MessageAssembler {
                 let at = self.open_thinking();
                 if let Some(AssistantBlock::Thinking(block)) = self.message.content.get_mut(at) {
                     block.thinking.push_str(delta);
+                }
+            }
+            StreamEvent::RefusalDelta { delta } => {
+                let at = match self.open {
+                    Open::Refusal(at) => at,
+                    _ => {
+                        self.close_open();
+                        self.message.content.push(AssistantBlock::Refusal {
+                            text: String::new(),
+                        });
+                        let at = self.message.content.len() - 1;
+                        self.open = Open::Refusal(at);
+                        at
+                    }
+                };
+                if let Some(AssistantBlock::Refusal { text }) = self.message.content.get_mut(at) {
+                    text.push_str(delta);
                 }
             }
             StreamEvent::ThinkingSignature { signature, id } => {
@@ -301,7 +321,7 @@ impl MessageAssembler {
                 },
                 _ => return,
             },
-            (Open::Nothing, _) => return,
+            (Open::Nothing | Open::Refusal(_), _) => return,
         };
         self.events.push_back(event);
     }
@@ -434,6 +454,38 @@ mod tests {
         assert!(!calls[0].invalid_arguments);
         assert!(calls[1].invalid_arguments, "raw text must be flagged, not passed off as JSON");
         assert_eq!(message.stop_reason, None);
+    }
+
+    #[test]
+    fn a_refusal_is_its_own_block_and_never_answer_text() {
+        let mut assembler = MessageAssembler::new(true);
+        push_all(
+            &mut assembler,
+            vec![
+                StreamEvent::RefusalDelta {
+                    delta: "I can't ".into(),
+                },
+                StreamEvent::RefusalDelta {
+                    delta: "help with that.".into(),
+                },
+                StreamEvent::Finish {
+                    stop_reason: StopReason::ContentFilter,
+                },
+            ],
+        );
+        let message = assembler.finish();
+        assert_eq!(message.text_content(), "");
+        assert_eq!(
+            message.content,
+            [AssistantBlock::Refusal {
+                text: "I can't help with that.".into()
+            }]
+        );
+        let deltas = assembler
+            .drain_events()
+            .filter(|event| matches!(event, AgentEvent::RefusalDelta { .. }))
+            .count();
+        assert_eq!(deltas, 2);
     }
 
     #[test]

@@ -103,6 +103,12 @@ pub enum AgentEvent {
         /// The block's whole text.
         text: String,
     },
+    /// More of a refusal (the model declining to answer, in its own words); consecutive deltas
+    /// form one refusal block of the message.
+    RefusalDelta {
+        /// The new refusal text.
+        delta: String,
+    },
     /// A reasoning block begins.
     ThinkingStart,
     /// More reasoning for the open block.

@@ -231,6 +231,13 @@ pub enum AssistantBlock {
     Thinking(Thinking),
     /// A request to run a tool.
     ToolCall(ToolCall),
+    /// The model declined to answer, in its own words (OpenAI's `refusal`). Kept apart from
+    /// the answer text so a refusal is never mistaken for an answer, and never dropped; the
+    /// message's stop reason is `content_filter`.
+    Refusal {
+        /// The refusal text.
+        text: String,
+    },
 }
 
 /// A reasoning block. The provider's signature or encrypted payload is kept byte for byte so it

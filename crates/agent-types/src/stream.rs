@@ -14,7 +14,7 @@ use crate::usage::Usage;
 ///
 /// ```text
 /// message_start
-///   ( text_delta | thinking_delta | thinking_signature | redacted_thinking
+///   ( text_delta | refusal_delta | thinking_delta | thinking_signature | redacted_thinking
 ///   | tool_call_start (tool_call_delta)* tool_call_end
 ///   | usage )*
 /// finish
@@ -49,6 +49,12 @@ pub enum StreamEvent {
     /// More answer text.
     TextDelta {
         /// The new text.
+        delta: String,
+    },
+    /// More of a refusal: the model declining to answer, in its own words (kept apart from the
+    /// answer text; the call then finishes with `content_filter`).
+    RefusalDelta {
+        /// The new refusal text.
         delta: String,
     },
     /// More reasoning text.
