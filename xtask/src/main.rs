@@ -21,8 +21,9 @@ commands:
   ci         fmt, layering, clippy, tests (nextest when present), doc tests,
              snapshot check, docs, and single-layer builds: everything CI runs
   layering   check the crate dependency rules with `cargo tree`
-  bench      run the benchmarks of agent-tools and agent-loop (each reports ratios to
-             a baseline from the same run)
+  bench      run the benchmarks of agent-tools, agent-loop, agent-backends (parse
+             throughput) and agentry (loopback agent run); each reports ratios to a
+             baseline measured in the same run
 ";
 
 fn main() -> ExitCode {
@@ -44,6 +45,16 @@ fn main() -> ExitCode {
                 "agent-loop",
                 "--bench",
                 "loop",
+                "-p",
+                "agent-backends",
+                "--bench",
+                "parse",
+                "-p",
+                "agentry",
+                "--bench",
+                "loopback",
+                "--features",
+                "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
             ],
         ),
         Some("help" | "--help" | "-h") => {

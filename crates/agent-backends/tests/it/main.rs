@@ -1,5 +1,6 @@
 //! Integration tests for agent-backends: the scripted backend driven the way the loop drives
-//! a backend, through the `Backend` trait.
+//! a backend, through the `Backend` trait, and every recorded provider response replayed
+//! through its real adapter over loopback HTTP.
 //!
 //! One binary for the whole crate (see STYLE.md) keeps link times down.
 
@@ -7,6 +8,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod backend;
+#[cfg(all(feature = "providers", feature = "replay"))]
+mod recordings;
 mod turns;
 
 use agent_backends::{ScriptedBackend, ScriptedTurn};

@@ -1,0 +1,198 @@
+//! Parse + normalize throughput on the recorded provider streams, against a baseline measured
+//! in the same run: eventsource-stream for the SSE framing and `serde_json::Value` for every
+//! payload (what a typical client does before it normalizes anything).
+//!
+//! Bodies are fed in 4 KiB pieces, the size of a typical socket read. "ours" is the whole
+//! adapter path minus HTTP (`agent_backends::replay::decode`): framing, typed decoding, and the
+//! normalized events. The framing-only rows keep the claim about our SSE parser checked on its
+//! own. Run with `cargo bench -p agent-backends --bench parse --features providers,replay`.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Instant;
+
+use agent_backends::Provider;
+use agent_backends::framing::SseParser;
+use agent_backends::replay::{Cassette, decode};
+use agent_types::{Message, ModelRequest};
+use bytes::Bytes;
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde_json::Value;
+
+const SAMPLES: usize = 11;
+const PIECE: usize = 4096;
+
+/// Median seconds per pass over `bytes` of input.
+fn measure(mut op: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        op();
+    }
+    let mut samples: Vec<f64> = (0..SAMPLES)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..10 {
+                op();
+            }
+            start.elapsed().as_secs_f64() / 10.0
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[SAMPLES / 2]
+}
+
+struct Recording {
+    provider: Provider,
+    name: String,
+    cassette: Cassette,
+}
+
+fn recordings(extension: &str) -> Vec<Recording> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/providers");
+    let mut found = Vec::new();
+    for provider in Provider::ALL {
+        let mut paths: Vec<_> = std::fs::read_dir(root.join(provider.name()))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.to_str().unwrap().ends_with(extension))
+            .filter(|path| !path.to_str().unwrap().ends_with(".request.json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let cassette = Cassette::from_file(&path).unwrap();
+            if cassette.status != 200 || !cassette.is_stream() {
+                continue;
+            }
+            found.push(Recording {
+                provider,
+                name: format!("{}/{}", provider.name(), path.file_name().unwrap().to_str().unwrap()),
+                cassette,
+            });
+        }
+    }
+    found
+}
+
+fn ours(recording: &Recording, request: &ModelRequest) {
+    let events = decode(
+        recording.provider,
+        request,
+        Some(&recording.cassette.content_type),
+        &recording.cassette.body,
+        PIECE,
+    );
+    black_box(events.ok());
+}
+
+fn baseline_sse(body: &Bytes, runtime: &tokio::runtime::Runtime, parse_json: bool) {
+    let pieces: Vec<Result<Bytes, std::convert::Infallible>> = body
+        .chunks(PIECE)
+        .map(|piece| Ok(body.slice_ref(piece)))
+        .collect();
+    runtime.block_on(async {
+        let mut events = futures_util::stream::iter(pieces).eventsource();
+        while let Some(event) = events.next().await {
+            let event = event.unwrap();
+            if parse_json {
+                black_box(serde_json::from_str::<Value>(&event.data).ok());
+            } else {
+                black_box(event.data.len());
+            }
+        }
+    });
+}
+
+fn ours_framing(body: &[u8]) {
+    let mut parser = SseParser::new();
+    let mut total = 0usize;
+    let mut on = |event: agent_backends::framing::SseEvent<'_>| {
+        total += event.data.len();
+        Ok(())
+    };
+    for piece in body.chunks(PIECE) {
+        parser.feed(piece, &mut on).unwrap();
+    }
+    parser.finish(&mut on).unwrap();
+    black_box(total);
+}
+
+fn baseline_lines(body: &[u8]) {
+    for line in body.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+        black_box(serde_json::from_slice::<Value>(line).ok());
+    }
+}
+
+fn mb_per_s(bytes: usize, seconds: f64) -> f64 {
+    bytes as f64 / seconds / 1e6
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let request = ModelRequest::new("bench", vec![Message::user("hi")]);
+
+    println!("parse + normalize, 4 KiB pieces (median of {SAMPLES}×10 passes)\n");
+    println!(
+        "{:<58} {:>9} {:>12} {:>12} {:>7}",
+        "recording", "bytes", "ours MB/s", "base MB/s", "ratio"
+    );
+    let mut totals = (0usize, 0.0f64, 0.0f64);
+    for recording in recordings(".sse") {
+        let bytes = recording.cassette.body.len();
+        let ours_s = measure(|| ours(&recording, &request));
+        let base_s = measure(|| baseline_sse(&recording.cassette.body, &runtime, true));
+        totals.0 += bytes;
+        totals.1 += ours_s;
+        totals.2 += base_s;
+        println!(
+            "{:<58} {:>9} {:>12.1} {:>12.1} {:>6.1}x",
+            recording.name,
+            bytes,
+            mb_per_s(bytes, ours_s),
+            mb_per_s(bytes, base_s),
+            base_s / ours_s
+        );
+    }
+    println!(
+        "{:<58} {:>9} {:>12.1} {:>12.1} {:>6.1}x   (baseline: eventsource-stream + serde_json::Value)",
+        "ALL SSE RECORDINGS",
+        totals.0,
+        mb_per_s(totals.0, totals.1),
+        mb_per_s(totals.0, totals.2),
+        totals.2 / totals.1
+    );
+
+    let mut lines = (0usize, 0.0f64, 0.0f64);
+    for recording in recordings(".ndjson") {
+        let bytes = recording.cassette.body.len();
+        lines.0 += bytes;
+        lines.1 += measure(|| ours(&recording, &request));
+        lines.2 += measure(|| baseline_lines(&recording.cassette.body));
+    }
+    println!(
+        "{:<58} {:>9} {:>12.1} {:>12.1} {:>6.1}x   (baseline: split lines + serde_json::Value)",
+        "ALL NDJSON RECORDINGS",
+        lines.0,
+        mb_per_s(lines.0, lines.1),
+        mb_per_s(lines.0, lines.2),
+        lines.2 / lines.1
+    );
+
+    println!("\nSSE framing alone (no JSON), all SSE recordings");
+    let all: Vec<Recording> = recordings(".sse");
+    let bytes: usize = all.iter().map(|r| r.cassette.body.len()).sum();
+    let ours_s = measure(|| all.iter().for_each(|r| ours_framing(&r.cassette.body)));
+    let base_s = measure(|| {
+        all.iter()
+            .for_each(|r| baseline_sse(&r.cassette.body, &runtime, false));
+    });
+    println!(
+        "{:<58} {:>9} {:>12.1} {:>12.1} {:>6.1}x   (baseline: eventsource-stream)",
+        "SseParser",
+        bytes,
+        mb_per_s(bytes, ours_s),
+        mb_per_s(bytes, base_s),
+        base_s / ours_s
+    );
+}
