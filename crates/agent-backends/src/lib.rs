@@ -4,9 +4,15 @@
 //! [`StreamEvent`](agent_types::StreamEvent)s of the [`Backend`](agent_types::Backend) trait,
 //! which is all the agent loop ever sees of a provider. This crate holds the implementations:
 //!
-//! - **Provider adapters** (OpenAI, Anthropic, Gemini, Ollama) will each sit behind their own
-//!   cargo feature, so a build compiles only the providers it talks to. With
+//! - **Provider adapters**, each behind its own cargo feature so a build compiles only the
+//!   providers it talks to: [`openai_chat`] (also every OpenAI-compatible server),
+//!   [`openai_responses`], [`anthropic`] (with the prompt-cache layout), [`gemini`] and
+//!   [`ollama`]. They share one HTTP driver ([`http`]): one connection pool, retries that never
+//!   duplicate output, timeouts, and incremental [`framing`] of SSE, NDJSON and JSON-array
+//!   streams. `docs/providers.md` has the capability table and every normalization rule. With
 //!   `default-features = false` the crate builds no HTTP client and no async runtime.
+//! - **Replay** ([`replay`], feature `replay`): recorded provider responses served over
+//!   loopback HTTP to the real adapters, for tests, demos and the `agentry replay` command.
 //! - **The scripted backend** ([`ScriptedBackend`], feature `scripted`, on by default) replays
 //!   canned assistant turns ([`ScriptedTurn`]) with optional delays, usage reports, mid-stream
 //!   failures and hangs. It serves the loop's tests and benchmarks and your own: a test of
@@ -17,9 +23,17 @@
 //!
 //! # Features
 //!
-//! | Feature    | Default | What it adds                                                      |
-//! |------------|---------|-------------------------------------------------------------------|
-//! | `scripted` | yes     | [`ScriptedBackend`] and [`ScriptedTurn`]; tokio's timer, no HTTP |
+//! | Feature            | Default | What it adds                                                 |
+//! |--------------------|---------|--------------------------------------------------------------|
+//! | `scripted`         | yes     | [`ScriptedBackend`] and [`ScriptedTurn`]; tokio's timer, no HTTP |
+//! | `openai`           |         | [`openai_chat::OpenAiChat`] (Chat Completions, compatible servers) |
+//! | `openai-responses` |         | [`openai_responses::OpenAiResponses`]                        |
+//! | `anthropic`        |         | [`anthropic::Anthropic`]                                     |
+//! | `gemini`           |         | [`gemini::Gemini`]                                           |
+//! | `ollama`           |         | [`ollama::Ollama`]                                           |
+//! | `providers`        |         | all five adapters                                            |
+//! | `replay`           |         | [`replay`]: cassettes, loopback server, [`replay::ReplayBackend`] |
+//! | `http`             |         | the shared driver alone (implied by every adapter)           |
 //!
 //! # Example
 //!

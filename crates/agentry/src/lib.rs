@@ -9,7 +9,7 @@
 //! | [`types`] | `agent-types` | messages, tool specs, usage and pricing, events, trace, errors, the backend trait | always |
 //! | [`tools`] | `agent-tools` | tool registry, schema derivation, argument validation and repair, truncation | `tools` (default) |
 //! | [`agent_loop`] | `agent-loop` | the loop: `return`/`auto` modes, budgets, cancellation, streaming, sessions | `loop` (default) |
-//! | [`backends`] | `agent-backends` | model backends: the scripted backend (provider adapters to come) | `backends`, `scripted` (default) |
+//! | [`backends`] | `agent-backends` | model backends: provider adapters, replay of recorded traffic, the scripted backend | `backends`, `scripted` (default), one feature per provider |
 //! | [`conversation`] | `agent-conversation` | turn appenders: in-memory, JSONL, SQLite | `conversation` (default) |
 //!
 //! | feature | default | enables |
@@ -18,6 +18,9 @@
 //! | `loop` | yes | [`agent_loop`] and the headline items at the root ([`generate`], [`Options`]…); needs tokio's timer |
 //! | `backends` | via `scripted` | [`backends`] without any backend |
 //! | `scripted` | yes | the scripted backend |
+//! | `openai`, `openai-responses`, `anthropic`, `gemini`, `ollama` | no | one provider adapter each (reqwest with rustls) |
+//! | `providers` | no | all five adapters |
+//! | `replay` | no | recorded responses served over loopback HTTP to the real adapters |
 //! | `conversation` | yes | [`conversation`] with both stores below |
 //! | `jsonl` | via `conversation` | the durable JSONL appender |
 //! | `sqlite` | via `conversation` | the SQLite store (bundles SQLite, builds C code) |
