@@ -1,0 +1,471 @@
+//! The request body: a [`ModelRequest`] in the Responses API's shape.
+//!
+//! The wire structs borrow from the request, so building a body copies nothing but the few
+//! strings the API wants in another form (image data URLs, tool arguments as JSON text).
+
+use std::borrow::Cow;
+
+use agent_types::{
+    AssistantBlock, BackendError, BackendErrorKind, ImageSource, Message, ModelRequest,
+    ReasoningEffort, Thinking, ToolChoice, UserBlock,
+};
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::http::json_body;
+
+/// What the backend's configuration adds to every request.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Settings<'a> {
+    /// Whether OpenAI keeps the response (`store`).
+    pub(super) store: bool,
+    /// Ask for encrypted reasoning: `Some` forces it on or off, `None` decides per request.
+    pub(super) encrypted_reasoning: Option<bool>,
+    /// The `prompt_cache_key`.
+    pub(super) prompt_cache_key: Option<&'a str>,
+}
+
+/// The JSON body for `request`.
+pub(super) fn body(request: &ModelRequest, settings: Settings<'_>) -> Result<Bytes, BackendError> {
+    json_body(&build(request, settings)?)
+}
+
+/// The body before serialization (the tests look at it as JSON).
+pub(super) fn build<'a>(
+    request: &'a ModelRequest,
+    settings: Settings<'a>,
+) -> Result<Body<'a>, BackendError> {
+    let generation = &request.settings;
+    if !generation.stop_sequences.is_empty() {
+        return Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            "the OpenAI Responses API has no stop sequences; remove `stop_sequences` \
+             or use the Chat Completions adapter",
+        ));
+    }
+    let extras = &request.extras;
+    // A caller who sets `store` through the extras decides what the server keeps, and with
+    // it whether a reasoning item can be sent back by id alone.
+    let store = extras
+        .get("store")
+        .and_then(Value::as_bool)
+        .unwrap_or(settings.store);
+    let input = input(&request.messages, store);
+    let replays_reasoning = input
+        .iter()
+        .any(|item| matches!(item, Item::Reasoning { .. }));
+    let encrypted = settings.encrypted_reasoning.unwrap_or_else(|| {
+        generation.reasoning.is_some() || replays_reasoning || is_reasoning_model(&request.model)
+    });
+    let (tools, tool_choice) = tools(request)?;
+    let mut body = Body {
+        model: Some(&request.model),
+        instructions: request.system.as_deref(),
+        input: Some(input),
+        tools,
+        tool_choice,
+        parallel_tool_calls: generation.parallel_tool_calls,
+        max_output_tokens: generation.max_output_tokens,
+        temperature: generation.temperature,
+        top_p: generation.top_p,
+        reasoning: generation.reasoning.map(|reasoning| ReasoningParam {
+            effort: reasoning
+                .effort
+                .map(effort_name)
+                .or_else(|| reasoning.budget_tokens.map(effort_for_budget)),
+            summary: "auto",
+        }),
+        store: Some(settings.store),
+        include: encrypted.then_some(["reasoning.encrypted_content"]),
+        prompt_cache_key: settings.prompt_cache_key,
+        stream: request.stream.then_some(true),
+        extras,
+    };
+    body.yield_to(extras);
+    Ok(body)
+}
+
+/// The request body. Every field is optional so that a key the caller put in `extras`
+/// replaces ours rather than appearing twice.
+#[derive(Debug, Serialize)]
+pub(super) struct Body<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<Vec<Item<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Vec<Tool<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Choice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<ReasoningParam>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include: Option<[&'static str; 1]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(flatten)]
+    extras: &'a Map<String, Value>,
+}
+
+impl Body<'_> {
+    /// Drops every field the caller set through `extras`.
+    fn yield_to(&mut self, extras: &Map<String, Value>) {
+        if extras.is_empty() {
+            return;
+        }
+        let set = |key: &str| extras.contains_key(key);
+        if set("model") {
+            self.model = None;
+        }
+        if set("instructions") {
+            self.instructions = None;
+        }
+        if set("input") {
+            self.input = None;
+        }
+        if set("tools") {
+            self.tools = None;
+        }
+        if set("tool_choice") {
+            self.tool_choice = None;
+        }
+        if set("parallel_tool_calls") {
+            self.parallel_tool_calls = None;
+        }
+        if set("max_output_tokens") {
+            self.max_output_tokens = None;
+        }
+        if set("temperature") {
+            self.temperature = None;
+        }
+        if set("top_p") {
+            self.top_p = None;
+        }
+        if set("reasoning") {
+            self.reasoning = None;
+        }
+        if set("store") {
+            self.store = None;
+        }
+        if set("include") {
+            self.include = None;
+        }
+        if set("prompt_cache_key") {
+            self.prompt_cache_key = None;
+        }
+        if set("stream") {
+            self.stream = None;
+        }
+    }
+}
+
+/// One item of `input`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Item<'a> {
+    Message {
+        role: &'static str,
+        content: Vec<Part<'a>>,
+    },
+    Reasoning {
+        id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<&'a str>,
+        summary: Vec<Summary<'a>>,
+    },
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: Cow<'a, str>,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: Cow<'a, str>,
+    },
+}
+
+/// One content part of a message item.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    InputText {
+        text: &'a str,
+    },
+    InputImage {
+        image_url: Cow<'a, str>,
+        detail: &'static str,
+    },
+    OutputText {
+        text: &'a str,
+    },
+    Refusal {
+        refusal: &'a str,
+    },
+}
+
+/// One part of a reasoning item's summary.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "summary_text")]
+struct Summary<'a> {
+    text: &'a str,
+}
+
+/// A function tool. The Responses API puts name and schema at the top level (not under
+/// `function` as Chat Completions does).
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "function")]
+struct Tool<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+    /// Always sent: left out, the Responses API rewrites a schema it can make strict into strict
+    /// mode, which marks every optional parameter required. agentry validates arguments
+    /// against the schema as written.
+    strict: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Choice<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        name: &'a str,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct ReasoningParam {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effort: Option<&'static str>,
+    summary: &'static str,
+}
+
+fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
+    let mut items = Vec::with_capacity(messages.len());
+    for message in messages {
+        match message {
+            Message::System { content } => items.push(Item::Message {
+                role: "system",
+                content: vec![Part::InputText { text: content }],
+            }),
+            Message::User(user) => {
+                let content = user
+                    .content
+                    .iter()
+                    .map(|block| match block {
+                        UserBlock::Text { text } => Part::InputText { text },
+                        UserBlock::Image { source } => Part::InputImage {
+                            image_url: match source {
+                                ImageSource::Base64 { media_type, data } => {
+                                    Cow::Owned(format!("data:{media_type};base64,{data}"))
+                                }
+                                ImageSource::Url { url } => Cow::Borrowed(url.as_str()),
+                            },
+                            detail: "auto",
+                        },
+                    })
+                    .collect();
+                items.push(Item::Message {
+                    role: "user",
+                    content,
+                });
+            }
+            Message::Assistant(assistant) => {
+                for block in &assistant.content {
+                    match block {
+                        AssistantBlock::Text { text } if text.is_empty() => {}
+                        AssistantBlock::Text { text } => items.push(Item::Message {
+                            role: "assistant",
+                            content: vec![Part::OutputText { text }],
+                        }),
+                        AssistantBlock::Refusal { text } => items.push(Item::Message {
+                            role: "assistant",
+                            content: vec![Part::Refusal { refusal: text }],
+                        }),
+                        AssistantBlock::Thinking(thinking) => {
+                            if let Some(item) = reasoning(thinking, store) {
+                                items.push(item);
+                            }
+                        }
+                        AssistantBlock::ToolCall(call) => {
+                            let arguments = match &call.arguments {
+                                // The model's own text, kept as it wrote it.
+                                Value::String(raw) if call.invalid_arguments => {
+                                    Cow::Borrowed(raw.as_str())
+                                }
+                                arguments => Cow::Owned(arguments.to_string()),
+                            };
+                            items.push(Item::FunctionCall {
+                                call_id: call.id.as_str(),
+                                name: &call.name,
+                                arguments,
+                            });
+                        }
+                    }
+                }
+            }
+            Message::Tool(result) => items.push(Item::FunctionCallOutput {
+                call_id: result.tool_call_id.as_str(),
+                // The API has no error flag on a function result; the text says it instead.
+                output: if result.is_error {
+                    Cow::Owned(format!("Error: {}", result.content))
+                } else {
+                    Cow::Borrowed(result.content.as_str())
+                },
+            }),
+        }
+    }
+    items
+}
+
+/// The reasoning item for a thinking block, or `None` when the block cannot be sent back.
+///
+/// Only blocks this API produced have an item id; reasoning from another provider (an
+/// Anthropic signature, a redacted block) means nothing to OpenAI and is left out. Without
+/// stored responses, an item without its encrypted content would be looked up by id and
+/// not found, so it is left out too.
+fn reasoning(thinking: &Thinking, store: bool) -> Option<Item<'_>> {
+    if thinking.redacted {
+        return None;
+    }
+    let id = thinking.id.as_deref()?;
+    let encrypted = thinking.signature.as_deref().filter(|s| !s.is_empty());
+    if encrypted.is_none() && !store {
+        return None;
+    }
+    let summary = if thinking.thinking.is_empty() {
+        Vec::new()
+    } else {
+        vec![Summary {
+            text: &thinking.thinking,
+        }]
+    };
+    Some(Item::Reasoning {
+        id,
+        encrypted_content: encrypted,
+        summary,
+    })
+}
+
+type ToolParts<'a> = (Option<Vec<Tool<'a>>>, Option<Choice<'a>>);
+
+fn tools(request: &ModelRequest) -> Result<ToolParts<'_>, BackendError> {
+    if request.tools.is_empty() {
+        return match &request.tool_choice {
+            ToolChoice::Auto | ToolChoice::None => Ok((None, None)),
+            ToolChoice::Required | ToolChoice::Tool { .. } => Err(BackendError::new(
+                BackendErrorKind::InvalidRequest,
+                "tool_choice asks for a tool call but the request declares no tools",
+            )),
+        };
+    }
+    let tools = request
+        .tools
+        .iter()
+        .map(|tool| Tool {
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+            strict: false,
+        })
+        .collect();
+    let choice = match &request.tool_choice {
+        ToolChoice::Auto => Choice::Mode("auto"),
+        ToolChoice::None => Choice::Mode("none"),
+        ToolChoice::Required => Choice::Mode("required"),
+        ToolChoice::Tool { name } => {
+            if !request.tools.iter().any(|tool| tool.name == *name) {
+                return Err(BackendError::new(
+                    BackendErrorKind::InvalidRequest,
+                    format!("tool_choice names `{name}`, which is not among the request's tools"),
+                ));
+            }
+            Choice::Function {
+                kind: "function",
+                name,
+            }
+        }
+    };
+    Ok((Some(tools), Some(choice)))
+}
+
+fn effort_name(effort: ReasoningEffort) -> &'static str {
+    match effort {
+        ReasoningEffort::Minimal => "minimal",
+        ReasoningEffort::Low => "low",
+        ReasoningEffort::Medium => "medium",
+        ReasoningEffort::High => "high",
+    }
+}
+
+/// OpenAI takes an effort level, not a token budget: the budget picks the nearest level.
+fn effort_for_budget(budget: u32) -> &'static str {
+    match budget {
+        0..=1_023 => "minimal",
+        1_024..=4_095 => "low",
+        4_096..=16_383 => "medium",
+        _ => "high",
+    }
+}
+
+/// Whether `model` names a reasoning model, which returns reasoning items. Non-reasoning
+/// models (gpt-4o, gpt-4.1) reject a request that asks for encrypted reasoning, so it is only
+/// asked for when the name says so, reasoning settings are given, or the history already
+/// carries reasoning; [`with_encrypted_reasoning`](super::OpenAiResponses::with_encrypted_reasoning)
+/// overrides the guess (for deployments with names of their own).
+fn is_reasoning_model(model: &str) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    let o_series = name.len() >= 2
+        && name.starts_with('o')
+        && name.as_bytes().get(1).is_some_and(u8::is_ascii_digit);
+    let gpt5 = name.starts_with("gpt-5") && !name.contains("-chat");
+    o_series || gpt5 || name.starts_with("codex")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_reasoning_model;
+
+    #[test]
+    fn reasoning_models_by_name() {
+        for model in [
+            "o1",
+            "o3-mini",
+            "o4-mini-2025-04-16",
+            "gpt-5",
+            "gpt-5-mini",
+            "gpt-5.1-codex",
+            "openai/gpt-5",
+            "codex-mini-latest",
+        ] {
+            assert!(is_reasoning_model(model), "{model}");
+        }
+        for model in [
+            "gpt-4o",
+            "gpt-4.1-mini",
+            "gpt-5-chat-latest",
+            "omni-moderation-latest",
+            "o",
+            "",
+        ] {
+            assert!(!is_reasoning_model(model), "{model}");
+        }
+    }
+}
