@@ -108,7 +108,7 @@ impl JsonArrayParser {
                         };
                         let text = std::str::from_utf8(text)
                             .map_err(|_| malformed("a JSON array element is not valid UTF-8"));
-                        let result = text.and_then(|text| on_element(text));
+                        let result = text.and_then(&mut *on_element);
                         self.element.clear();
                         result?;
                         State::Separator
