@@ -1303,3 +1303,118 @@ fn a_message_survives_json_and_goes_back_the_same() {
     let after = ModelRequest::new("gpt-5", vec![restored.into()]);
     assert_eq!(body_of(&backend(), &before), body_of(&backend(), &after));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Over HTTP: the real driver and client against a loopback server
+
+#[cfg(feature = "replay")]
+mod loopback {
+    use agent_types::{Backend, BackendErrorKind, Message, ModelRequest, StreamEvent};
+    use futures_util::StreamExt;
+
+    use super::{QUOTA, fixture, json_body, sse};
+    use crate::http::RetryPolicy;
+    use crate::openai_responses::OpenAiResponses;
+    use crate::replay::{Cassette, Chunking, ReplayServer};
+
+    async fn call(
+        cassette: Cassette,
+        stream: bool,
+    ) -> (
+        Vec<StreamEvent>,
+        Option<agent_types::BackendError>,
+        ReplayServer,
+    ) {
+        let server = ReplayServer::start([cassette]).await.unwrap();
+        let backend = OpenAiResponses::new("sk-loopback")
+            .with_base_url(format!("{}/v1", server.url()))
+            .with_retry(RetryPolicy::none());
+        let mut request = ModelRequest::new("gpt-5", vec![Message::user("hi")]);
+        request.stream = stream;
+        let mut events = Vec::new();
+        let mut error = None;
+        let mut calls = backend.stream(&request);
+        while let Some(item) = calls.next().await {
+            match item {
+                Ok(event) => events.push(event),
+                Err(failure) => error = Some(failure),
+            }
+        }
+        drop(calls);
+        (events, error, server)
+    }
+
+    #[tokio::test]
+    async fn every_recording_over_http_gives_the_decoder_events() {
+        for name in [
+            "stream-text.sse",
+            "stream-function-call.sse",
+            "stream-reasoning-summary-text.sse",
+            "stream-reasoning-function-call.sse",
+        ] {
+            let cassette = Cassette::new(200, "text/event-stream", fixture(name))
+                .with_chunking(Chunking::Every(5));
+            let (events, error, server) = call(cassette, true).await;
+            assert_eq!(error, None, "{name}");
+            assert_eq!(events, sse(name).events, "{name}");
+            let requests = server.requests();
+            assert_eq!(requests[0].path, "/v1/responses");
+            assert_eq!(
+                requests[0].header("authorization"),
+                Some("Bearer sk-loopback")
+            );
+            assert_eq!(requests[0].json().unwrap()["stream"], true);
+        }
+        for name in [
+            "text.json",
+            "parallel-function-calls.json",
+            "cached-tokens.json",
+            "incomplete-max-output-tokens.json",
+            "refusal.json",
+        ] {
+            let cassette = Cassette::new(200, "application/json", fixture(name));
+            let (events, error, _server) = call(cassette, false).await;
+            assert_eq!(error, None, "{name}");
+            assert_eq!(events, json_body(name).events, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn errors_over_http() {
+        let cassette = Cassette::new(
+            429,
+            "application/json",
+            fixture("error-insufficient-quota.json"),
+        );
+        let (events, error, _server) = call(cassette, true).await;
+        assert!(events.is_empty());
+        let error = error.unwrap();
+        assert_eq!(error.message, QUOTA);
+        assert_eq!(error.kind, BackendErrorKind::QuotaExceeded);
+        assert_eq!(error.status, Some(429));
+
+        let cassette = Cassette::new(
+            200,
+            "text/event-stream",
+            fixture("stream-failed-insufficient-quota.sse"),
+        );
+        let (events, error, _server) = call(cassette, true).await;
+        // Nothing but the start had come, which the driver holds back: no events reached us.
+        assert!(events.is_empty(), "{events:?}");
+        let error = error.unwrap();
+        assert_eq!(error.message, QUOTA);
+        assert!(!error.is_retryable());
+
+        // A stream cut before `response.completed` is an error carrying what had arrived.
+        let bytes = fixture("stream-text.sse");
+        let cassette =
+            Cassette::new(200, "text/event-stream", bytes.clone()).cut_after(bytes.len() / 2);
+        let (_events, error, _server) = call(cassette, true).await;
+        let error = error.unwrap();
+        let partial = error.partial.unwrap();
+        assert!(
+            partial.text_content().starts_with("The capital"),
+            "{partial:?}"
+        );
+    }
+}
