@@ -133,6 +133,11 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// The `error` member's `message` (and `type`/`code`) in the common `{"error": {...}}` shape.
+// Not every adapter reads errors this way; a build with only those would call it unused.
+#[cfg_attr(
+    not(any(feature = "openai", feature = "anthropic", feature = "gemini")),
+    allow(dead_code)
+)]
 pub(crate) fn str_field<'v>(value: &'v serde_json::Value, key: &str) -> Option<&'v str> {
     value.get(key).and_then(serde_json::Value::as_str)
 }
