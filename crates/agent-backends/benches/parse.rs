@@ -67,7 +67,11 @@ fn recordings(extension: &str) -> Vec<Recording> {
             }
             found.push(Recording {
                 provider,
-                name: format!("{}/{}", provider.name(), path.file_name().unwrap().to_str().unwrap()),
+                name: format!(
+                    "{}/{}",
+                    provider.name(),
+                    path.file_name().unwrap().to_str().unwrap()
+                ),
                 cassette,
             });
         }
@@ -129,7 +133,9 @@ fn mb_per_s(bytes: usize, seconds: f64) -> f64 {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let request = ModelRequest::new("bench", vec![Message::user("hi")]);
 
     println!("parse + normalize, 4 KiB pieces (median of {SAMPLES}×10 passes)\n");

@@ -11,7 +11,8 @@ use agent_types::{
 use futures_util::StreamExt;
 
 pub(crate) fn parse_provider(name: &str) -> Result<Provider, String> {
-    name.parse().map_err(|error: agent_backends::Error| error.to_string())
+    name.parse()
+        .map_err(|error: agent_backends::Error| error.to_string())
 }
 
 /// Replays `file` and prints the message; the exit code says whether it decoded cleanly.

@@ -20,7 +20,13 @@ fn agentry(args: &[&str]) -> (i32, Value, String) {
 fn every_recording_replays_to_one_json_message() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/providers");
     let mut files = 0;
-    for provider in ["openai-chat", "openai-responses", "anthropic", "gemini", "ollama"] {
+    for provider in [
+        "openai-chat",
+        "openai-responses",
+        "anthropic",
+        "gemini",
+        "ollama",
+    ] {
         for entry in std::fs::read_dir(root.join(provider)).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_str().unwrap().to_owned();

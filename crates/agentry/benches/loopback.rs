@@ -117,9 +117,17 @@ async fn main() {
         floor.push(start.elapsed() / RUNS as u32);
     }
     let (ours, floor) = (median(ours), median(floor));
-    println!("loopback agent run, 3 tool rounds + answer (4 HTTP calls), median of {SAMPLES}×{RUNS}");
-    println!("  agentry (auto loop, OpenAI Chat adapter)  {:>10.1} µs/run", ours.as_secs_f64() * 1e6);
-    println!("  floor (raw reqwest, bodies read as bytes){:>10.1} µs/run", floor.as_secs_f64() * 1e6);
+    println!(
+        "loopback agent run, 3 tool rounds + answer (4 HTTP calls), median of {SAMPLES}×{RUNS}"
+    );
+    println!(
+        "  agentry (auto loop, OpenAI Chat adapter)  {:>10.1} µs/run",
+        ours.as_secs_f64() * 1e6
+    );
+    println!(
+        "  floor (raw reqwest, bodies read as bytes){:>10.1} µs/run",
+        floor.as_secs_f64() * 1e6
+    );
     println!(
         "  agentry / floor                           {:>10.3}x  (target ≤ 1.10)",
         ours.as_secs_f64() / floor.as_secs_f64()

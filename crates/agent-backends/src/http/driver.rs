@@ -224,7 +224,7 @@ pub(crate) fn stream<'a, P: Protocol>(
                     retries += 1;
                     continue 'attempt;
                 }
-                yield Err(with_partial(error, &mut assembler, status));
+                yield Err(with_partial(error, &mut assembler));
                 return;
             }
         }
@@ -341,17 +341,13 @@ fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-fn with_partial(
-    mut error: BackendError,
-    assembler: &mut MessageAssembler,
-    status: u16,
-) -> BackendError {
+/// Attaches the message assembled so far. The status is left as the adapter set it: an error
+/// inside a 200 stream has no HTTP status of its own, and pretending it had 200 would hide the
+/// status the provider's error body may carry.
+fn with_partial(mut error: BackendError, assembler: &mut MessageAssembler) -> BackendError {
     let partial = assembler.finish_partial(StopReason::Error);
     if !partial.content.is_empty() || partial.usage.is_some() {
         error.partial = Some(Box::new(partial));
-    }
-    if error.status.is_none() {
-        error.status = Some(status);
     }
     error
 }
@@ -540,8 +536,7 @@ pub(crate) fn decode_all<P: Protocol>(
                 "the response ended before the provider said it was complete",
             ),
             &mut assembler,
-            200,
         )),
-        Err(error) => Err(with_partial(error, &mut assembler, 200)),
+        Err(error) => Err(with_partial(error, &mut assembler)),
     }
 }

@@ -58,10 +58,25 @@ pub(crate) fn table() -> Vec<Expected> {
         let file = between(cells[0], "`", "`").unwrap().to_owned();
         let provider: Provider = file.split('/').next().unwrap().parse().unwrap();
         let status = cells[4].parse().unwrap_or(429); // "n/a": OpenAI sends quota errors as 429
-        let error = between(cells[5], "ERROR → `", "`").map(str::to_owned);
-        let quoted = between(cells[8], "`", "`").unwrap();
-        let text_prefix: String = serde_json::from_str(quoted).unwrap();
-        let text_chars = between(cells[8], "(", " chars)").unwrap().parse().unwrap();
+        // `ERROR → `<message>`.` – the message may itself hold backticks (`gpt-5.2-proo`), so
+        // it ends at the first backtick followed by a full stop or the end of the cell.
+        // Markdown writes a message holding backticks as `` message ``.
+        let error = cells[5].split_once("ERROR → `").map(|(_, rest)| {
+            if let Some(inner) = rest.strip_prefix("` ") {
+                return inner[..inner.find(" ``").unwrap_or(inner.len())].to_owned();
+            }
+            let end = rest
+                .find("`.")
+                .or_else(|| rest.strip_suffix('`').map(str::len))
+                .unwrap_or(rest.len());
+            rest[..end].to_owned()
+        });
+        // `"<first 60 chars, JSON-escaped>"` (N chars); the text itself may hold `(` or a backtick.
+        let cell = cells[8].trim();
+        let close = cell.rfind("` (").unwrap();
+        let text_prefix: String = serde_json::from_str(&cell[1..close]).unwrap();
+        let count = &cell[close + 3..];
+        let text_chars = count.trim_end_matches(" chars)").parse().unwrap();
         let thinking = match cells[9].trim() {
             "—" => Thinking::None,
             "redacted" => Thinking::Redacted,
@@ -169,7 +184,11 @@ fn check(expected: &Expected, replayed: &Replayed) {
     let message = replayed.message().unwrap_or_default();
 
     let text = message.text_content();
-    assert_eq!(text.chars().count(), expected.text_chars, "{file}: text length");
+    assert_eq!(
+        text.chars().count(),
+        expected.text_chars,
+        "{file}: text length"
+    );
     assert!(
         text.starts_with(&expected.text_prefix),
         "{file}: text starts {:?}",
@@ -190,7 +209,10 @@ fn check(expected: &Expected, replayed: &Replayed) {
         Thinking::Chars(n) => assert_eq!(chars, n, "{file}: thinking chars"),
         Thinking::Redacted => {
             assert!(!thinking.is_empty(), "{file}: redacted thinking kept");
-            assert!(thinking.iter().all(|t| t.redacted && t.signature.is_some()), "{file}");
+            assert!(
+                thinking.iter().all(|t| t.redacted && t.signature.is_some()),
+                "{file}"
+            );
         }
     }
 
@@ -219,9 +241,16 @@ fn check(expected: &Expected, replayed: &Replayed) {
     if expected.refusal {
         // A refusal is normalized to content_filter; SOURCES.md tolerates `stop` where the
         // provider said stop. Either way its text is kept, in its own block.
-        assert_eq!(message.stop_reason, Some(StopReason::ContentFilter), "{file}");
+        assert_eq!(
+            message.stop_reason,
+            Some(StopReason::ContentFilter),
+            "{file}"
+        );
         assert!(
-            message.content.iter().any(|block| matches!(block, AssistantBlock::Refusal { text } if !text.is_empty())),
+            message
+                .content
+                .iter()
+                .any(|block| matches!(block, AssistantBlock::Refusal { text } if !text.is_empty())),
             "{file}: the refusal text is kept"
         );
     } else if stop == StopReason::Error {
@@ -260,7 +289,8 @@ fn check_usage(expected: &Expected, usage: Usage) {
         cache_read.filter(|&n| n > 0),
         "{file}: cache reads"
     );
-    let written = usage.cache_write_5m_tokens.unwrap_or(0) + usage.cache_write_1h_tokens.unwrap_or(0);
+    let written =
+        usage.cache_write_5m_tokens.unwrap_or(0) + usage.cache_write_1h_tokens.unwrap_or(0);
     assert_eq!(written, cache_write.unwrap_or(0), "{file}: cache writes");
     assert_eq!(
         usage.reasoning_tokens.filter(|&n| n > 0),
@@ -302,7 +332,11 @@ fn snapshot_name(file: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_recording_meets_its_written_expectations() {
     let table = table();
-    assert!(table.len() >= 60, "SOURCES.md lists {} recordings", table.len());
+    assert!(
+        table.len() >= 60,
+        "SOURCES.md lists {} recordings",
+        table.len()
+    );
     for expected in &table {
         let cassette = cassette(expected);
         let replayed = replay(expected.provider, cassette.clone()).await;

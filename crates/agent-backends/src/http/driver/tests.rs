@@ -3,6 +3,8 @@
 //! provider error. Timed tests run on tokio's paused clock (no timeouts race real I/O: each
 //! test enables only the timers it measures).
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use agent_types::{
