@@ -51,6 +51,12 @@ const RULES: &[Rule] = &[
         why: "without features the crate builds no HTTP client and no runtime",
     },
     Rule {
+        package: "agent-backends",
+        features: Features::All,
+        forbidden: &["openssl-sys", "native-tls", "aws-lc-sys", "rusqlite"],
+        why: "TLS is rustls with ring and bundled roots: no system OpenSSL, no cmake-built crypto",
+    },
+    Rule {
         package: "agent-loop",
         features: Features::All,
         forbidden: &["reqwest", "hyper", "rusqlite"],
