@@ -12,10 +12,14 @@ pub enum Error {
     #[error("the HTTP client could not be built: {0}")]
     Client(String),
     /// A provider name that is not one of the known providers.
-    #[error("unknown provider `{0}`; expected one of openai-chat, openai-responses, anthropic, gemini, ollama")]
+    #[error(
+        "unknown provider `{0}`; expected one of openai-chat, openai-responses, anthropic, gemini, ollama"
+    )]
     UnknownProvider(String),
     /// The provider's adapter was not compiled in.
-    #[error("the `{provider}` adapter is not in this build; enable the `{feature}` feature of agent-backends")]
+    #[error(
+        "the `{provider}` adapter is not in this build; enable the `{feature}` feature of agent-backends"
+    )]
     NotCompiled {
         /// The provider.
         provider: &'static str,

@@ -452,7 +452,10 @@ mod tests {
         assert_eq!(calls[0].arguments, json!({}));
         assert_eq!(calls[1].arguments, json!("{oops"));
         assert!(!calls[0].invalid_arguments);
-        assert!(calls[1].invalid_arguments, "raw text must be flagged, not passed off as JSON");
+        assert!(
+            calls[1].invalid_arguments,
+            "raw text must be flagged, not passed off as JSON"
+        );
         assert_eq!(message.stop_reason, None);
     }
 

@@ -48,11 +48,7 @@ impl JsonArrayParser {
     ///
     /// A protocol error for text outside the elements that is not `[`, `,`, `]` or
     /// whitespace, an element that is not UTF-8, or whatever `on_element` returns.
-    pub fn feed(
-        &mut self,
-        chunk: &[u8],
-        on_element: &mut OnText<'_>,
-    ) -> Result<(), BackendError> {
+    pub fn feed(&mut self, chunk: &[u8], on_element: &mut OnText<'_>) -> Result<(), BackendError> {
         // Start of the element within this chunk, when it began here.
         let mut begin: Option<usize> = None;
         for (at, &byte) in chunk.iter().enumerate() {
@@ -151,7 +147,9 @@ fn unexpected(byte: u8, expected: &str) -> BackendError {
     } else {
         format!("byte 0x{byte:02x}")
     };
-    malformed(format!("expected {expected} in the JSON array stream, found {shown}"))
+    malformed(format!(
+        "expected {expected} in the JSON array stream, found {shown}"
+    ))
 }
 
 #[cfg(test)]

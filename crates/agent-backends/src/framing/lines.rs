@@ -24,11 +24,7 @@ impl NdjsonParser {
     /// # Errors
     ///
     /// A protocol error for a line that is not UTF-8, or whatever `on_line` returns.
-    pub fn feed(
-        &mut self,
-        mut chunk: &[u8],
-        on_line: &mut OnText<'_>,
-    ) -> Result<(), BackendError> {
+    pub fn feed(&mut self, mut chunk: &[u8], on_line: &mut OnText<'_>) -> Result<(), BackendError> {
         while let Some(eol) = chunk.iter().position(|&b| b == b'\n') {
             if self.line.is_empty() {
                 emit(&chunk[..eol], on_line)?;
@@ -60,8 +56,8 @@ fn emit(line: &[u8], on_line: &mut OnText<'_>) -> Result<(), BackendError> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
-    let text = std::str::from_utf8(line)
-        .map_err(|_| malformed("an NDJSON line is not valid UTF-8"))?;
+    let text =
+        std::str::from_utf8(line).map_err(|_| malformed("an NDJSON line is not valid UTF-8"))?;
     on_line(text)
 }
 

@@ -319,7 +319,10 @@ fn transport_error(error: &reqwest::Error) -> BackendError {
     } else {
         BackendErrorKind::Connection
     };
-    BackendError::new(kind, format!("the request could not be completed: {}", chain(error)))
+    BackendError::new(
+        kind,
+        format!("the request could not be completed: {}", chain(error)),
+    )
 }
 
 fn broken(error: &reqwest::Error) -> BackendError {
@@ -426,9 +429,15 @@ impl Framer {
                     out,
                 )
             }),
-            Self::Ndjson(parser) => {
-                parser.feed(chunk, &mut |line| decoder.frame(Frame { event: "", data: line }, out))
-            }
+            Self::Ndjson(parser) => parser.feed(chunk, &mut |line| {
+                decoder.frame(
+                    Frame {
+                        event: "",
+                        data: line,
+                    },
+                    out,
+                )
+            }),
             Self::JsonArray(parser) => parser.feed(chunk, &mut |element| {
                 decoder.frame(
                     Frame {
@@ -470,9 +479,15 @@ impl Framer {
                     out,
                 )
             }),
-            Self::Ndjson(parser) => {
-                parser.finish(&mut |line| decoder.frame(Frame { event: "", data: line }, out))
-            }
+            Self::Ndjson(parser) => parser.finish(&mut |line| {
+                decoder.frame(
+                    Frame {
+                        event: "",
+                        data: line,
+                    },
+                    out,
+                )
+            }),
             Self::JsonArray(parser) => parser.finish(),
             Self::Whole(buffer) => {
                 let text = std::str::from_utf8(buffer).map_err(|_| {

@@ -255,11 +255,17 @@ mod tests {
     #[test]
     fn backoff_doubles_caps_and_jitters_within_half_to_full() {
         let policy = RetryPolicy::default();
-        assert_eq!(policy.backoff(0, 1.0), Duration::from_millis(1000).min(Duration::from_millis(500)));
+        assert_eq!(
+            policy.backoff(0, 1.0),
+            Duration::from_millis(1000).min(Duration::from_millis(500))
+        );
         assert_eq!(policy.backoff(0, 0.0), Duration::from_millis(250));
         assert_eq!(policy.backoff(1, 0.0), Duration::from_millis(500));
         assert_eq!(policy.backoff(10, 0.0), Duration::from_secs(4));
-        assert_eq!(policy.backoff(40, 0.99), Duration::from_secs(8).mul_f64(0.995));
+        assert_eq!(
+            policy.backoff(40, 0.99),
+            Duration::from_secs(8).mul_f64(0.995)
+        );
     }
 
     #[test]

@@ -152,7 +152,10 @@ mod tests {
         let error = response_error(502, body, |_| None);
         assert_eq!(error.kind, BackendErrorKind::Server);
         assert!(error.is_retryable());
-        assert!(error.message.contains("HTML page (\"502 Bad Gateway\")"), "{error}");
+        assert!(
+            error.message.contains("HTML page (\"502 Bad Gateway\")"),
+            "{error}"
+        );
         assert_eq!(error.status, Some(502));
     }
 
@@ -183,7 +186,10 @@ mod tests {
         headers.insert("retry-after-ms", "1500".parse().unwrap());
         assert_eq!(retry_after(&headers), Some(Duration::from_millis(1500)));
         headers.clear();
-        headers.insert("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT".parse().unwrap());
+        headers.insert(
+            "retry-after",
+            "Wed, 21 Oct 2026 07:28:00 GMT".parse().unwrap(),
+        );
         assert_eq!(retry_after(&headers), None);
     }
 }

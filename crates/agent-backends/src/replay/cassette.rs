@@ -193,12 +193,21 @@ mod tests {
 
     #[test]
     fn sniffing() {
-        assert_eq!(Cassette::sniff(b"event: a\ndata: {}\n\n"), "text/event-stream");
+        assert_eq!(
+            Cassette::sniff(b"event: a\ndata: {}\n\n"),
+            "text/event-stream"
+        );
         assert_eq!(Cassette::sniff(b"data: {}\r\n\r\n"), "text/event-stream");
-        assert_eq!(Cassette::sniff(b"{\"a\":1}\n{\"b\":2}\n"), "application/x-ndjson");
+        assert_eq!(
+            Cassette::sniff(b"{\"a\":1}\n{\"b\":2}\n"),
+            "application/x-ndjson"
+        );
         assert_eq!(Cassette::sniff(b"{\"a\":1}\n"), "application/json");
         assert_eq!(Cassette::sniff(b"{\n  \"a\": 1\n}\n"), "application/json");
-        assert_eq!(Cassette::sniff(b"[{\"a\":1}\n,\n{\"b\":2}]"), "application/json");
+        assert_eq!(
+            Cassette::sniff(b"[{\"a\":1}\n,\n{\"b\":2}]"),
+            "application/json"
+        );
         assert_eq!(Cassette::sniff(b"<html>"), "application/octet-stream");
     }
 
@@ -213,7 +222,10 @@ mod tests {
     fn chunk_plans() {
         let body = b"abcdef";
         assert_eq!(Chunking::Every(4).pieces(body), [&b"abcd"[..], b"ef"]);
-        assert_eq!(Chunking::At(vec![0, 2, 2, 5, 9]).pieces(body), [&b"ab"[..], b"cde", b"f"]);
+        assert_eq!(
+            Chunking::At(vec![0, 2, 2, 5, 9]).pieces(body),
+            [&b"ab"[..], b"cde", b"f"]
+        );
         assert_eq!(Chunking::Whole.pieces(body), [&body[..]]);
     }
 }

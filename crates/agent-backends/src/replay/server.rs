@@ -119,7 +119,11 @@ impl ReplayServer {
     /// # Errors
     ///
     /// [`Error::NotCompiled`] when the provider's feature is off.
-    pub fn backend(&self, provider: Provider, http: HttpOptions) -> Result<Box<dyn Backend>, Error> {
+    pub fn backend(
+        &self,
+        provider: Provider,
+        http: HttpOptions,
+    ) -> Result<Box<dyn Backend>, Error> {
         provider.backend(&self.url(), Some("replay-key".to_owned()), http)
     }
 

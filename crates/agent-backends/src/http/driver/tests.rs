@@ -78,7 +78,10 @@ impl Decoder for ToyDecoder {
                 stop_reason: StopReason::Stop,
             }),
             "fail:overloaded" => {
-                return Err(BackendError::new(BackendErrorKind::Overloaded, "overloaded"));
+                return Err(BackendError::new(
+                    BackendErrorKind::Overloaded,
+                    "overloaded",
+                ));
             }
             text => out.push(StreamEvent::TextDelta { delta: text.into() }),
         }
@@ -86,8 +89,20 @@ impl Decoder for ToyDecoder {
     }
 
     fn body(&mut self, body: &str, out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
-        self.frame(Frame { event: "", data: body }, out)?;
-        self.frame(Frame { event: "", data: "DONE" }, out)
+        self.frame(
+            Frame {
+                event: "",
+                data: body,
+            },
+            out,
+        )?;
+        self.frame(
+            Frame {
+                event: "",
+                data: "DONE",
+            },
+            out,
+        )
     }
 
     fn end(&mut self, _out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
@@ -110,7 +125,11 @@ fn sse(body: &str) -> Cassette {
 }
 
 fn status(code: u16) -> Cassette {
-    Cassette::new(code, "application/json", json!({"error": format!("status {code}")}).to_string())
+    Cassette::new(
+        code,
+        "application/json",
+        json!({"error": format!("status {code}")}).to_string(),
+    )
 }
 
 fn toy(server: &ReplayServer, retry: RetryPolicy, timeouts: Timeouts) -> Toy {
@@ -161,14 +180,19 @@ fn retries(n: u32) -> RetryPolicy {
 
 #[tokio::test(start_paused = true)]
 async fn failures_before_output_are_retried_with_backoff_and_output_is_not_duplicated() {
-    let server = ReplayServer::start([status(503), status(500), sse(OK)]).await.unwrap();
+    let server = ReplayServer::start([status(503), status(500), sse(OK)])
+        .await
+        .unwrap();
     let backend = toy(&server, retries(3), Timeouts::none());
     let started = tokio::time::Instant::now();
     let (events, error) = run(&backend).await;
     assert!(error.is_none(), "{error:?}");
     assert_eq!(text(&events), "Hello world");
     assert_eq!(
-        events.iter().filter(|e| matches!(e, StreamEvent::MessageStart { .. })).count(),
+        events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::MessageStart { .. }))
+            .count(),
         1
     );
     assert_eq!(server.requests().len(), 3);
@@ -199,7 +223,9 @@ async fn retry_after_is_honoured_exactly() {
 
 #[tokio::test(start_paused = true)]
 async fn giving_up_returns_the_last_error_and_non_retryable_errors_are_not_retried() {
-    let server = ReplayServer::start([status(503), status(503), status(503)]).await.unwrap();
+    let server = ReplayServer::start([status(503), status(503), status(503)])
+        .await
+        .unwrap();
     let backend = toy(&server, retries(2), Timeouts::none());
     let (_, error) = run(&backend).await;
     let error = error.unwrap();
@@ -232,7 +258,9 @@ async fn a_retry_after_longer_than_allowed_is_handed_back_not_waited_out() {
 
 #[tokio::test(start_paused = true)]
 async fn an_in_band_error_before_any_output_is_retried_but_after_output_it_carries_the_partial() {
-    let server = ReplayServer::start([sse("data: fail:overloaded\n\n"), sse(OK)]).await.unwrap();
+    let server = ReplayServer::start([sse("data: fail:overloaded\n\n"), sse(OK)])
+        .await
+        .unwrap();
     let backend = toy(&server, retries(1), Timeouts::none());
     let (events, error) = run(&backend).await;
     assert!(error.is_none(), "{error:?}");
@@ -255,11 +283,9 @@ async fn an_in_band_error_before_any_output_is_retried_but_after_output_it_carri
 
 #[tokio::test]
 async fn a_connection_dropped_mid_stream_is_an_error_with_the_partial_message() {
-    let server = ReplayServer::start([sse(OK)
-        .with_chunking(Chunking::Every(7))
-        .cut_after(20)])
-    .await
-    .unwrap();
+    let server = ReplayServer::start([sse(OK).with_chunking(Chunking::Every(7)).cut_after(20)])
+        .await
+        .unwrap();
     let backend = toy(&server, RetryPolicy::none(), Timeouts::none());
     let (events, error) = run(&backend).await;
     let error = error.unwrap();
@@ -326,7 +352,11 @@ async fn html_from_a_proxy_and_empty_bodies_are_typed_errors() {
     let server = ReplayServer::start([
         Cassette::new(200, "text/html", "<html><title>Login</title></html>"),
         Cassette::new(200, "application/json", ""),
-        Cassette::new(502, "text/html", "<html><title>502 Bad Gateway</title></html>"),
+        Cassette::new(
+            502,
+            "text/html",
+            "<html><title>502 Bad Gateway</title></html>",
+        ),
     ])
     .await
     .unwrap();
