@@ -1,5 +1,7 @@
 //! `agentry replay` run as a real process over every recording in `fixtures/providers`.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::process::Command;
 
