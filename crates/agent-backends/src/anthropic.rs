@@ -90,13 +90,10 @@ mod request;
 #[cfg(test)]
 mod tests;
 
-use agent_types::{
-    Backend, BackendError, BackendErrorKind, BackendStream, Capabilities, ModelRequest,
-    ReasoningEffort,
-};
+use agent_types::{BackendError, BackendErrorKind, Capabilities, ModelRequest, ReasoningEffort};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use crate::http::driver::{self, Prepared, Protocol};
+use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::{ProviderError, response_error, str_field};
 use crate::http::{Connection, HttpOptions, http_builders, json_body, secret_header};
 
@@ -240,16 +237,6 @@ impl Anthropic {
 }
 
 http_builders!(Anthropic);
-
-impl Backend for Anthropic {
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities
-    }
-
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
-        driver::stream(self, request)
-    }
-}
 
 impl Protocol for Anthropic {
     type Decoder = decode::WireDecoder;

@@ -111,14 +111,11 @@ mod tests;
 
 use std::time::Duration;
 
-use agent_types::{
-    Backend, BackendError, BackendErrorKind, BackendStream, Capabilities, ModelRequest,
-    ReasoningEffort,
-};
+use agent_types::{BackendError, BackendErrorKind, Capabilities, ModelRequest, ReasoningEffort};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
-use crate::http::driver::{self, Prepared, Protocol};
+use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::{ProviderError, kind_for_status, response_error, str_field};
 use crate::http::{Connection, HttpOptions, http_builders, secret_header};
 
@@ -204,16 +201,6 @@ impl Gemini {
 }
 
 http_builders!(Gemini);
-
-impl Backend for Gemini {
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities
-    }
-
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
-        driver::stream(self, request)
-    }
-}
 
 impl Protocol for Gemini {
     type Decoder = decode::WireDecoder;

@@ -100,10 +100,24 @@ pub(crate) fn secret_header(value: &str) -> Result<reqwest::header::HeaderValue,
     Ok(header)
 }
 
-/// The builder methods every HTTP adapter has. The type needs the fields
-/// `connection: Connection` and `capabilities: Capabilities`.
+/// The builder methods every HTTP adapter has, and its `Backend` impl (the driver over its
+/// `Protocol`). The type needs the fields `connection: Connection` and
+/// `capabilities: Capabilities`.
 macro_rules! http_builders {
     ($type:ty) => {
+        impl agent_types::Backend for $type {
+            fn capabilities(&self) -> agent_types::Capabilities {
+                self.capabilities
+            }
+
+            fn stream<'a>(
+                &'a self,
+                request: &'a agent_types::ModelRequest,
+            ) -> agent_types::BackendStream<'a> {
+                $crate::http::driver::stream(self, request)
+            }
+        }
+
         impl $type {
             /// With a different base URL (a proxy, a compatible server, a regional endpoint).
             #[must_use]

@@ -60,12 +60,10 @@ mod request;
 #[cfg(test)]
 mod tests;
 
-use agent_types::{
-    Backend, BackendError, BackendErrorKind, BackendStream, Capabilities, ModelRequest,
-};
+use agent_types::{BackendError, BackendErrorKind, Capabilities, ModelRequest};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 
-use crate::http::driver::{self, Prepared, Protocol};
+use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::{ProviderError, response_error};
 use crate::http::{Connection, HttpOptions, http_builders, secret_header};
 
@@ -169,16 +167,6 @@ fn host_url(value: &str) -> String {
 }
 
 http_builders!(Ollama);
-
-impl Backend for Ollama {
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities
-    }
-
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
-        driver::stream(self, request)
-    }
-}
 
 impl Protocol for Ollama {
     type Decoder = decode::WireDecoder;

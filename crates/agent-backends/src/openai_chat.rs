@@ -75,11 +75,11 @@ mod request;
 #[cfg(test)]
 mod tests;
 
-use agent_types::{Backend, BackendError, BackendStream, Capabilities, ModelRequest};
+use agent_types::{BackendError, Capabilities, ModelRequest};
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 
 use self::decode::ChatDecoder;
-use crate::http::driver::{self, Prepared, Protocol};
+use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::{ProviderError, response_error};
 use crate::http::{Connection, HttpOptions, http_builders, secret_header};
 
@@ -157,16 +157,6 @@ impl OpenAiChat {
 }
 
 http_builders!(OpenAiChat);
-
-impl Backend for OpenAiChat {
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities
-    }
-
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
-        driver::stream(self, request)
-    }
-}
 
 impl Protocol for OpenAiChat {
     type Decoder = ChatDecoder;

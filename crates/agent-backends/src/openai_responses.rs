@@ -43,11 +43,11 @@ mod request;
 #[cfg(test)]
 mod tests;
 
-use agent_types::{Backend, BackendError, BackendStream, Capabilities, ModelRequest};
+use agent_types::{BackendError, Capabilities, ModelRequest};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Deserialize;
 
-use crate::http::driver::{self, Prepared, Protocol};
+use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::response_error;
 use crate::http::{Connection, HttpOptions, http_builders, secret_header};
 
@@ -114,16 +114,6 @@ impl OpenAiResponses {
 }
 
 http_builders!(OpenAiResponses);
-
-impl Backend for OpenAiResponses {
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities
-    }
-
-    fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
-        driver::stream(self, request)
-    }
-}
 
 impl Protocol for OpenAiResponses {
     type Decoder = WireDecoder;
