@@ -20,6 +20,8 @@
     allow(dead_code)
 )]
 pub(crate) mod driver;
+#[cfg(any(feature = "gemini", feature = "ollama"))]
+pub(crate) mod extras;
 mod options;
 #[cfg_attr(
     not(any(

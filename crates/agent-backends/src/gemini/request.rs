@@ -9,11 +9,11 @@ use agent_types::{
 };
 use bytes::Bytes;
 use serde::Serialize;
-use serde::ser::SerializeMap;
 use serde_json::{Map, Value};
 
 use super::schema::to_gemini_schema;
 use super::{GENERATED_ID_PREFIX, thinking_budget};
+use crate::http::extras::{TopLevelExtras, nested, refuse_collisions};
 use crate::http::json_body;
 
 /// The extra that is merged into `generationConfig` instead of the top level.
@@ -203,23 +203,6 @@ struct ThinkingConfig {
     include_thoughts: bool,
 }
 
-/// The caller's extras for the top level: every key but `generationConfig`, which is merged
-/// into the adapter's own.
-#[derive(Debug)]
-struct TopLevelExtras<'a>(&'a Map<String, Value>);
-
-impl Serialize for TopLevelExtras<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        for (key, value) in self.0 {
-            if key != GENERATION_CONFIG {
-                map.serialize_entry(key, value)?;
-            }
-        }
-        map.end()
-    }
-}
-
 pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendError> {
     if request.settings.parallel_tool_calls == Some(false) {
         return Err(BackendError::new(
@@ -254,7 +237,10 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
         tools,
         tool_config: tool_config(request)?,
         generation_config: generation_config(request)?,
-        extras: TopLevelExtras(&request.extras),
+        extras: TopLevelExtras {
+            extras: &request.extras,
+            nested: GENERATION_CONFIG,
+        },
     };
     let sent = [
         Some("contents"),
@@ -264,24 +250,8 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
         (!wire.tools.is_empty()).then_some("tools"),
         wire.tool_config.as_ref().map(|_| "toolConfig"),
     ];
-    if let Some(key) = sent
-        .into_iter()
-        .flatten()
-        .find(|key| request.extras.contains_key(*key))
-    {
-        return Err(collision(key));
-    }
+    refuse_collisions(&request.extras, sent.into_iter().flatten(), "Gemini", "")?;
     Ok(wire)
-}
-
-fn collision(key: &str) -> BackendError {
-    BackendError::new(
-        BackendErrorKind::InvalidRequest,
-        format!(
-            "the extra `{key}` collides with a field the Gemini adapter sends; \
-             use the typed request field or setting instead"
-        ),
-    )
 }
 
 fn invalid(message: impl Into<String>) -> BackendError {
@@ -328,15 +298,7 @@ fn tool_config(request: &ModelRequest) -> Result<Option<ToolConfig<'_>>, Backend
 
 fn generation_config(request: &ModelRequest) -> Result<Option<GenerationConfig<'_>>, BackendError> {
     let settings = &request.settings;
-    let extra = match request.extras.get(GENERATION_CONFIG) {
-        None => None,
-        Some(Value::Object(extra)) => Some(extra),
-        Some(_) => {
-            return Err(invalid(
-                "the extra `generationConfig` must be a JSON object (it is merged into the one the adapter builds)",
-            ));
-        }
-    };
+    let extra = nested(&request.extras, GENERATION_CONFIG)?;
     let config = GenerationConfig {
         max_output_tokens: settings.max_output_tokens,
         temperature: settings.temperature,
@@ -348,10 +310,8 @@ fn generation_config(request: &ModelRequest) -> Result<Option<GenerationConfig<'
             .map(|reasoning| thinking_config(&request.model, reasoning)),
         extra,
     };
-    if let Some(extra) = extra
-        && let Some(key) = config.own_keys().find(|key| extra.contains_key(*key))
-    {
-        return Err(collision(&format!("generationConfig.{key}")));
+    if let Some(extra) = extra {
+        refuse_collisions(extra, config.own_keys(), "Gemini", "generationConfig.")?;
     }
     let empty = config.own_keys().next().is_none() && extra.is_none();
     Ok((!empty).then_some(config))

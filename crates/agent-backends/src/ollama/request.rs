@@ -8,9 +8,9 @@ use agent_types::{
 };
 use bytes::Bytes;
 use serde::Serialize;
-use serde::ser::SerializeMap;
 use serde_json::{Map, Value};
 
+use crate::http::extras::{TopLevelExtras, nested, refuse_collisions};
 use crate::http::json_body;
 
 /// The extra that is merged into `options` instead of the top level.
@@ -129,23 +129,6 @@ impl Options<'_> {
     }
 }
 
-/// The caller's extras for the top level: every key but `options`, which is merged into the
-/// adapter's own.
-#[derive(Debug)]
-struct TopLevelExtras<'a>(&'a Map<String, Value>);
-
-impl Serialize for TopLevelExtras<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        for (key, value) in self.0 {
-            if key != OPTIONS {
-                map.serialize_entry(key, value)?;
-            }
-        }
-        map.end()
-    }
-}
-
 fn unsupported(message: impl Into<String>) -> BackendError {
     BackendError::new(BackendErrorKind::Unsupported, message)
 }
@@ -212,7 +195,10 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
         stream: request.stream,
         think: think(request),
         options: options(request)?,
-        extras: TopLevelExtras(&request.extras),
+        extras: TopLevelExtras {
+            extras: &request.extras,
+            nested: OPTIONS,
+        },
     };
     let sent = [
         Some("model"),
@@ -221,21 +207,8 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
         (!wire.tools.is_empty()).then_some("tools"),
         wire.think.as_ref().map(|_| "think"),
     ];
-    if let Some(key) = sent
-        .into_iter()
-        .flatten()
-        .find(|key| request.extras.contains_key(*key))
-    {
-        return Err(collision(key));
-    }
+    refuse_collisions(&request.extras, sent.into_iter().flatten(), "Ollama", "")?;
     Ok(wire)
-}
-
-fn collision(key: &str) -> BackendError {
-    invalid(format!(
-        "the extra `{key}` collides with a field the Ollama adapter sends; \
-         use the typed request field or setting instead"
-    ))
 }
 
 fn think(request: &ModelRequest) -> Option<Think> {
@@ -253,15 +226,7 @@ fn think(request: &ModelRequest) -> Option<Think> {
 
 fn options(request: &ModelRequest) -> Result<Option<Options<'_>>, BackendError> {
     let settings = &request.settings;
-    let extra = match request.extras.get(OPTIONS) {
-        None => None,
-        Some(Value::Object(extra)) => Some(extra),
-        Some(_) => {
-            return Err(invalid(
-                "the extra `options` must be a JSON object (it is merged into the one the adapter builds)",
-            ));
-        }
-    };
+    let extra = nested(&request.extras, OPTIONS)?;
     let options = Options {
         num_predict: settings.max_output_tokens,
         temperature: settings.temperature,
@@ -269,10 +234,8 @@ fn options(request: &ModelRequest) -> Result<Option<Options<'_>>, BackendError> 
         stop: &settings.stop_sequences,
         extra,
     };
-    if let Some(extra) = extra
-        && let Some(key) = options.own_keys().find(|key| extra.contains_key(*key))
-    {
-        return Err(collision(&format!("options.{key}")));
+    if let Some(extra) = extra {
+        refuse_collisions(extra, options.own_keys(), "Ollama", "options.")?;
     }
     let empty = options.own_keys().next().is_none() && extra.is_none();
     Ok((!empty).then_some(options))
