@@ -105,18 +105,9 @@ pub(crate) fn stream<'a, P: Protocol>(
         let limits = Limits::start(http);
         let mut retries = 0u32;
         'attempt: loop {
-            let send = http
-                .client
-                .reqwest()
-                .post(&prepared.url)
-                .headers(prepared.headers.clone())
-                .headers(http.headers.clone())
-                .body(prepared.body.clone())
-                .send();
-            let response = match limits.within(send).await {
-                Ok(Ok(response)) => response,
-                Ok(Err(error)) => {
-                    let error = transport_error(&error);
+            let response = match open(protocol, http, &prepared, &limits).await {
+                Ok(response) => response,
+                Err(error) => {
                     if let Some(wait) = retry_wait(http, &error, retries, &limits) {
                         retry_log(&error, retries, wait);
                         tokio::time::sleep(wait).await;
@@ -126,36 +117,7 @@ pub(crate) fn stream<'a, P: Protocol>(
                     yield Err(error);
                     return;
                 }
-                Err(timeout) => {
-                    if let Some(wait) = retry_wait(http, &timeout, retries, &limits) {
-                        retry_log(&timeout, retries, wait);
-                        tokio::time::sleep(wait).await;
-                        retries += 1;
-                        continue 'attempt;
-                    }
-                    yield Err(timeout);
-                    return;
-                }
             };
-
-            let status = response.status().as_u16();
-            if !response.status().is_success() {
-                let asked = retry_after(response.headers());
-                let body = read_capped(response, MAX_ERROR_BODY, &limits).await;
-                let mut error = protocol.error(status, &body);
-                error.status = Some(status);
-                if asked.is_some() {
-                    error.retry_after = asked;
-                }
-                if let Some(wait) = retry_wait(http, &error, retries, &limits) {
-                    retry_log(&error, retries, wait);
-                    tokio::time::sleep(wait).await;
-                    retries += 1;
-                    continue 'attempt;
-                }
-                yield Err(error);
-                return;
-            }
 
             let content_type = response
                 .headers()
@@ -229,6 +191,40 @@ pub(crate) fn stream<'a, P: Protocol>(
             }
         }
     })
+}
+
+/// Sends the request and waits for a success status: a transport failure, a timeout or an
+/// error status (its body read and mapped by the adapter) is an error, retryable or not.
+async fn open<P: Protocol>(
+    protocol: &P,
+    http: &HttpOptions,
+    prepared: &Prepared,
+    limits: &Limits,
+) -> Result<reqwest::Response, BackendError> {
+    let send = http
+        .client
+        .reqwest()
+        .post(&prepared.url)
+        .headers(prepared.headers.clone())
+        .headers(http.headers.clone())
+        .body(prepared.body.clone())
+        .send();
+    let response = limits
+        .within(send)
+        .await?
+        .map_err(|error| transport_error(&error))?;
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let status = response.status().as_u16();
+    let asked = retry_after(response.headers());
+    let body = read_capped(response, MAX_ERROR_BODY, limits).await;
+    let mut error = protocol.error(status, &body);
+    error.status = Some(status);
+    if asked.is_some() {
+        error.retry_after = asked;
+    }
+    Err(error)
 }
 
 /// The whole-call deadline and the idle limit.
