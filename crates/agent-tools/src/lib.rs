@@ -75,6 +75,8 @@
 //! # }
 //! ```
 
+#[cfg(feature = "builtin")]
+pub mod builtin;
 mod context;
 mod error;
 mod handler;

@@ -1,0 +1,1 @@
+//! Ready-made tools (placeholder; being written).
