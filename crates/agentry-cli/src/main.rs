@@ -1,22 +1,56 @@
 //! `agentry`: the command-line face of the agentry workspace.
 //!
-//! Its first subcommand, `agentry replay`, feeds a recorded provider response through the real
-//! adapter (over a loopback HTTP server, so the real HTTP client and framing run too) and
-//! prints the normalized assistant message. See `docs/cli.md` for the output format.
+//! - `agentry demo` runs an `auto`-mode agent offline: a recorded provider conversation is
+//!   replayed over loopback HTTP through the real adapter while real tools run.
+//! - `agentry run` runs the same loop against a real provider, with built-in tools, budgets,
+//!   remote tools and an optional session file; `agentry resume` continues a session that
+//!   stopped for remote tool results.
+//! - `agentry replay` decodes one recorded provider response through the real adapter.
+//!
+//! Output formats, exit codes and `agentry.toml` are documented in `docs/cli.md`.
 
 // Printing is this program's job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod agent;
+mod args;
+mod backend;
+mod config;
+mod demo;
+mod error;
+mod exit;
+mod prices;
+mod render;
 mod replay;
+mod run;
+mod session_file;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Run LLM tool-calling agents, and inspect what providers send.
+use crate::args::{LoopArgs, ModelArgs, OutputArgs, ProviderChoice};
+use crate::exit::Exit;
+use crate::render::Renderer;
+
+const EXIT_CODES: &str = "\
+Exit status: 0 done, 1 error, 2 usage (bad flags, configuration or missing key), 3 budget \
+exceeded, 4 awaiting remote tool results, 130 aborted (Ctrl-C).";
+
+const RUN_HELP: &str = "\
+Keys come from OPENAI_API_KEY (openai, openai-responses, openai-compatible), ANTHROPIC_API_KEY, \
+GEMINI_API_KEY (or GOOGLE_API_KEY); Ollama needs none and honours OLLAMA_HOST.
+Default models: openai and openai-responses gpt-5-mini, anthropic claude-sonnet-4-5, gemini \
+gemini-2.5-flash, ollama qwen3; openai-compatible needs --model.
+Flags win over agentry.toml, which wins over the defaults.
+
+Exit status: 0 done, 1 error, 2 usage (bad flags, configuration or missing key), 3 budget \
+exceeded, 4 awaiting remote tool results, 130 aborted (Ctrl-C).";
+
+/// Run LLM tool-calling agents, offline or against real providers.
 #[derive(Debug, Parser)]
-#[command(name = "agentry", version, about)]
+#[command(name = "agentry", version, about, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,6 +58,55 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run an agent offline: a recorded conversation replayed through the real adapter over
+    /// loopback HTTP, with real tools (weather table, calculator, clock) in auto mode.
+    #[command(after_help = EXIT_CODES)]
+    Demo {
+        /// Whose recorded conversation to replay
+        #[arg(long, value_enum, default_value = "anthropic")]
+        provider: ProviderChoice,
+        #[command(flatten)]
+        loop_args: LoopArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Run an agent against a real provider.
+    #[command(after_help = RUN_HELP)]
+    Run {
+        /// The prompt (several words are joined with spaces); read from stdin when omitted
+        prompt: Vec<String>,
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Declare a tool you run yourself (repeatable): the run stops with its pending calls
+        /// printed as JSON; continue with `agentry resume`
+        #[arg(long = "remote-tool", value_name = "NAME")]
+        remote_tools: Vec<String>,
+        /// Keep the session in FILE (JSONL; SQLite for .db/.sqlite/.sqlite3), continuing it
+        /// if it exists; every turn is stored as it completes
+        #[arg(long, value_name = "FILE")]
+        session: Option<PathBuf>,
+        #[command(flatten)]
+        loop_args: LoopArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Continue a session that stopped for remote tool calls, with their results.
+    #[command(after_help = RUN_HELP)]
+    Resume {
+        /// The session file given to `agentry run --session`
+        #[arg(long, value_name = "FILE")]
+        session: PathBuf,
+        /// The results: {"<call id>": output, …} or [{"tool_call_id", "content", "is_error"}];
+        /// `-` reads stdin
+        #[arg(long, value_name = "RESULTS.json")]
+        results: PathBuf,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        loop_args: LoopArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Decode a recorded provider response body through the real adapter and print the
     /// normalized assistant message as one JSON object.
     ///
@@ -56,11 +139,66 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match cli.command {
-        Command::Replay {
-            provider,
-            status,
-            file,
-        } => runtime.block_on(replay::run(provider, status, &file)),
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Replay {
+                provider,
+                status,
+                file,
+            } => Ok(replay::run(provider, status, &file).await),
+            Command::Demo {
+                provider,
+                loop_args,
+                output,
+            } => {
+                let mut renderer = Renderer::stdio(output.json);
+                demo::run(provider, &loop_args, &mut renderer)
+                    .await
+                    .map(ExitCode::from)
+            }
+            Command::Run {
+                prompt,
+                model,
+                remote_tools,
+                session,
+                loop_args,
+                output,
+            } => {
+                let mut renderer = Renderer::stdio(output.json);
+                let request = run::RunRequest {
+                    prompt,
+                    model: &model,
+                    remote_tools: &remote_tools,
+                    session: session.as_deref(),
+                    loop_args: &loop_args,
+                };
+                run::run(request, &mut renderer).await.map(ExitCode::from)
+            }
+            Command::Resume {
+                session,
+                results,
+                model,
+                loop_args,
+                output,
+            } => {
+                let mut renderer = Renderer::stdio(output.json);
+                run::resume(&session, &results, &model, &loop_args, &mut renderer)
+                    .await
+                    .map(ExitCode::from)
+            }
+        }
+    });
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("agentry: {error}");
+            ExitCode::from(error.exit())
+        }
+    }
+}
+
+impl From<Exit> for u8 {
+    fn from(exit: Exit) -> Self {
+        exit.code()
     }
 }

@@ -15,6 +15,7 @@
 //! | feature | default | enables |
 //! |---|---|---|
 //! | `tools` | yes | [`tools`] |
+//! | `builtin-tools` | no | `tools::builtin`: calculator, clock, a `read_file` confined to one directory |
 //! | `loop` | yes | [`agent_loop`] and the headline items at the root ([`generate`], [`Options`]…); needs tokio's timer |
 //! | `backends` | via `scripted` | [`backends`] without any backend |
 //! | `scripted` | yes | the scripted backend |

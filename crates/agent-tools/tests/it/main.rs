@@ -3,6 +3,8 @@
 // Helpers outside `#[test]` fns are test code too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "builtin")]
+mod builtin;
 mod handlers;
 mod registry;
 mod repair_props;

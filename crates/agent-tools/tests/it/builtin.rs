@@ -1,8 +1,5 @@
 //! The ready-made tools, driven through `Tool::invoke` as the loop drives them.
 
-#![cfg(feature = "builtin")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::fs;
 use std::path::Path;
 

@@ -1,0 +1,185 @@
+//! The command line's shared pieces: provider and tool names, loop flags, output flags.
+//!
+//! Every loop flag is optional here so that a missing flag can fall back to `agentry.toml`
+//! and then to the built-in default (see [`crate::config`]).
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+/// Which provider API to talk to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum ProviderChoice {
+    /// OpenAI Chat Completions (`OPENAI_API_KEY`).
+    #[value(alias = "openai-chat")]
+    #[serde(alias = "openai-chat")]
+    Openai,
+    /// The OpenAI Responses API (`OPENAI_API_KEY`).
+    OpenaiResponses,
+    /// Anthropic Messages (`ANTHROPIC_API_KEY`).
+    Anthropic,
+    /// Google Gemini (`GEMINI_API_KEY`).
+    Gemini,
+    /// Ollama's native API (`OLLAMA_HOST`, default `http://localhost:11434`).
+    Ollama,
+    /// Any server speaking Chat Completions at `--base-url` (vLLM, llama.cpp, LM Studio,
+    /// OpenRouter, Groq…); `OPENAI_API_KEY` is sent when set.
+    OpenaiCompatible,
+}
+
+impl ProviderChoice {
+    /// The name used on the command line and in `agentry.toml`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::OpenaiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
+            Self::Ollama => "ollama",
+            Self::OpenaiCompatible => "openai-compatible",
+        }
+    }
+
+    /// The wire format this choice speaks.
+    pub(crate) fn wire(self) -> agent_backends::Provider {
+        use agent_backends::Provider;
+        match self {
+            Self::Openai | Self::OpenaiCompatible => Provider::OpenAiChat,
+            Self::OpenaiResponses => Provider::OpenAiResponses,
+            Self::Anthropic => Provider::Anthropic,
+            Self::Gemini => Provider::Gemini,
+            Self::Ollama => Provider::Ollama,
+        }
+    }
+}
+
+/// A ready-made tool the run may offer the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BuiltinTool {
+    /// Evaluates arithmetic expressions.
+    Calculator,
+    /// The current date and time.
+    Clock,
+    /// Reads a text file under `--root` (never outside it, symlinks included).
+    #[value(name = "read_file")]
+    ReadFile,
+}
+
+impl BuiltinTool {
+    /// The tool's name as the model sees it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Calculator => "calculator",
+            Self::Clock => "clock",
+            Self::ReadFile => "read_file",
+        }
+    }
+}
+
+/// How tool arguments are checked (`--validation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Validation {
+    /// Arguments must match the schema.
+    Strict,
+    /// Repair common model mistakes (numbers as strings, stray wrappers), then validate.
+    Lenient,
+    /// No check.
+    None,
+}
+
+/// What a failed tool call does (`--on-tool-error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OnToolError {
+    /// The error goes back to the model, which may try again.
+    Recover,
+    /// The run ends.
+    Abort,
+}
+
+/// Budget and tool-execution flags, one per loop option.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct LoopArgs {
+    /// The most model → tools → model rounds [default: 10]
+    #[arg(long, value_name = "N")]
+    pub(crate) max_iterations: Option<u32>,
+    /// The most tokens for the whole run, every call's input and output plus tool output
+    /// [default: none]
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) token_budget: Option<u64>,
+    /// The most US dollars for the whole run, priced by the rate card [default: none]
+    #[arg(long, value_name = "USD")]
+    pub(crate) max_cost_usd: Option<f64>,
+    /// Run the tool calls of one round concurrently [default]
+    #[arg(long, overrides_with = "serial")]
+    pub(crate) parallel: bool,
+    /// Run the tool calls of one round one after another
+    #[arg(long, overrides_with = "parallel")]
+    pub(crate) serial: bool,
+    /// Cut each tool result the model sees to this many bytes [default: 65536]
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) tool_result_max_bytes: Option<usize>,
+    /// How tool arguments are checked against the tool's schema [default: strict]
+    #[arg(long, value_enum)]
+    pub(crate) validation: Option<Validation>,
+    /// What a failed tool call does [default: recover]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) on_tool_error: Option<OnToolError>,
+    /// End the run when the same call is made N times in a row; 0 never [default: 3]
+    #[arg(long, value_name = "N")]
+    pub(crate) max_repeated_calls: Option<u32>,
+}
+
+impl LoopArgs {
+    /// `--parallel` / `--serial`, whichever came last; `None` when neither was given.
+    pub(crate) fn parallel(&self) -> Option<bool> {
+        if self.serial {
+            Some(false)
+        } else if self.parallel {
+            Some(true)
+        } else {
+            None
+        }
+    }
+}
+
+/// Which model to call, where, and with which tools.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct ModelArgs {
+    /// The provider API [default: from agentry.toml, else openai]
+    #[arg(long, value_enum)]
+    pub(crate) provider: Option<ProviderChoice>,
+    /// The model [default: the provider's default, see `agentry run --help`]
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// The API's base URL (e.g. http://localhost:8000/v1 for a local server)
+    #[arg(long, value_name = "URL")]
+    pub(crate) base_url: Option<String>,
+    /// The system prompt
+    #[arg(long)]
+    pub(crate) system: Option<String>,
+    /// Cap on each model call's output tokens
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) max_output_tokens: Option<u32>,
+    /// Offer a built-in tool (repeatable)
+    #[arg(long = "tool", value_enum, value_name = "TOOL")]
+    pub(crate) tools: Vec<BuiltinTool>,
+    /// The directory read_file may read (required with --tool read_file)
+    #[arg(long, value_name = "DIR")]
+    pub(crate) root: Option<PathBuf>,
+    /// Settings file [default: $AGENTRY_CONFIG, else ./agentry.toml when present]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+}
+
+/// How the run is shown.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub(crate) struct OutputArgs {
+    /// Print one agent event per line as JSON (the documented event format) instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+}

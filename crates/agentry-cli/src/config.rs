@@ -1,0 +1,293 @@
+//! `agentry.toml`: provider, model, prices and defaults for the flags.
+//!
+//! Precedence is flags, then the file, then the built-in defaults. The file is optional:
+//! `--config FILE` names it (and it must exist), else `$AGENTRY_CONFIG`, else `./agentry.toml`
+//! when there is one. Unknown keys are refused so a typo cannot silently fall back to a default.
+//!
+//! ```toml
+//! provider = "anthropic"
+//! model = "claude-sonnet-4-5"
+//! system = "Answer briefly."
+//! tools = ["calculator", "clock"]
+//! max_iterations = 8
+//! max_cost_usd = 0.50
+//!
+//! [prices."claude-sonnet-4-5"]
+//! input_per_mtok = 3.0
+//! output_per_mtok = 15.0
+//! cache_read_per_mtok = 0.30
+//! cache_write_5m_per_mtok = 3.75
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_loop::{Options, ToolErrorMode, ToolParallelism, ValidationMode};
+use agent_types::{ModelPrice, RateCard};
+use serde::Deserialize;
+
+use crate::args::{BuiltinTool, LoopArgs, OnToolError, ProviderChoice, Validation};
+use crate::error::Error;
+
+/// The file's contents; every key is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileConfig {
+    /// The provider API.
+    pub(crate) provider: Option<ProviderChoice>,
+    /// The model.
+    pub(crate) model: Option<String>,
+    /// The API's base URL.
+    pub(crate) base_url: Option<String>,
+    /// The system prompt.
+    pub(crate) system: Option<String>,
+    /// Cap on each model call's output tokens.
+    pub(crate) max_output_tokens: Option<u32>,
+    /// Built-in tools to offer.
+    pub(crate) tools: Option<Vec<BuiltinTool>>,
+    /// The directory `read_file` may read; relative to the file's own directory.
+    pub(crate) root: Option<PathBuf>,
+    /// See `--max-iterations`.
+    pub(crate) max_iterations: Option<u32>,
+    /// See `--token-budget`.
+    pub(crate) token_budget: Option<u64>,
+    /// See `--max-cost-usd`.
+    pub(crate) max_cost_usd: Option<f64>,
+    /// `true` for `--parallel`, `false` for `--serial`.
+    pub(crate) parallel: Option<bool>,
+    /// See `--tool-result-max-bytes`.
+    pub(crate) tool_result_max_bytes: Option<usize>,
+    /// See `--validation`.
+    pub(crate) validation: Option<Validation>,
+    /// See `--on-tool-error`.
+    pub(crate) on_tool_error: Option<OnToolError>,
+    /// See `--max-repeated-calls`.
+    pub(crate) max_repeated_calls: Option<u32>,
+    /// Seconds one tool call may take.
+    pub(crate) tool_timeout_secs: Option<f64>,
+    /// Prices per model, in USD per million tokens; added to (and overriding) the built-in card.
+    #[serde(default)]
+    pub(crate) prices: BTreeMap<String, ModelPrice>,
+}
+
+impl FileConfig {
+    /// The configuration to use: `explicit` (which must exist), else `$AGENTRY_CONFIG`, else
+    /// `./agentry.toml` if present, else nothing.
+    pub(crate) fn load(explicit: Option<&Path>) -> Result<Self, Error> {
+        let from_env = std::env::var_os("AGENTRY_CONFIG").map(PathBuf::from);
+        let path = match explicit.map(Path::to_path_buf).or(from_env) {
+            Some(path) => path,
+            None => {
+                let default = PathBuf::from("agentry.toml");
+                if !default.is_file() {
+                    return Ok(Self::default());
+                }
+                default
+            }
+        };
+        let text = std::fs::read_to_string(&path).map_err(|error| Error::Config {
+            path: path.clone(),
+            message: format!("cannot read it: {error}"),
+        })?;
+        let mut config = Self::parse(&text).map_err(|message| Error::Config {
+            path: path.clone(),
+            message,
+        })?;
+        // A relative root means "next to the config file", wherever the command runs from.
+        if let Some(root) = config.root.take() {
+            let base = path.parent().unwrap_or(Path::new("."));
+            config.root = Some(if root.is_relative() {
+                base.join(root)
+            } else {
+                root
+            });
+        }
+        Ok(config)
+    }
+
+    /// Parses the file's text.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        let config: Self = toml::from_str(text).map_err(|error| error.to_string())?;
+        for (model, price) in &config.prices {
+            let fields = [
+                Some(price.input_per_mtok),
+                Some(price.output_per_mtok),
+                price.cache_read_per_mtok,
+                price.cache_write_5m_per_mtok,
+                price.cache_write_1h_per_mtok,
+            ];
+            if fields
+                .into_iter()
+                .flatten()
+                .any(|usd| !usd.is_finite() || usd < 0.0)
+            {
+                return Err(format!(
+                    "prices.\"{model}\": prices must be finite and not negative"
+                ));
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// The loop's settings after flags, file and defaults are merged.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LoopSettings {
+    pub(crate) max_iterations: u32,
+    pub(crate) token_budget: Option<u64>,
+    pub(crate) max_cost_usd: Option<f64>,
+    pub(crate) parallel: bool,
+    pub(crate) tool_result_max_bytes: usize,
+    pub(crate) validation: ValidationMode,
+    pub(crate) on_tool_error: ToolErrorMode,
+    pub(crate) max_repeated_calls: Option<u32>,
+    pub(crate) tool_timeout: Option<Duration>,
+}
+
+impl LoopSettings {
+    /// Flags first, then the file, then the loop's own defaults.
+    pub(crate) fn resolve(flags: &LoopArgs, file: &FileConfig) -> Result<Self, Error> {
+        let defaults = Options::auto();
+        let max_cost_usd = flags.max_cost_usd.or(file.max_cost_usd);
+        if let Some(usd) = max_cost_usd
+            && (!usd.is_finite() || usd < 0.0)
+        {
+            return Err(Error::Usage(format!(
+                "--max-cost-usd must be a dollar amount of zero or more, not {usd}"
+            )));
+        }
+        let tool_timeout = match file.tool_timeout_secs {
+            Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
+            Some(secs) => {
+                return Err(Error::Usage(format!(
+                    "tool_timeout_secs must be a positive number of seconds, not {secs}"
+                )));
+            }
+            None => None,
+        };
+        let repeated = flags.max_repeated_calls.or(file.max_repeated_calls);
+        Ok(Self {
+            max_iterations: flags
+                .max_iterations
+                .or(file.max_iterations)
+                .unwrap_or(defaults.max_tool_iterations),
+            token_budget: flags.token_budget.or(file.token_budget),
+            max_cost_usd,
+            parallel: flags.parallel().or(file.parallel).unwrap_or(true),
+            tool_result_max_bytes: flags
+                .tool_result_max_bytes
+                .or(file.tool_result_max_bytes)
+                .unwrap_or(defaults.tool_result_max_bytes),
+            validation: match flags.validation.or(file.validation) {
+                None | Some(Validation::Strict) => ValidationMode::Strict,
+                Some(Validation::Lenient) => ValidationMode::Lenient,
+                Some(Validation::None) => ValidationMode::None,
+            },
+            on_tool_error: match flags.on_tool_error.or(file.on_tool_error) {
+                None | Some(OnToolError::Recover) => ToolErrorMode::Recover,
+                Some(OnToolError::Abort) => ToolErrorMode::Abort,
+            },
+            max_repeated_calls: match repeated {
+                Some(0) => None,
+                Some(times) => Some(times),
+                None => defaults.max_repeated_calls,
+            },
+            tool_timeout,
+        })
+    }
+
+    /// The loop options these settings describe, in `auto` mode.
+    pub(crate) fn options(&self, rate_card: RateCard) -> Options {
+        let parallelism = if self.parallel {
+            ToolParallelism::default()
+        } else {
+            ToolParallelism::Serial
+        };
+        let mut options = Options::auto()
+            .with_max_tool_iterations(self.max_iterations)
+            .with_tool_parallelism(parallelism)
+            .with_tool_result_max_bytes(self.tool_result_max_bytes)
+            .with_tool_arg_validation(self.validation)
+            .with_tool_error_mode(self.on_tool_error)
+            .with_max_repeated_calls(self.max_repeated_calls)
+            .with_rate_card(rate_card)
+            .with_tool_trace(true);
+        options.token_budget = self.token_budget;
+        options.max_cost_usd = self.max_cost_usd;
+        options.tool_timeout = self.tool_timeout;
+        options
+    }
+}
+
+/// The built-in prices, then the file's (which win).
+pub(crate) fn rate_card(file: &FileConfig) -> RateCard {
+    let mut card = crate::prices::builtin();
+    for (model, price) in &file.prices {
+        card.insert(model.clone(), *price);
+    }
+    card
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let file = FileConfig::parse(
+            "max_iterations = 4\ntoken_budget = 900\nparallel = false\nvalidation = \"lenient\"\n",
+        )
+        .unwrap();
+        let flags = LoopArgs {
+            max_iterations: Some(2),
+            ..LoopArgs::default()
+        };
+        let settings = LoopSettings::resolve(&flags, &file).unwrap();
+        assert_eq!(settings.max_iterations, 2);
+        assert_eq!(settings.token_budget, Some(900));
+        assert!(!settings.parallel);
+        assert_eq!(settings.validation, ValidationMode::Lenient);
+        assert_eq!(settings.tool_result_max_bytes, 65_536);
+        assert_eq!(settings.max_repeated_calls, Some(3));
+
+        let parallel = LoopArgs {
+            parallel: true,
+            ..LoopArgs::default()
+        };
+        assert!(LoopSettings::resolve(&parallel, &file).unwrap().parallel);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_with_their_place() {
+        let typo = FileConfig::parse("max_iteration = 3\n").unwrap_err();
+        assert!(typo.contains("max_iteration"), "{typo}");
+        let provider = FileConfig::parse("provider = \"openia\"\n").unwrap_err();
+        assert!(provider.contains("openia"), "{provider}");
+        let price = FileConfig::parse("[prices.m]\ninput_per_mtok = -1.0\noutput_per_mtok = 1.0\n")
+            .unwrap_err();
+        assert!(price.contains("prices.\"m\""), "{price}");
+    }
+
+    #[test]
+    fn zero_repeated_calls_turns_cycle_detection_off() {
+        let flags = LoopArgs {
+            max_repeated_calls: Some(0),
+            ..LoopArgs::default()
+        };
+        let settings = LoopSettings::resolve(&flags, &FileConfig::default()).unwrap();
+        assert_eq!(settings.max_repeated_calls, None);
+    }
+
+    #[test]
+    fn file_prices_override_the_builtin_card() {
+        let file = FileConfig::parse(
+            "[prices.\"gpt-4.1-mini\"]\ninput_per_mtok = 9.0\noutput_per_mtok = 9.0\n",
+        )
+        .unwrap();
+        let card = rate_card(&file);
+        assert_eq!(card.price("gpt-4.1-mini").unwrap().input_per_mtok, 9.0);
+        assert!(card.price("claude-sonnet-4-5").is_some());
+    }
+}

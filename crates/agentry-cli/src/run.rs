@@ -1,0 +1,419 @@
+//! `agentry run` and `agentry resume`: the loop against a real provider, optionally keeping
+//! the session in a file between commands.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+
+use agent_loop::{Session, SessionInput, SessionStatus};
+use agent_tools::{Registry, builtin};
+use agent_types::{ToolCall, ToolResult, ToolSpec, UserMessage};
+use serde_json::{Value, json};
+
+use crate::agent;
+use crate::args::{BuiltinTool, LoopArgs, ModelArgs, ProviderChoice};
+use crate::backend;
+use crate::config::{FileConfig, LoopSettings, rate_card};
+use crate::error::Error;
+use crate::exit::Exit;
+use crate::prices;
+use crate::render::Renderer;
+use crate::session_file::{SessionFile, SessionState};
+
+/// What `agentry run` was asked.
+pub(crate) struct RunRequest<'a> {
+    pub(crate) prompt: Vec<String>,
+    pub(crate) model: &'a ModelArgs,
+    pub(crate) remote_tools: &'a [String],
+    pub(crate) session: Option<&'a Path>,
+    pub(crate) loop_args: &'a LoopArgs,
+}
+
+/// `agentry run`.
+pub(crate) async fn run<O: Write, E: Write>(
+    request: RunRequest<'_>,
+    renderer: &mut Renderer<O, E>,
+) -> Result<Exit, Error> {
+    let config = FileConfig::load(request.model.config.as_deref())?;
+    let file = request.session.map(SessionFile::new);
+    let stored = match &file {
+        Some(file) => file.load().await?,
+        None => None,
+    };
+    if let Some(state) = &stored
+        && state.session.status == SessionStatus::AwaitingToolExecution
+    {
+        return Err(Error::Usage(format!(
+            "session {} is waiting for the results of {} tool call(s); continue it with \
+             `agentry resume --session {} --results RESULTS.json`",
+            state.session.id,
+            state.session.pending_tool_calls.len(),
+            request
+                .session
+                .map_or_else(String::new, |path| path.display().to_string())
+        )));
+    }
+    let mut state = settle(stored, request.model, &config)?;
+    for name in request.remote_tools {
+        add_remote_tool(&mut state.session, name)?;
+    }
+    let prompt = prompt(request.prompt)?;
+    go(
+        state,
+        file,
+        SessionInput::User(UserMessage::text(prompt)),
+        &config,
+        request.loop_args,
+        renderer,
+    )
+    .await
+}
+
+/// `agentry resume`.
+pub(crate) async fn resume<O: Write, E: Write>(
+    session: &Path,
+    results: &Path,
+    model: &ModelArgs,
+    loop_args: &LoopArgs,
+    renderer: &mut Renderer<O, E>,
+) -> Result<Exit, Error> {
+    let config = FileConfig::load(model.config.as_deref())?;
+    let file = SessionFile::new(session);
+    let Some(stored) = file.load().await? else {
+        return Err(Error::session(
+            session,
+            "no such session; start one with `agentry run --session FILE`",
+        ));
+    };
+    if stored.session.status != SessionStatus::AwaitingToolExecution {
+        return Err(Error::Usage(format!(
+            "session {} is not waiting for tool results (status: {}); continue it with \
+             `agentry run --session {} PROMPT`",
+            stored.session.id,
+            status_name(stored.session.status),
+            session.display()
+        )));
+    }
+    let text = read_results(results)?;
+    let results = parse_results(&text, &stored.session.pending_tool_calls)
+        .map_err(|message| Error::Usage(format!("{}: {message}", results.display())))?;
+    let state = settle(Some(stored), model, &config)?;
+    go(
+        state,
+        Some(file),
+        SessionInput::ToolResults(results),
+        &config,
+        loop_args,
+        renderer,
+    )
+    .await
+}
+
+/// The session to run: the stored one (flags may change its model and tools) or a new one
+/// from flags, the file and the defaults.
+fn settle(
+    stored: Option<SessionState>,
+    flags: &ModelArgs,
+    config: &FileConfig,
+) -> Result<SessionState, Error> {
+    let mut state = match stored {
+        Some(mut state) => {
+            if let Some(provider) = flags.provider {
+                state.provider = provider;
+            }
+            if let Some(model) = &flags.model {
+                state.session.model.clone_from(model);
+            }
+            if let Some(system) = &flags.system {
+                state.session.system = Some(system.clone());
+            }
+            state
+        }
+        None => {
+            let provider = flags
+                .provider
+                .or(config.provider)
+                .unwrap_or(ProviderChoice::Openai);
+            let model = flags
+                .model
+                .clone()
+                .or_else(|| config.model.clone())
+                .or_else(|| backend::default_model(provider).map(str::to_owned))
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "--provider {} has no default model; name one with --model",
+                        provider.name()
+                    ))
+                })?;
+            let mut session = Session::new(model);
+            session.system = flags.system.clone().or_else(|| config.system.clone());
+            let mut state = SessionState::new(provider, session);
+            state.base_url.clone_from(&config.base_url);
+            state.tools = config.tools.clone().unwrap_or_default();
+            state.root.clone_from(&config.root);
+            state
+        }
+    };
+    if flags.base_url.is_some() {
+        state.base_url.clone_from(&flags.base_url);
+    }
+    if !flags.tools.is_empty() {
+        state.tools.clone_from(&flags.tools);
+    }
+    state.tools.sort();
+    state.tools.dedup();
+    if let Some(root) = &flags.root {
+        state.root = Some(root.clone());
+    }
+    if let Some(max) = flags.max_output_tokens.or(config.max_output_tokens) {
+        state.session.settings.max_output_tokens = Some(max);
+    }
+    Ok(state)
+}
+
+/// Runs the prepared session and keeps the state file in step.
+async fn go<O: Write, E: Write>(
+    mut state: SessionState,
+    file: Option<SessionFile>,
+    input: SessionInput,
+    config: &FileConfig,
+    loop_args: &LoopArgs,
+    renderer: &mut Renderer<O, E>,
+) -> Result<Exit, Error> {
+    let settings = LoopSettings::resolve(loop_args, config)?;
+    let tools = registry(&state.tools, state.root.as_deref())?;
+    let model = backend::connect(state.provider, state.base_url.as_deref())?;
+    let mut prices = rate_card(config);
+    if state.provider == ProviderChoice::Ollama && prices.price(&state.session.model).is_none() {
+        // A model on the user's own machine costs nothing per token.
+        prices.insert(state.session.model.clone(), prices::free());
+    }
+    let mut options = settings.options(prices).with_tools(tools);
+    if let Some(file) = &file {
+        // The input goes to the log too, so the log alone is the whole history.
+        options = options
+            .with_conversation(file.appender(&state.session).await?)
+            .with_echo_input(true);
+        // Written first so that even a run killed mid-way leaves a loadable session.
+        file.save(&mut state).await?;
+    }
+    let mut header = format!(
+        "agentry run · {} · {}",
+        state.provider.name(),
+        state.session.model
+    );
+    if !state.tools.is_empty() {
+        let names: Vec<&str> = state.tools.iter().map(|tool| tool.name()).collect();
+        header.push_str(&format!(" · tools: {}", names.join(", ")));
+    }
+    if let Some(file) = &file {
+        header.push_str(&format!(" · session {}", file.path().display()));
+    }
+    renderer
+        .faint(&header)
+        .map_err(|error| Error::Other(format!("cannot write the output: {error}")))?;
+    let exit = agent::drive(&*model, &mut state.session, input, options, renderer).await;
+    if let Some(file) = &file {
+        file.save(&mut state).await?;
+        if exit == Exit::Awaiting {
+            let _ = renderer.faint(&format!(
+                "continue with: agentry resume --session {} --results RESULTS.json",
+                file.path().display()
+            ));
+        }
+    }
+    Ok(exit)
+}
+
+/// The built-in tools by name; `read_file` needs a root.
+fn registry(tools: &[BuiltinTool], root: Option<&Path>) -> Result<Registry, Error> {
+    let mut registry = Registry::new();
+    for tool in tools {
+        let tool = match tool {
+            BuiltinTool::Calculator => builtin::calculator(),
+            BuiltinTool::Clock => builtin::clock(),
+            BuiltinTool::ReadFile => {
+                let Some(root) = root else {
+                    return Err(Error::Usage(
+                        "--tool read_file needs --root DIR: the one directory it may read".into(),
+                    ));
+                };
+                builtin::read_file(root).map_err(|error| Error::Tools(error.to_string()))?
+            }
+        };
+        registry
+            .register(tool)
+            .map_err(|error| Error::Tools(error.to_string()))?;
+    }
+    Ok(registry)
+}
+
+/// Declares a tool the caller runs: any arguments, results supplied with `agentry resume`.
+fn add_remote_tool(session: &mut Session, name: &str) -> Result<(), Error> {
+    agent_tools::validate_name(name)
+        .map_err(|error| Error::Usage(format!("--remote-tool {name}: {error}")))?;
+    if session.remote_tools.iter().any(|spec| spec.name == name) {
+        return Ok(());
+    }
+    session.remote_tools.push(ToolSpec::new(
+        name,
+        format!("`{name}`: run by the user outside this conversation; its result arrives later."),
+        json!({"type": "object", "additionalProperties": true}),
+    ));
+    Ok(())
+}
+
+/// The prompt from the arguments, or from stdin when there are none.
+fn prompt(words: Vec<String>) -> Result<String, Error> {
+    let prompt = if words.is_empty() {
+        let mut stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            return Err(Error::Usage(
+                "no prompt: give it as an argument (`agentry run \"…\"`) or on stdin".into(),
+            ));
+        }
+        let mut text = String::new();
+        stdin
+            .read_to_string(&mut text)
+            .map_err(|error| Error::Usage(format!("cannot read the prompt from stdin: {error}")))?;
+        // The newline that ends piped input is not part of the question.
+        text.truncate(text.trim_end().len());
+        text
+    } else {
+        words.join(" ")
+    };
+    if prompt.trim().is_empty() {
+        return Err(Error::Usage("the prompt is empty".into()));
+    }
+    Ok(prompt)
+}
+
+fn read_results(path: &Path) -> Result<String, Error> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|error| Error::Usage(format!("cannot read results from stdin: {error}")))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(|error| {
+        Error::Usage(format!(
+            "cannot read {}: {error}",
+            PathBuf::from(path).display()
+        ))
+    })
+}
+
+/// The results file: an object mapping call ids to outputs, or an array of results
+/// (`{"tool_call_id", "content", "is_error"?}`; `id` and `output` are accepted too). An output
+/// that is not a string is sent as its JSON text. Names come from the pending calls.
+pub(crate) fn parse_results(text: &str, pending: &[ToolCall]) -> Result<Vec<ToolResult>, String> {
+    let value: Value = serde_json::from_str(text).map_err(|error| format!("not JSON: {error}"))?;
+    let name_of = |id: &str| {
+        pending
+            .iter()
+            .find(|call| call.id.as_str() == id)
+            .map_or_else(String::new, |call| call.name.clone())
+    };
+    let as_content = |value: &Value| match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    match value {
+        Value::Object(map) => Ok(map
+            .iter()
+            .map(|(id, output)| ToolResult::ok(id.as_str(), name_of(id), as_content(output)))
+            .collect()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                let id = item
+                    .get("tool_call_id")
+                    .or_else(|| item.get("id"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| format!("result {index} has no `tool_call_id`"))?;
+                let content = item
+                    .get("content")
+                    .or_else(|| item.get("output"))
+                    .ok_or_else(|| format!("result {index} ({id}) has no `content`"))?;
+                let is_error = item
+                    .get("is_error")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                let mut result = ToolResult::ok(id, name_of(id), as_content(content));
+                result.is_error = is_error;
+                Ok(result)
+            })
+            .collect(),
+        _ => Err("expected an object of call id → output, or an array of results".into()),
+    }
+}
+
+fn status_name(status: SessionStatus) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{status:?}"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn pending() -> Vec<ToolCall> {
+        vec![
+            ToolCall::new("call_1", "lookup", json!({"q": "a"})),
+            ToolCall::new("call_2", "lookup", json!({"q": "b"})),
+        ]
+    }
+
+    #[test]
+    fn results_as_a_map_or_an_array() {
+        let map = parse_results(r#"{"call_1": "found", "call_2": {"n": 2}}"#, &pending()).unwrap();
+        assert_eq!(map[0].content, "found");
+        assert_eq!(map[0].name, "lookup");
+        assert_eq!(map[1].content, r#"{"n":2}"#);
+
+        let array = parse_results(
+            r#"[{"tool_call_id": "call_2", "content": "no", "is_error": true}, {"id": "call_1", "output": 7}]"#,
+            &pending(),
+        )
+        .unwrap();
+        assert!(array[0].is_error);
+        assert_eq!(array[1].content, "7");
+    }
+
+    #[test]
+    fn malformed_results_say_what_is_missing() {
+        assert!(
+            parse_results("[{\"content\": 1}]", &pending())
+                .unwrap_err()
+                .contains("tool_call_id")
+        );
+        assert!(
+            parse_results("[{\"id\": \"call_1\"}]", &pending())
+                .unwrap_err()
+                .contains("content")
+        );
+        assert!(
+            parse_results("3", &pending())
+                .unwrap_err()
+                .contains("expected")
+        );
+        assert!(
+            parse_results("{", &pending())
+                .unwrap_err()
+                .contains("not JSON")
+        );
+    }
+
+    #[test]
+    fn remote_tools_need_valid_names_and_are_declared_once() {
+        let mut session = Session::new("m");
+        add_remote_tool(&mut session, "approve").unwrap();
+        add_remote_tool(&mut session, "approve").unwrap();
+        assert_eq!(session.remote_tools.len(), 1);
+        assert!(add_remote_tool(&mut session, "no spaces").is_err());
+    }
+}
