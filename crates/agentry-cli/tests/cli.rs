@@ -477,7 +477,25 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
         assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains("agentry resume"), "{stderr}");
 
+        // Results that do not answer the pending call are refused and change nothing.
         let results = dir.path().join("results.json");
+        std::fs::write(&results, json!({"call_wrong": "Paris"}).to_string()).unwrap();
+        let (code, _, stderr) = run(agentry()
+            .args([
+                "resume",
+                "--session",
+                session.to_str().unwrap(),
+                "--results",
+                results.to_str().unwrap(),
+            ])
+            .env("OPENAI_API_KEY", "test-key"));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains("missing results for") && stderr.contains("call_wrong"),
+            "{stderr}"
+        );
+        assert_eq!(server.requests().len(), 1, "nothing was sent");
+
         let id = call["id"].as_str().unwrap();
         std::fs::write(&results, json!({id: "London"}).to_string()).unwrap();
         let (code, stdout, stderr) = run(agentry()
@@ -672,8 +690,9 @@ fn ctrl_c_aborts_with_130_and_leaves_a_readable_session() {
             break;
         }
     }
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+    // The shell's builtin `kill`: no procps needed on a bare machine.
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -INT {}", child.id())])
         .status()
         .unwrap();
     assert!(status.success());
