@@ -41,11 +41,12 @@ where
     let watcher = {
         let cancel = cancel.clone();
         let interrupted = Arc::clone(&interrupted);
+        let mut interrupts = Interrupts::listen();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if interrupts.next().await {
                 interrupted.store(true, Ordering::SeqCst);
                 cancel.cancel();
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if interrupts.next().await {
                     std::process::exit(i32::from(Exit::Aborted.code()));
                 }
             }
@@ -103,6 +104,32 @@ where
         return Exit::Error;
     }
     exit
+}
+
+/// Ctrl-C, listened for from the moment [`Interrupts::listen`] returns: on Unix the handler
+/// is installed right away, so an interrupt that arrives before the watcher task first runs
+/// still cancels the run instead of killing the process.
+struct Interrupts {
+    #[cfg(unix)]
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Interrupts {
+    fn listen() -> Self {
+        Self {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// Waits for the next Ctrl-C; `false` when none can ever come.
+    async fn next(&mut self) -> bool {
+        #[cfg(unix)]
+        if let Some(signal) = &mut self.signal {
+            return signal.recv().await.is_some();
+        }
+        tokio::signal::ctrl_c().await.is_ok()
+    }
 }
 
 /// The last line people see: how the run ended and what it used.

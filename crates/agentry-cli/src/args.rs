@@ -114,7 +114,7 @@ pub(crate) struct LoopArgs {
     /// The most US dollars for the whole run, priced by the rate card [default: none]
     #[arg(long, value_name = "USD")]
     pub(crate) max_cost_usd: Option<f64>,
-    /// Run the tool calls of one round concurrently [default]
+    /// Run the tool calls of one round concurrently (the default)
     #[arg(long, overrides_with = "serial")]
     pub(crate) parallel: bool,
     /// Run the tool calls of one round one after another

@@ -96,7 +96,7 @@ enum Command {
         /// The session file given to `agentry run --session`
         #[arg(long, value_name = "FILE")]
         session: PathBuf,
-        /// The results: {"<call id>": output, …} or [{"tool_call_id", "content", "is_error"}];
+        /// The results: {"CALL_ID": OUTPUT, …} or [{"tool_call_id", "content", "is_error"}];
         /// `-` reads stdin
         #[arg(long, value_name = "RESULTS.json")]
         results: PathBuf,

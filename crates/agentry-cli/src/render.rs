@@ -39,12 +39,16 @@ struct Running {
     spinner: Option<ProgressBar>,
 }
 
-impl Renderer<io::Stdout, io::Stderr> {
+impl Renderer<io::BufWriter<io::Stdout>, io::Stderr> {
     /// A renderer on the process's stdout and stderr; decorations only on a terminal.
+    ///
+    /// stdout is buffered and flushed once per event (an event's JSON takes many small
+    /// writes); stderr is not, so its lines keep their order with the spinners' drawing.
     pub(crate) fn stdio(json: bool) -> Self {
         let terminal = io::stderr().is_terminal();
         let colour = terminal && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
-        let mut renderer = Self::new(json, io::stdout(), io::stderr(), colour);
+        let out = io::BufWriter::new(io::stdout());
+        let mut renderer = Self::new(json, out, io::stderr(), colour);
         if terminal && !json {
             renderer.spinners = Some(MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
         }
