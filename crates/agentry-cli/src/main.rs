@@ -31,7 +31,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::args::{LoopArgs, ModelArgs, OutputArgs, ProviderChoice};
-use crate::exit::Exit;
 use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
@@ -194,11 +193,5 @@ fn main() -> ExitCode {
             eprintln!("agentry: {error}");
             ExitCode::from(error.exit())
         }
-    }
-}
-
-impl From<Exit> for u8 {
-    fn from(exit: Exit) -> Self {
-        exit.code()
     }
 }

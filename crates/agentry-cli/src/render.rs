@@ -323,15 +323,15 @@ impl<O: Write, E: Write> Renderer<O, E> {
 /// The model-call table: one row per call and a total.
 fn calls_table(records: &[ModelCallRecord]) -> String {
     let mut table = Table::new(&[
-        "call",
-        "model",
-        "input",
-        "output",
-        "cache read",
-        "cache write",
-        "first event",
-        "total",
-        "cost",
+        ("call", Left),
+        ("model", Left),
+        ("input", Right),
+        ("output", Right),
+        ("cache read", Right),
+        ("cache write", Right),
+        ("first event", Right),
+        ("total", Right),
+        ("cost", Right),
     ]);
     let mut total = Usage::default();
     let mut cost = None::<f64>;
@@ -364,13 +364,19 @@ fn calls_table(records: &[ModelCallRecord]) -> String {
         String::new(),
         cost.map_or_else(|| "–".into(), format_usd),
     ]);
-    table.render(2)
+    table.render()
 }
 
 /// The trace table: one row per tool call.
 fn trace_table(trace: &[TraceEntry]) -> String {
     let mut table = Table::new(&[
-        "round", "tool", "call id", "duration", "result", "sent", "outcome",
+        ("round", Right),
+        ("tool", Left),
+        ("call id", Left),
+        ("duration", Right),
+        ("result", Right),
+        ("sent", Right),
+        ("outcome", Left),
     ]);
     for entry in trace {
         let outcome = match &entry.error {
@@ -389,7 +395,7 @@ fn trace_table(trace: &[TraceEntry]) -> String {
             outcome,
         ]);
     }
-    table.render(0)
+    table.render()
 }
 
 fn cache_writes(usage: &Usage) -> Option<u64> {
@@ -403,16 +409,27 @@ fn count(value: Option<u64>) -> String {
     value.map_or_else(|| "–".into(), |value| value.to_string())
 }
 
-/// A plain-text table; the first `left` columns are left-aligned, the rest right-aligned.
+/// How a column's cells line up.
+#[derive(Debug, Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+use Align::{Left, Right};
+
+/// A plain-text table with a header row.
 struct Table {
+    columns: Vec<Align>,
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    fn new(header: &[&str]) -> Self {
+    fn new(columns: &[(&str, Align)]) -> Self {
         Self {
-            header: header.iter().map(|&cell| cell.to_owned()).collect(),
+            columns: columns.iter().map(|&(_, align)| align).collect(),
+            header: columns.iter().map(|&(name, _)| name.to_owned()).collect(),
             rows: Vec::new(),
         }
     }
@@ -421,7 +438,7 @@ impl Table {
         self.rows.push(cells);
     }
 
-    fn render(&self, left: usize) -> String {
+    fn render(&self) -> String {
         let mut widths: Vec<usize> = self
             .header
             .iter()
@@ -435,16 +452,18 @@ impl Table {
         let mut text = String::new();
         for row in std::iter::once(&self.header).chain(&self.rows) {
             let mut line = String::from(" ");
-            for (column, (cell, width)) in row.iter().zip(&widths).enumerate() {
+            for ((cell, width), align) in row.iter().zip(&widths).zip(&self.columns) {
                 let pad = width - cell.chars().count();
                 line.push(' ');
-                // The trace's text columns (tool, id, outcome) read better left-aligned too.
-                if column < left || (left == 0 && !is_numeric_column(column)) {
-                    line.push_str(cell);
-                    line.extend(std::iter::repeat_n(' ', pad));
-                } else {
-                    line.extend(std::iter::repeat_n(' ', pad));
-                    line.push_str(cell);
+                match align {
+                    Left => {
+                        line.push_str(cell);
+                        line.extend(std::iter::repeat_n(' ', pad));
+                    }
+                    Right => {
+                        line.extend(std::iter::repeat_n(' ', pad));
+                        line.push_str(cell);
+                    }
                 }
                 line.push(' ');
             }
@@ -453,11 +472,6 @@ impl Table {
         }
         text
     }
-}
-
-/// In the trace table: round, duration, result and sent are numbers.
-fn is_numeric_column(column: usize) -> bool {
-    matches!(column, 0 | 3..=5)
 }
 
 /// Text on one line, cut to `max` characters with an ellipsis.
