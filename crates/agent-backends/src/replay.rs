@@ -9,7 +9,9 @@
 //! would produce.
 //!
 //! [`decode`] is the same decoding without HTTP: a whole body through one adapter's framing
-//! and decoder, for benchmarks and fuzzing.
+//! and decoder, for benchmarks and fuzzing. [`RecordedConversation`] turns a multi-round
+//! recording into a backend many sessions can share (each request is answered by the round
+//! its history has reached), and [`demo`] is the recorded demo conversation.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
@@ -31,9 +33,11 @@
 //! ```
 
 mod cassette;
+mod conversation;
 mod server;
 
 pub use cassette::{Cassette, Chunking};
+pub use conversation::{RecordedConversation, demo};
 pub use server::{RecordedRequest, ReplayBackend, ReplayServer};
 
 use agent_types::{BackendError, ModelRequest, StreamEvent};

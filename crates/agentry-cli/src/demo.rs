@@ -8,7 +8,6 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use agent_backends::Provider;
 use agent_backends::replay::{Cassette, Chunking, ReplayBackend};
 use agent_loop::{Session, SessionInput};
 use agent_tools::{Registry, Tool, ToolError, builtin};
@@ -31,47 +30,6 @@ pub(crate) const SYSTEM: &str =
 pub(crate) const PROMPT: &str =
     "What's the weather in Lisbon and in Oslo right now, and how many degrees warmer is Lisbon?";
 
-/// The recorded model turns for one provider, in order, and the model they came from.
-struct Recording {
-    model: &'static str,
-    rounds: [&'static [u8]; 3],
-}
-
-macro_rules! rounds {
-    ($dir:literal, $ext:literal) => {
-        [
-            include_bytes!(concat!("../../../fixtures/demo/", $dir, "/round-1.", $ext)),
-            include_bytes!(concat!("../../../fixtures/demo/", $dir, "/round-2.", $ext)),
-            include_bytes!(concat!("../../../fixtures/demo/", $dir, "/round-3.", $ext)),
-        ]
-    };
-}
-
-fn recording(provider: Provider) -> Recording {
-    match provider {
-        Provider::OpenAiChat => Recording {
-            model: "gpt-4.1-mini",
-            rounds: rounds!("openai-chat", "sse"),
-        },
-        Provider::OpenAiResponses => Recording {
-            model: "gpt-4.1-mini",
-            rounds: rounds!("openai-responses", "sse"),
-        },
-        Provider::Anthropic => Recording {
-            model: "claude-sonnet-4-5",
-            rounds: rounds!("anthropic", "sse"),
-        },
-        Provider::Gemini => Recording {
-            model: "gemini-2.5-flash",
-            rounds: rounds!("gemini", "sse"),
-        },
-        Provider::Ollama => Recording {
-            model: "qwen3:8b",
-            rounds: rounds!("ollama", "ndjson"),
-        },
-    }
-}
-
 /// Runs the demo.
 pub(crate) async fn run<O: Write, E: Write>(
     provider: ProviderChoice,
@@ -79,11 +37,11 @@ pub(crate) async fn run<O: Write, E: Write>(
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
     let wire = provider.wire();
-    let recording = recording(wire);
+    let (model, rounds) = agent_backends::replay::demo(wire);
     // On a terminal the bytes arrive in small, paced pieces so the streaming is visible;
     // piped (tests, scripts) they go as fast as the socket allows.
     let paced = std::io::stderr().is_terminal() && !renderer.is_json();
-    let cassettes = recording.rounds.into_iter().map(|body| {
+    let cassettes = rounds.into_iter().map(|body| {
         let cassette = Cassette::body(body);
         if paced {
             cassette
@@ -107,7 +65,7 @@ pub(crate) async fn run<O: Write, E: Write>(
         "agentry demo · {} ({}) · a recorded conversation replayed over HTTP from {} through the \
          real adapter; the tools run for real",
         wire.name(),
-        recording.model,
+        model,
         backend.server().url()
     );
     renderer
@@ -117,7 +75,7 @@ pub(crate) async fn run<O: Write, E: Write>(
         .and_then(|()| renderer.note(""))
         .map_err(|error| Error::Other(format!("cannot write the output: {error}")))?;
 
-    let mut session = Session::new(recording.model).with_system(SYSTEM);
+    let mut session = Session::new(model).with_system(SYSTEM);
     let input = SessionInput::User(UserMessage::text(PROMPT));
     Ok(agent::drive(&backend, &mut session, input, options, renderer).await)
 }
@@ -230,13 +188,5 @@ mod tests {
             "{}",
             error.message()
         );
-    }
-
-    #[test]
-    fn every_provider_has_three_recorded_rounds() {
-        for provider in Provider::ALL {
-            let recording = recording(provider);
-            assert!(recording.rounds.iter().all(|round| !round.is_empty()));
-        }
     }
 }
