@@ -26,6 +26,25 @@ pub enum Error {
         /// The cargo feature that adds it.
         feature: &'static str,
     },
+    /// An API name that is not one of the known APIs.
+    #[error(
+        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible"
+    )]
+    UnknownApi(String),
+    /// A hosted API needs a key and none was given or found in the environment.
+    #[error("no API key for {api}: set {variable}")]
+    MissingKey {
+        /// The API.
+        api: &'static str,
+        /// The environment variable to set.
+        variable: &'static str,
+    },
+    /// The API has no default address and none was given.
+    #[error("{api} needs a base URL (e.g. http://localhost:8000/v1)")]
+    MissingBaseUrl {
+        /// The API.
+        api: &'static str,
+    },
     /// A recording could not be read or served.
     #[error("replay: {0}")]
     Replay(String),

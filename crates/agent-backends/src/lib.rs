@@ -84,6 +84,8 @@
     allow(rustdoc::broken_intra_doc_links)
 )]
 
+#[cfg(feature = "providers")]
+mod api;
 #[cfg(feature = "http")]
 mod error;
 #[cfg(feature = "http")]
@@ -108,6 +110,8 @@ pub mod openai_responses;
 #[cfg(feature = "replay")]
 pub mod replay;
 
+#[cfg(feature = "providers")]
+pub use api::Api;
 #[cfg(feature = "http")]
 pub use error::Error;
 #[cfg(feature = "http")]

@@ -8,51 +8,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-/// Which provider API to talk to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum ProviderChoice {
-    /// OpenAI Chat Completions (`OPENAI_API_KEY`).
-    #[value(alias = "openai-chat")]
-    #[serde(alias = "openai-chat")]
-    Openai,
-    /// The OpenAI Responses API (`OPENAI_API_KEY`).
-    OpenaiResponses,
-    /// Anthropic Messages (`ANTHROPIC_API_KEY`).
-    Anthropic,
-    /// Google Gemini (`GEMINI_API_KEY`).
-    Gemini,
-    /// Ollama's native API (`OLLAMA_HOST`, default `http://localhost:11434`).
-    Ollama,
-    /// Any server speaking Chat Completions at `--base-url` (vLLM, llama.cpp, LM Studio,
-    /// OpenRouter, Groq…); `OPENAI_API_KEY` is sent when set.
-    OpenaiCompatible,
-}
-
-impl ProviderChoice {
-    /// The name used on the command line and in `agentry.toml`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Openai => "openai",
-            Self::OpenaiResponses => "openai-responses",
-            Self::Anthropic => "anthropic",
-            Self::Gemini => "gemini",
-            Self::Ollama => "ollama",
-            Self::OpenaiCompatible => "openai-compatible",
-        }
-    }
-
-    /// The wire format this choice speaks.
-    pub(crate) fn wire(self) -> agent_backends::Provider {
-        use agent_backends::Provider;
-        match self {
-            Self::Openai | Self::OpenaiCompatible => Provider::OpenAiChat,
-            Self::OpenaiResponses => Provider::OpenAiResponses,
-            Self::Anthropic => Provider::Anthropic,
-            Self::Gemini => Provider::Gemini,
-            Self::Ollama => Provider::Ollama,
-        }
-    }
+/// Parses `--provider` (the names of [`agent_backends::Api`]).
+pub(crate) fn parse_api(name: &str) -> Result<agent_backends::Api, String> {
+    name.parse()
+        .map_err(|error: agent_backends::Error| error.to_string())
 }
 
 /// A ready-made tool the run may offer the model.
@@ -150,9 +109,10 @@ impl LoopArgs {
 /// Which model to call, where, and with which tools.
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct ModelArgs {
-    /// The provider API [default: from agentry.toml, else openai]
-    #[arg(long, value_enum)]
-    pub(crate) provider: Option<ProviderChoice>,
+    /// The provider API: openai, openai-responses, anthropic, gemini, ollama or
+    /// openai-compatible [default: from agentry.toml, else openai]
+    #[arg(long, value_parser = parse_api, value_name = "API")]
+    pub(crate) provider: Option<agent_backends::Api>,
     /// The model [default: the provider's default, see `agentry run --help`]
     #[arg(long)]
     pub(crate) model: Option<String>,

@@ -27,7 +27,9 @@ use agent_loop::{Options, ToolErrorMode, ToolParallelism, ValidationMode};
 use agent_types::{ModelPrice, RateCard};
 use serde::Deserialize;
 
-use crate::args::{BuiltinTool, LoopArgs, OnToolError, ProviderChoice, Validation};
+use agent_backends::Api;
+
+use crate::args::{BuiltinTool, LoopArgs, OnToolError, Validation};
 use crate::error::Error;
 
 /// The file's contents; every key is optional.
@@ -35,7 +37,7 @@ use crate::error::Error;
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileConfig {
     /// The provider API.
-    pub(crate) provider: Option<ProviderChoice>,
+    pub(crate) provider: Option<Api>,
     /// The model.
     pub(crate) model: Option<String>,
     /// The API's base URL.

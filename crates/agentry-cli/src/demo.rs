@@ -16,7 +16,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::agent;
-use crate::args::{LoopArgs, ProviderChoice};
+use agent_backends::Api;
+
+use crate::args::LoopArgs;
 use crate::config::{FileConfig, LoopSettings};
 use crate::error::Error;
 use crate::exit::Exit;
@@ -32,7 +34,7 @@ pub(crate) const PROMPT: &str =
 
 /// Runs the demo.
 pub(crate) async fn run<O: Write, E: Write>(
-    provider: ProviderChoice,
+    provider: Api,
     loop_args: &LoopArgs,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {

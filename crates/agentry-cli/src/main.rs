@@ -14,7 +14,6 @@
 
 mod agent;
 mod args;
-mod backend;
 mod config;
 mod demo;
 mod error;
@@ -30,7 +29,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::args::{LoopArgs, ModelArgs, OutputArgs, ProviderChoice};
+use agent_backends::Api;
+
+use crate::args::{LoopArgs, ModelArgs, OutputArgs, parse_api};
 use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
@@ -61,9 +62,10 @@ enum Command {
     /// loopback HTTP, with real tools (weather table, calculator, clock) in auto mode.
     #[command(after_help = EXIT_CODES)]
     Demo {
-        /// Whose recorded conversation to replay
-        #[arg(long, value_enum, default_value = "anthropic")]
-        provider: ProviderChoice,
+        /// Whose recorded conversation to replay: anthropic, openai, openai-responses,
+        /// gemini or ollama
+        #[arg(long, value_parser = parse_api, default_value = "anthropic", value_name = "API")]
+        provider: Api,
         #[command(flatten)]
         loop_args: LoopArgs,
         #[command(flatten)]

@@ -10,8 +10,9 @@ use agent_types::{ToolCall, ToolResult, ToolSpec, UserMessage};
 use serde_json::{Value, json};
 
 use crate::agent;
-use crate::args::{BuiltinTool, LoopArgs, ModelArgs, ProviderChoice};
-use crate::backend;
+use agent_backends::Api;
+
+use crate::args::{BuiltinTool, LoopArgs, ModelArgs};
 use crate::config::{FileConfig, LoopSettings, rate_card};
 use crate::error::Error;
 use crate::exit::Exit;
@@ -129,15 +130,12 @@ fn settle(
             state
         }
         None => {
-            let provider = flags
-                .provider
-                .or(config.provider)
-                .unwrap_or(ProviderChoice::Openai);
+            let provider = flags.provider.or(config.provider).unwrap_or(Api::Openai);
             let model = flags
                 .model
                 .clone()
                 .or_else(|| config.model.clone())
-                .or_else(|| backend::default_model(provider).map(str::to_owned))
+                .or_else(|| provider.default_model().map(str::to_owned))
                 .ok_or_else(|| {
                     Error::Usage(format!(
                         "--provider {} has no default model; name one with --model",
@@ -181,9 +179,9 @@ async fn go<O: Write, E: Write>(
 ) -> Result<Exit, Error> {
     let settings = LoopSettings::resolve(loop_args, config)?;
     let tools = registry(&state.tools, state.root.as_deref())?;
-    let model = backend::connect(state.provider, state.base_url.as_deref())?;
+    let model = connect(state.provider, state.base_url.as_deref())?;
     let mut prices = rate_card(config);
-    if state.provider == ProviderChoice::Ollama && prices.price(&state.session.model).is_none() {
+    if state.provider == Api::Ollama && prices.price(&state.session.model).is_none() {
         // A model on the user's own machine costs nothing per token.
         prices.insert(state.session.model.clone(), prices::free());
     }
@@ -222,6 +220,21 @@ async fn go<O: Write, E: Write>(
         }
     }
     Ok(exit)
+}
+
+/// The provider's backend, its key from the environment.
+fn connect(api: Api, base_url: Option<&str>) -> Result<Box<dyn agent_types::Backend>, Error> {
+    api.connect(base_url, None).map_err(|error| match error {
+        agent_backends::Error::MissingKey { api, variable } => Error::MissingKey {
+            provider: api,
+            variable,
+        },
+        agent_backends::Error::MissingBaseUrl { api } => Error::Usage(format!(
+            "--provider {api} needs --base-url (e.g. http://localhost:8000/v1); to see agentry \
+             work without a server, run `agentry demo`"
+        )),
+        other => Error::Other(other.to_string()),
+    })
 }
 
 /// The built-in tools by name; `read_file` needs a root.

@@ -20,7 +20,9 @@ use agent_loop::Session;
 use agent_types::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{BuiltinTool, ProviderChoice};
+use agent_backends::Api;
+
+use crate::args::BuiltinTool;
 use crate::error::Error;
 
 /// The state file's format version.
@@ -45,7 +47,7 @@ pub(crate) struct SessionState {
     /// The state file's format; anything but [`STATE_FORMAT`] is refused.
     agentry_session_state: u32,
     /// The provider API the session talks to.
-    pub(crate) provider: ProviderChoice,
+    pub(crate) provider: Api,
     /// The provider's base URL, when not the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) base_url: Option<String>,
@@ -61,7 +63,7 @@ pub(crate) struct SessionState {
 
 impl SessionState {
     /// A state for a new session.
-    pub(crate) fn new(provider: ProviderChoice, session: Session) -> Self {
+    pub(crate) fn new(provider: Api, session: Session) -> Self {
         Self {
             agentry_session_state: STATE_FORMAT,
             provider,
@@ -271,7 +273,7 @@ mod tests {
                 let file = SessionFile::new(dir.path().join(name));
                 assert!(file.load().await.unwrap().is_none());
                 let session = Session::new("m").with_system("be brief");
-                let mut state = SessionState::new(ProviderChoice::Anthropic, session);
+                let mut state = SessionState::new(Api::Anthropic, session);
                 state.tools = vec![BuiltinTool::Clock];
                 file.save(&mut state).await.unwrap();
                 let appender = file.appender(&state.session).await.unwrap();
