@@ -868,7 +868,7 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// The input must fit the session's state: results only for exactly the pending calls, and
 /// no new user message while calls are pending.
-fn check_input(session: &Session, input: &SessionInput) -> Result<(), AgentError> {
+pub(crate) fn check_input(session: &Session, input: &SessionInput) -> Result<(), AgentError> {
     let awaiting = session.status == SessionStatus::AwaitingToolExecution;
     match input {
         SessionInput::ToolResults(results) => {

@@ -192,6 +192,17 @@ impl Session {
         self
     }
 
+    /// Checks that `input` fits the session as it stands, as [`execute`](crate::execute) does
+    /// before anything else: results only for exactly the pending calls, no new user message
+    /// while calls are pending. A server can call it before it commits to a response.
+    ///
+    /// # Errors
+    ///
+    /// A configuration error (400) saying which calls are missing, unknown or answered twice.
+    pub fn check_input(&self, input: &SessionInput) -> Result<(), agent_types::AgentError> {
+        crate::run::check_input(self, input)
+    }
+
     /// The session as JSON.
     ///
     /// # Errors

@@ -95,6 +95,89 @@ impl RateCard {
     }
 }
 
+/// USD per million tokens: input, output, cache read, 5-minute cache write, 1-hour cache write.
+type ListPrice = (
+    &'static str,
+    f64,
+    f64,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+);
+
+/// Published list prices (standard tier, prompts up to 200k tokens), as of 2026-11.
+const LIST_PRICES: &[ListPrice] = &[
+    // OpenAI: cached input is discounted, cache writes are free.
+    ("gpt-5", 1.25, 10.0, Some(0.125), None, None),
+    ("gpt-5-mini", 0.25, 2.0, Some(0.025), None, None),
+    ("gpt-5-nano", 0.05, 0.40, Some(0.005), None, None),
+    ("gpt-4.1", 2.0, 8.0, Some(0.50), None, None),
+    ("gpt-4.1-mini", 0.40, 1.60, Some(0.10), None, None),
+    ("gpt-4.1-nano", 0.10, 0.40, Some(0.025), None, None),
+    ("gpt-4o", 2.50, 10.0, Some(1.25), None, None),
+    ("gpt-4o-mini", 0.15, 0.60, Some(0.075), None, None),
+    // Anthropic: reads 0.1x input, writes 1.25x (5 minutes) or 2x (1 hour).
+    (
+        "claude-opus-4-1",
+        15.0,
+        75.0,
+        Some(1.50),
+        Some(18.75),
+        Some(30.0),
+    ),
+    (
+        "claude-sonnet-4-5",
+        3.0,
+        15.0,
+        Some(0.30),
+        Some(3.75),
+        Some(6.0),
+    ),
+    (
+        "claude-sonnet-4",
+        3.0,
+        15.0,
+        Some(0.30),
+        Some(3.75),
+        Some(6.0),
+    ),
+    (
+        "claude-haiku-4-5",
+        1.0,
+        5.0,
+        Some(0.10),
+        Some(1.25),
+        Some(2.0),
+    ),
+    // Gemini; explicit cache storage is billed separately and not modelled.
+    ("gemini-2.5-pro", 1.25, 10.0, Some(0.31), None, None),
+    ("gemini-2.5-flash", 0.30, 2.50, Some(0.075), None, None),
+    ("gemini-2.5-flash-lite", 0.10, 0.40, Some(0.025), None, None),
+];
+
+impl RateCard {
+    /// A card of published list prices for common OpenAI, Anthropic and Gemini models, as
+    /// of 2026-11. Providers change prices: add or override entries with
+    /// [`insert`](Self::insert) for anything that bills money. Dated snapshots of a listed
+    /// model are priced too (see [`price`](Self::price)).
+    pub fn list_prices() -> Self {
+        let mut card = Self::new();
+        for &(model, input, output, cache_read, write_5m, write_1h) in LIST_PRICES {
+            card.insert(
+                model,
+                ModelPrice {
+                    input_per_mtok: input,
+                    output_per_mtok: output,
+                    cache_read_per_mtok: cache_read,
+                    cache_write_5m_per_mtok: write_5m,
+                    cache_write_1h_per_mtok: write_1h,
+                },
+            );
+        }
+        card
+    }
+}
+
 /// Whether `rest` (what follows a listed model name) names a dated snapshot of that model:
 /// `-20250929`, `-2024-08-06`, `@20250929`.
 fn is_snapshot_suffix(rest: &str) -> bool {
@@ -130,6 +213,21 @@ pub fn cost(usage: &Usage, price: &ModelPrice) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_prices_cover_dated_snapshots_but_not_siblings() {
+        let card = RateCard::list_prices();
+        assert_eq!(
+            card.price("gpt-4.1-mini-2025-04-14")
+                .map(|price| price.input_per_mtok),
+            Some(0.40)
+        );
+        assert_eq!(
+            card.price("gpt-5-mini").map(|price| price.output_per_mtok),
+            Some(2.0)
+        );
+        assert!(card.price("gpt-5-pro").is_none());
+    }
 
     /// Anthropic Claude Sonnet 4.5, published per-MTok prices (anthropic.com/pricing):
     /// input $3, output $15, 5-minute cache write $3.75 (1.25x), 1-hour cache write $6 (2x),

@@ -224,7 +224,7 @@ impl LoopSettings {
 
 /// The built-in prices, then the file's (which win).
 pub(crate) fn rate_card(file: &FileConfig) -> RateCard {
-    let mut card = crate::prices::builtin();
+    let mut card = RateCard::list_prices();
     for (model, price) in &file.prices {
         card.insert(model.clone(), *price);
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use agent_backends::replay::{Cassette, Chunking, ReplayBackend};
 use agent_loop::{Session, SessionInput};
 use agent_tools::{Registry, Tool, ToolError, builtin};
-use agent_types::UserMessage;
+use agent_types::{RateCard, UserMessage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -60,7 +60,7 @@ pub(crate) async fn run<O: Write, E: Write>(
     // The demo ignores agentry.toml: it must behave the same on every machine.
     let settings = LoopSettings::resolve(loop_args, &FileConfig::default())?;
     let options = settings
-        .options(crate::prices::builtin())
+        .options(RateCard::list_prices())
         .with_tools(tools()?);
 
     let header = format!(

@@ -18,7 +18,6 @@ mod config;
 mod demo;
 mod error;
 mod exit;
-mod prices;
 mod render;
 mod replay;
 mod run;

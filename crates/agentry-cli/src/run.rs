@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use agent_loop::{Session, SessionInput, SessionStatus};
 use agent_tools::{Registry, builtin};
-use agent_types::{ToolCall, ToolResult, ToolSpec, UserMessage};
+use agent_types::{ModelPrice, ToolCall, ToolResult, ToolSpec, UserMessage};
 use serde_json::{Value, json};
 
 use crate::agent;
@@ -16,7 +16,6 @@ use crate::args::{BuiltinTool, LoopArgs, ModelArgs};
 use crate::config::{FileConfig, LoopSettings, rate_card};
 use crate::error::Error;
 use crate::exit::Exit;
-use crate::prices;
 use crate::render::Renderer;
 use crate::session_file::{SessionFile, SessionState};
 
@@ -183,7 +182,7 @@ async fn go<O: Write, E: Write>(
     let mut prices = rate_card(config);
     if state.provider == Api::Ollama && prices.price(&state.session.model).is_none() {
         // A model on the user's own machine costs nothing per token.
-        prices.insert(state.session.model.clone(), prices::free());
+        prices.insert(state.session.model.clone(), ModelPrice::default());
     }
     let mut options = settings.options(prices).with_tools(tools);
     if let Some(file) = &file {
