@@ -297,7 +297,9 @@ impl ToolCall {
 pub struct ToolResult {
     /// The call this answers.
     pub tool_call_id: ToolCallId,
-    /// The tool's name; some providers (Gemini) require it next to the result.
+    /// The tool's name; some providers (Gemini) require it next to the result. May be left
+    /// out (empty) in results a caller sends back: the loop fills it from the pending call.
+    #[serde(default)]
     pub name: String,
     /// The result text: the handler's JSON-serialized output (possibly truncated) or an error
     /// message the model can act on.

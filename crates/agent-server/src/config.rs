@@ -1,0 +1,464 @@
+//! The `[server]` section of `agentry.toml`: where to listen, where sessions live, which
+//! models and tools are offered, who may call, and the limits.
+//!
+//! ```toml
+//! [server]
+//! listen = "127.0.0.1:8080"
+//! tools = ["calculator", "clock"]
+//!
+//! [server.store]
+//! kind = "sqlite"                 # or kind = "postgres", url_env = "DATABASE_URL"
+//! path = "agentry-data/sessions.db"
+//!
+//! [[server.models]]
+//! name = "demo"                   # what clients ask for
+//! provider = "replay"             # the recorded demo conversation, offline
+//! recording = "anthropic"
+//!
+//! [[server.models]]
+//! name = "claude"
+//! provider = "anthropic"          # key from ANTHROPIC_API_KEY unless api_key_env says otherwise
+//! model = "claude-sonnet-4-5"
+//!
+//! [[server.tenants]]
+//! name = "acme"
+//! api_key_env = "ACME_API_KEY"
+//! ```
+//!
+//! Every other key has a default (see [`ServerConfig`]); unknown keys are refused.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use agent_backends::{Api, Provider};
+use agent_types::ModelPrice;
+use serde::Deserialize;
+
+use crate::error::Error;
+
+/// The server's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The address to listen on [default: `127.0.0.1:8080`].
+    #[serde(default = "defaults::listen")]
+    pub listen: String,
+    /// Where sessions are stored [default: SQLite at `agentry-data/sessions.db`].
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// The largest request body accepted, in bytes; larger ones get 413 [default: 1 MiB].
+    #[serde(default = "defaults::max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// How long a session waits for remote tool results before its pending calls expire
+    /// [default: 3600 s].
+    #[serde(default = "defaults::remote_tool_timeout_secs")]
+    pub remote_tool_timeout_secs: u64,
+    /// On SIGTERM, how long running executes may finish before they are cancelled
+    /// [default: 30 s].
+    #[serde(default = "defaults::drain_secs")]
+    pub drain_secs: u64,
+    /// How long one execute may hold its session; a crashed instance's lease expires after
+    /// this [default: 900 s].
+    #[serde(default = "defaults::execute_lease_secs")]
+    pub execute_lease_secs: u64,
+    /// Built-in tools the server runs for sessions that ask for them: `calculator`, `clock`,
+    /// `read_file` (which needs `root`).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// The directory `read_file` may read.
+    #[serde(default)]
+    pub root: Option<PathBuf>,
+    /// The most a session may ask for; clients can lower these, never raise them.
+    #[serde(default)]
+    pub caps: Caps,
+    /// Default per-tenant limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// The models clients may use (the allow-list).
+    #[serde(default)]
+    pub models: Vec<ModelConfig>,
+    /// Who may call, by API key.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+    /// Prices per upstream model (USD per million tokens), over the built-in list prices.
+    #[serde(default)]
+    pub prices: BTreeMap<String, ModelPrice>,
+}
+
+/// Where sessions live.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// A SQLite file (WAL): one server instance.
+    Sqlite {
+        /// The database file; relative paths are relative to the configuration file.
+        #[serde(default = "defaults::sqlite_path")]
+        path: PathBuf,
+    },
+    /// PostgreSQL: several instances can share it.
+    Postgres {
+        /// The connection URL, e.g. `postgres://agentry@db/agentry`.
+        #[serde(default)]
+        url: Option<String>,
+        /// The environment variable holding the URL (when `url` is not given).
+        #[serde(default)]
+        url_env: Option<String>,
+    },
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self::Sqlite {
+            path: defaults::sqlite_path(),
+        }
+    }
+}
+
+/// The most any session may use per execute.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Caps {
+    /// Tool rounds [default: 10].
+    #[serde(default = "defaults::max_iterations")]
+    pub max_iterations: u32,
+    /// Tokens [default: none].
+    #[serde(default)]
+    pub token_budget: Option<u64>,
+    /// US dollars [default: none].
+    #[serde(default)]
+    pub max_cost_usd: Option<f64>,
+    /// Bytes of each tool result the model sees [default: 65536].
+    #[serde(default = "defaults::tool_result_max_bytes")]
+    pub tool_result_max_bytes: usize,
+    /// Seconds one tool call may take [default: 60].
+    #[serde(default = "defaults::tool_timeout_secs")]
+    pub tool_timeout_secs: u64,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            max_iterations: defaults::max_iterations(),
+            token_budget: None,
+            max_cost_usd: None,
+            tool_result_max_bytes: defaults::tool_result_max_bytes(),
+            tool_timeout_secs: defaults::tool_timeout_secs(),
+        }
+    }
+}
+
+/// Per-tenant limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Requests per minute, with bursts up to the same number [default: 600].
+    #[serde(default = "defaults::requests_per_minute")]
+    pub requests_per_minute: u32,
+    /// Executes running at once (session executes and chat completions) [default: 16].
+    #[serde(default = "defaults::concurrent_executes")]
+    pub concurrent_executes: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            requests_per_minute: defaults::requests_per_minute(),
+            concurrent_executes: defaults::concurrent_executes(),
+        }
+    }
+}
+
+/// One model clients may ask for.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The name clients use.
+    pub name: String,
+    /// `replay` (a recorded conversation, offline) or a provider API (`openai`,
+    /// `openai-responses`, `anthropic`, `gemini`, `ollama`, `openai-compatible`).
+    pub provider: String,
+    /// The provider's model name [default: `name`; for `replay`, the recording's model].
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The provider's base URL.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The environment variable with the key [default: the provider's usual one].
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// For `replay`: whose recorded demo conversation (`anthropic`, `openai`, …).
+    #[serde(default)]
+    pub recording: Option<String>,
+    /// For `replay`: a pause before each streamed event, in milliseconds (to hold streams
+    /// open like a real provider) [default: 0].
+    #[serde(default)]
+    pub event_delay_ms: u64,
+}
+
+/// Where a model's answers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A recorded conversation in this provider's format.
+    Replay(Provider),
+    /// A provider API.
+    Api(Api),
+}
+
+impl ModelConfig {
+    /// The parsed `provider` (and `recording`).
+    ///
+    /// # Errors
+    ///
+    /// An unknown provider or recording name.
+    pub fn source(&self) -> Result<ModelSource, Error> {
+        if self.provider == "replay" {
+            let recording = self.recording.as_deref().unwrap_or("anthropic");
+            let api: Api = recording.parse().map_err(|error| {
+                Error::Config(format!("model `{}`: recording: {error}", self.name))
+            })?;
+            return Ok(ModelSource::Replay(api.wire()));
+        }
+        self.provider
+            .parse()
+            .map(ModelSource::Api)
+            .map_err(|error| Error::Config(format!("model `{}`: {error}", self.name)))
+    }
+}
+
+/// One tenant.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant's name (in metrics, logs and the tools' caller identity).
+    pub name: String,
+    /// API keys, literally (convenient for tests; prefer `api_key_env`).
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    /// An environment variable holding one more key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Overrides `[server.limits].requests_per_minute`.
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Overrides `[server.limits].concurrent_executes`.
+    #[serde(default)]
+    pub concurrent_executes: Option<u32>,
+    /// Permissions the tenant's calls carry (tools may require them).
+    #[serde(default)]
+    pub permissions: Vec<String>,
+}
+
+impl TenantConfig {
+    /// Every key of this tenant: the literal ones and the one from `api_key_env` when set.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys = self.api_keys.clone();
+        if let Some(variable) = &self.api_key_env
+            && let Ok(key) = std::env::var(variable)
+            && !key.trim().is_empty()
+        {
+            keys.push(key);
+        }
+        keys
+    }
+}
+
+/// The built-in tools a server may offer.
+pub(crate) const BUILTIN_TOOLS: [&str; 3] = ["calculator", "clock", "read_file"];
+
+impl ServerConfig {
+    /// The `[server]` table of an `agentry.toml` (other sections are ignored).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for TOML errors, unknown keys and invalid values.
+    pub fn from_toml(text: &str) -> Result<Self, Error> {
+        let mut file: toml::Table =
+            toml::from_str(text).map_err(|error| Error::Config(error.to_string()))?;
+        let server = file
+            .remove("server")
+            .ok_or_else(|| Error::Config("there is no [server] section".into()))?;
+        let config: Self = server
+            .try_into()
+            .map_err(|error: toml::de::Error| Error::Config(format!("[server]: {error}")))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads `path`; relative paths in it (the SQLite file, `root`) become relative to the
+    /// file's directory.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_toml`](Self::from_toml), and [`Error::Io`] when the file cannot be read.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| Error::Config(format!("cannot read {}: {error}", path.display())))?;
+        let mut config = Self::from_toml(&text)
+            .map_err(|error| Error::Config(format!("{}: {error}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if let StoreConfig::Sqlite { path } = &mut config.store
+            && path.is_relative()
+        {
+            *path = base.join(&*path);
+        }
+        if let Some(root) = &mut config.root
+            && root.is_relative()
+        {
+            *root = base.join(&*root);
+        }
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: names known and unique, keys present, limits positive.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the first problem.
+    pub fn validate(&self) -> Result<(), Error> {
+        let fail = |message: String| Err(Error::Config(message));
+        if self.models.is_empty() {
+            return fail("no models: add at least one [[server.models]]".into());
+        }
+        let mut names = HashSet::new();
+        for model in &self.models {
+            if !names.insert(&model.name) {
+                return fail(format!("model `{}` is listed twice", model.name));
+            }
+            model.source()?;
+        }
+        if self.tenants.is_empty() {
+            return fail("no tenants: add at least one [[server.tenants]] with an API key".into());
+        }
+        let mut tenants = HashSet::new();
+        for tenant in &self.tenants {
+            if !tenants.insert(&tenant.name) {
+                return fail(format!("tenant `{}` is listed twice", tenant.name));
+            }
+            if tenant.api_keys.iter().any(|key| key.trim().is_empty()) {
+                return fail(format!("tenant `{}` has an empty API key", tenant.name));
+            }
+            if tenant.api_keys.is_empty() && tenant.api_key_env.is_none() {
+                return fail(format!(
+                    "tenant `{}` has no API key: set api_keys or api_key_env",
+                    tenant.name
+                ));
+            }
+        }
+        for tool in &self.tools {
+            if !BUILTIN_TOOLS.contains(&tool.as_str()) {
+                return fail(format!(
+                    "unknown tool `{tool}`; the built-in tools are {}",
+                    BUILTIN_TOOLS.join(", ")
+                ));
+            }
+        }
+        if self.tools.iter().any(|tool| tool == "read_file") && self.root.is_none() {
+            return fail("the read_file tool needs `root`, the directory it may read".into());
+        }
+        if self.limits.requests_per_minute == 0 || self.limits.concurrent_executes == 0 {
+            return fail("limits must be at least 1".into());
+        }
+        if let StoreConfig::Postgres {
+            url: None,
+            url_env: None,
+        } = self.store
+        {
+            return fail("a postgres store needs `url` or `url_env`".into());
+        }
+        Ok(())
+    }
+}
+
+mod defaults {
+    use std::path::PathBuf;
+
+    pub(super) fn listen() -> String {
+        "127.0.0.1:8080".into()
+    }
+    pub(super) fn sqlite_path() -> PathBuf {
+        PathBuf::from("agentry-data/sessions.db")
+    }
+    pub(super) fn max_body_bytes() -> usize {
+        1024 * 1024
+    }
+    pub(super) fn remote_tool_timeout_secs() -> u64 {
+        3600
+    }
+    pub(super) fn drain_secs() -> u64 {
+        30
+    }
+    pub(super) fn execute_lease_secs() -> u64 {
+        900
+    }
+    pub(super) fn max_iterations() -> u32 {
+        10
+    }
+    pub(super) fn tool_result_max_bytes() -> usize {
+        65_536
+    }
+    pub(super) fn tool_timeout_secs() -> u64 {
+        60
+    }
+    pub(super) fn requests_per_minute() -> u32 {
+        600
+    }
+    pub(super) fn concurrent_executes() -> u32 {
+        16
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [server]
+        [[server.models]]
+        name = "demo"
+        provider = "replay"
+        [[server.tenants]]
+        name = "acme"
+        api_keys = ["k1"]
+    "#;
+
+    #[test]
+    fn a_minimal_config_gets_the_documented_defaults() {
+        let config = ServerConfig::from_toml(MINIMAL).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080");
+        assert_eq!(config.max_body_bytes, 1024 * 1024);
+        assert_eq!(config.remote_tool_timeout_secs, 3600);
+        assert_eq!(config.limits.concurrent_executes, 16);
+        assert_eq!(
+            config.models[0].source().unwrap(),
+            ModelSource::Replay(Provider::Anthropic)
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            ("[server]\nlisten_on = 1", "listen_on"),
+            (&MINIMAL.replace("replay", "openia"), "openia"),
+            (
+                &format!("{MINIMAL}\n[server.store]\nkind = \"postgres\""),
+                "url_env",
+            ),
+            (
+                &MINIMAL.replace("[server]", "[server]\ntools = [\"shell\"]"),
+                "shell",
+            ),
+            (
+                &MINIMAL.replace("[server]", "[server]\ntools = [\"read_file\"]"),
+                "root",
+            ),
+            (&MINIMAL.replace("api_keys = [\"k1\"]", ""), "no API key"),
+            ("provider = \"x\"", "no [server] section"),
+        ];
+        for (text, expected) in cases {
+            let error = ServerConfig::from_toml(text).unwrap_err().to_string();
+            assert!(error.contains(expected), "{expected}: {error}");
+        }
+    }
+}

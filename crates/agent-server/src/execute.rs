@@ -1,0 +1,398 @@
+//! Running a session for one request: the loop on its own task, its events out as SSE, the
+//! session saved before the stream's last event, cancelled when the client goes away.
+//!
+//! The loop runs on a spawned task, not inside the response body: a client that hangs up
+//! drops the body, which closes the event channel, which cancels the loop's token, and the
+//! task still ends the run properly (dangling calls closed, status `aborted`) and saves the
+//! session. The session is written before `execute_complete` is sent, so a client that
+//! reads that event and sends its next request to another instance finds the session there.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_loop::{
+    GenerateResult, Options, SessionInput, SessionStatus, ToolParallelism, execute_stream,
+};
+use agent_types::{AgentError, AgentEvent, Message, ToolCall, Usage};
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ApiError;
+use crate::limits::Permit;
+use crate::state::{AppState, Model, Tenant, now_ms};
+use crate::store::{Lease, SessionRecord};
+
+/// Events waiting for a slow client before the loop is held back.
+const CHANNEL_DEPTH: usize = 64;
+
+/// The last event of every execute stream.
+#[derive(Debug, Serialize)]
+pub struct ExecuteComplete<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    session_id: &'a str,
+    status: SessionStatus,
+    #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
+    pending_tool_calls: &'a [ToolCall],
+    usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a AgentError>,
+}
+
+/// What [`start`] needs; the lease is already held.
+pub(crate) struct Execute {
+    pub(crate) tenant: Arc<Tenant>,
+    pub(crate) record: SessionRecord,
+    pub(crate) input: SessionInput,
+    pub(crate) model: Model,
+    pub(crate) holder: String,
+    pub(crate) permit: Permit,
+}
+
+/// A lease holder id unique to this request.
+pub(crate) fn holder(state: &AppState) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}_{n:x}", state.inner.instance)
+}
+
+/// Takes the session's lease for this request.
+///
+/// # Errors
+///
+/// 409 when another execute holds it; 404 when the session is gone.
+pub(crate) async fn lease(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    holder: &str,
+) -> Result<(), ApiError> {
+    let now = now_ms();
+    let until = now.saturating_add(state.inner.config.execute_lease_secs.saturating_mul(1000));
+    match state
+        .inner
+        .store
+        .acquire(&tenant.name, id, holder, now, until)
+        .await?
+    {
+        Lease::Acquired => Ok(()),
+        Lease::Busy => Err(ApiError::conflict(format!(
+            "session {id} is already executing; wait for its execute_complete event"
+        ))),
+        Lease::NotFound => Err(ApiError::not_found(format!("no session {id}"))),
+    }
+}
+
+/// Starts the run and returns the SSE response that streams it.
+pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
+    let (sender, receiver) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
+    let id = execute.record.id().to_owned();
+    let tenant = execute.tenant.name.clone();
+    let task_state = state.clone();
+    tokio::spawn(async move { run(task_state, execute, sender).await });
+
+    let metrics_state = state.clone();
+    metrics_state
+        .inner
+        .metrics
+        .add("agentry_active_streams", &[("tenant", &tenant)], 1.0);
+    let open = OpenStream {
+        state: metrics_state,
+        tenant,
+    };
+    let body = futures_util::stream::unfold((receiver, open), |(mut receiver, open)| async move {
+        receiver
+            .recv()
+            .await
+            .map(|frame| (Ok::<_, Infallible>(frame), (receiver, open)))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        headers.insert("x-session-id", value);
+    }
+    response
+}
+
+/// Counts an open stream until the response body is dropped (sent, or the client left).
+struct OpenStream {
+    state: AppState,
+    tenant: String,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.state
+            .inner
+            .metrics
+            .add("agentry_active_streams", &[("tenant", &self.tenant)], -1.0);
+    }
+}
+
+/// One SSE frame: `data: <json>\n\n`.
+pub(crate) fn frame<T: Serialize>(event: &T) -> Bytes {
+    let mut bytes = Vec::with_capacity(256);
+    bytes.extend_from_slice(b"data: ");
+    // Our events always serialize; a failure would be a bug, sent as an error frame.
+    if serde_json::to_writer(&mut bytes, event).is_err() {
+        bytes.truncate(6);
+        bytes.extend_from_slice(br#"{"type":"error","error":{"message":"unserializable event"}}"#);
+    }
+    bytes.extend_from_slice(b"\n\n");
+    Bytes::from(bytes)
+}
+
+/// The loop options for this session: the server's tools narrowed to the session's, its
+/// budgets under the server's caps, the tenant as the tools' caller.
+pub(crate) fn options(
+    state: &AppState,
+    tenant: &Tenant,
+    record: &SessionRecord,
+    cancel: CancellationToken,
+) -> Options {
+    let caps = &state.inner.config.caps;
+    let chosen = &record.options;
+    let mut options = Options::auto()
+        .with_shared_tools(Arc::clone(&state.inner.tools))
+        // The session's own remote tools are offered too: the allow-list narrows after they
+        // join the registry.
+        .with_allowed_tools(
+            record
+                .tools
+                .iter()
+                .chain(record.session.remote_tools.iter().map(|spec| &spec.name))
+                .cloned(),
+        )
+        .with_max_tool_iterations(
+            chosen
+                .max_iterations
+                .unwrap_or(caps.max_iterations)
+                .min(caps.max_iterations),
+        )
+        .with_tool_result_max_bytes(
+            chosen
+                .tool_result_max_bytes
+                .unwrap_or(caps.tool_result_max_bytes)
+                .min(caps.tool_result_max_bytes),
+        )
+        .with_tool_timeout(Duration::from_secs(caps.tool_timeout_secs))
+        .with_cancellation(cancel)
+        .with_tool_trace(true);
+    options.rate_card = Arc::clone(&state.inner.rate_card);
+    options.caller = Arc::clone(&tenant.caller);
+    options.token_budget = min_some(chosen.token_budget, caps.token_budget);
+    options.max_cost_usd = match (chosen.max_cost_usd, caps.max_cost_usd) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if chosen.parallel_tools == Some(false) {
+        options.tool_parallelism = ToolParallelism::Serial;
+    }
+    options
+}
+
+fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The run task.
+async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
+    let Execute {
+        tenant,
+        mut record,
+        input,
+        model,
+        holder,
+        permit,
+    } = execute;
+    let cancel = CancellationToken::new();
+    let Some(_registered) = state.inner.runs.register(cancel.clone()) else {
+        // Draining began between admission and now: give the session back untouched.
+        let _ = state
+            .inner
+            .store
+            .release(&tenant.name, record.id(), &holder)
+            .await;
+        let _ = sender
+            .send(frame(&serde_json::json!({"type": "error", "error": ApiError::unavailable("the server is shutting down").body()["error"]})))
+            .await;
+        return;
+    };
+    // A client that hangs up closes the channel: stop the loop (model call and tools).
+    let watcher = {
+        let sender = sender.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            sender.closed().await;
+            cancel.cancel();
+        })
+    };
+    let options = options(&state, &tenant, &record, cancel.clone());
+    let metrics = &state.inner.metrics;
+    let mut client = true;
+    let outcome = {
+        let mut stream = execute_stream(&mut record.session, input, &*model.backend, &options);
+        while let Some(event) = stream.next().await {
+            count(metrics, &tenant.name, &record.model, &event);
+            if client && sender.send(frame(&event)).await.is_err() {
+                client = false;
+                cancel.cancel();
+            }
+        }
+        stream.result().await
+    };
+    watcher.abort();
+    settle_metrics(metrics, &tenant.name, &record.session.status, &outcome);
+
+    record.updated_at_ms = now_ms();
+    let saved = state.inner.store.save(&record, &holder, true).await;
+    if let Err(error) = &saved {
+        tracing::error!(session = record.id(), %error, "the session could not be saved after its run");
+    }
+    drop(permit);
+    if client {
+        let error = match (&saved, &outcome) {
+            (_, Err(error)) => Some(error.clone()),
+            (Err(store), Ok(_)) => Some(AgentError::new(
+                agent_types::ErrorKind::Appender,
+                format!("the session could not be saved: {store}"),
+            )),
+            _ => None,
+        };
+        let complete = complete_event(&record, &outcome, error.as_ref());
+        let _ = sender.send(frame(&complete)).await;
+    }
+}
+
+fn complete_event<'a>(
+    record: &'a SessionRecord,
+    outcome: &'a Result<GenerateResult, AgentError>,
+    error: Option<&'a AgentError>,
+) -> ExecuteComplete<'a> {
+    let (usage, cost_usd) = match outcome {
+        Ok(result) => (result.usage, result.cost_usd),
+        Err(_) => (Usage::default(), None),
+    };
+    ExecuteComplete {
+        kind: "execute_complete",
+        session_id: record.id(),
+        status: record.session.status,
+        pending_tool_calls: &record.session.pending_tool_calls,
+        usage,
+        cost_usd,
+        error,
+    }
+}
+
+/// Model calls, tokens, cost and tool calls, as the events go by.
+pub(crate) fn count(
+    metrics: &crate::metrics::Metrics,
+    tenant: &str,
+    model: &str,
+    event: &AgentEvent,
+) {
+    match event {
+        AgentEvent::MessageEnd {
+            message: Message::Assistant(message),
+            cost_usd,
+        } => {
+            metrics.inc(
+                "agentry_model_calls_total",
+                &[("tenant", tenant), ("model", model)],
+            );
+            if let Some(usage) = &message.usage {
+                for (kind, value) in [
+                    ("input", usage.input_tokens),
+                    ("output", usage.output_tokens),
+                    ("cache_read", usage.cache_read_tokens),
+                    (
+                        "cache_write",
+                        match (usage.cache_write_5m_tokens, usage.cache_write_1h_tokens) {
+                            (None, None) => None,
+                            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                        },
+                    ),
+                ] {
+                    if let Some(value) = value {
+                        #[allow(clippy::cast_precision_loss)]
+                        metrics.add(
+                            "agentry_tokens_total",
+                            &[("tenant", tenant), ("kind", kind)],
+                            value as f64,
+                        );
+                    }
+                }
+            }
+            if let Some(cost) = cost_usd {
+                metrics.add("agentry_cost_usd_total", &[("tenant", tenant)], *cost);
+            }
+        }
+        AgentEvent::ToolExecutionEnd {
+            tool_name,
+            is_error,
+            ..
+        } => {
+            let outcome = if *is_error { "error" } else { "ok" };
+            metrics.inc(
+                "agentry_tool_calls_total",
+                &[
+                    ("tenant", tenant),
+                    ("tool", tool_name),
+                    ("outcome", outcome),
+                ],
+            );
+        }
+        _ => {}
+    }
+}
+
+/// The run's end: its status, and the budget when one tripped.
+pub(crate) fn settle_metrics(
+    metrics: &crate::metrics::Metrics,
+    tenant: &str,
+    status: &SessionStatus,
+    outcome: &Result<GenerateResult, AgentError>,
+) {
+    let status = serde_json::to_value(status)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    metrics.inc(
+        "agentry_runs_total",
+        &[("tenant", tenant), ("status", &status)],
+    );
+    if let Err(error) = outcome
+        && let Some(budget) = error.budget_exceeded()
+    {
+        let name = serde_json::to_value(budget)
+            .ok()
+            .and_then(|value| {
+                value
+                    .get("limit")
+                    .and_then(|limit| limit.as_str())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| "unknown".into());
+        metrics.inc(
+            "agentry_budget_trips_total",
+            &[("tenant", tenant), ("budget", &name)],
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! Per-tenant limits: a token bucket for request rate and a gate for executes running at once.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+/// Requests per minute, with bursts up to the same number.
+#[derive(Debug)]
+pub(crate) struct RateLimiter {
+    per_minute: f64,
+    bucket: Mutex<Bucket>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl RateLimiter {
+    pub(crate) fn new(per_minute: u32) -> Self {
+        let per_minute = f64::from(per_minute.max(1));
+        Self {
+            per_minute,
+            bucket: Mutex::new(Bucket {
+                tokens: per_minute,
+                refilled: Instant::now(),
+            }),
+        }
+    }
+
+    /// Takes one request's token; `Err(seconds)` to wait when the bucket is empty.
+    pub(crate) fn take(&self) -> Result<(), u64> {
+        self.take_at(Instant::now())
+    }
+
+    fn take_at(&self, now: Instant) -> Result<(), u64> {
+        let mut bucket = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let elapsed = now.saturating_duration_since(bucket.refilled).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * self.per_minute / 60.0).min(self.per_minute);
+        bucket.refilled = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = (1.0 - bucket.tokens) * 60.0 / self.per_minute;
+            // Whole seconds, rounded up, as Retry-After wants.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            Err(wait.ceil().max(1.0) as u64)
+        }
+    }
+}
+
+/// At most `limit` executes at once; a [`Permit`] is one of them.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    limit: u32,
+    running: Arc<AtomicU32>,
+}
+
+/// One running execute; dropping it frees the place.
+#[derive(Debug)]
+pub(crate) struct Permit(Arc<AtomicU32>);
+
+impl Gate {
+    pub(crate) fn new(limit: u32) -> Self {
+        Self {
+            limit: limit.max(1),
+            running: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// A place, or `None` when `limit` executes are running.
+    pub(crate) fn enter(&self) -> Option<Permit> {
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < self.limit).then_some(running + 1)
+            })
+            .ok()
+            .map(|_| Permit(Arc::clone(&self.running)))
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_says_how_long_to_wait() {
+        let limiter = RateLimiter::new(2);
+        let start = Instant::now();
+        assert_eq!(limiter.take_at(start), Ok(()));
+        assert_eq!(limiter.take_at(start), Ok(()));
+        assert_eq!(limiter.take_at(start), Err(30));
+        // Half a minute later one token is back.
+        assert_eq!(limiter.take_at(start + Duration::from_secs(30)), Ok(()));
+    }
+
+    #[test]
+    fn the_gate_counts_permits_and_frees_them_on_drop() {
+        let gate = Gate::new(2);
+        let first = gate.enter();
+        let second = gate.enter();
+        assert!(first.is_some() && second.is_some());
+        assert!(gate.enter().is_none());
+        drop(first);
+        assert!(gate.enter().is_some());
+    }
+}

@@ -1,0 +1,406 @@
+//! `/v1/sessions`: create, read, delete and execute server-held sessions.
+
+use std::sync::Arc;
+
+use agent_loop::{Session, SessionInput, SessionStatus};
+use agent_types::{GenerationSettings, Message, ToolResult, ToolSpec, UserMessage};
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::execute::{self, Execute};
+use crate::http::{admit, json_body, tagged};
+use crate::state::{AppState, Tenant, now_ms};
+use crate::store::{SessionOptions, SessionRecord, StoreError};
+
+/// The body of `POST /v1/sessions` (and the `context` of an execute that creates its session).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSession {
+    /// A model from the server's allow-list.
+    pub model: String,
+    /// The system prompt.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// Server-side tools the session may call, by name.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Tools the client runs itself (spec only): calls to them end the execute with
+    /// `awaiting_tool_execution`.
+    #[serde(default)]
+    pub remote_tools: Vec<ToolSpec>,
+    /// Budgets and settings, each at most the server's cap.
+    #[serde(default)]
+    pub options: SessionOptions,
+    /// History to start from.
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    /// Sampling settings for every call.
+    #[serde(default)]
+    pub settings: Option<GenerationSettings>,
+}
+
+/// The body of `POST /v1/sessions/{id}/execute`: a user message or results, and optionally
+/// the context to create the session with.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecuteBody {
+    #[serde(default)]
+    message: Option<UserInput>,
+    #[serde(default)]
+    tool_results: Option<Vec<ToolResult>>,
+    #[serde(default)]
+    context: Option<NewSession>,
+}
+
+/// A user message as text or as a message object.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum UserInput {
+    Text(String),
+    Message(UserMessage),
+}
+
+/// Runs `handler` for an admitted tenant and tags the response for the request metric.
+async fn respond<F, Fut>(state: &AppState, headers: &HeaderMap, handler: F) -> Response
+where
+    F: FnOnce(Arc<Tenant>) -> Fut,
+    Fut: Future<Output = Result<Response, ApiError>>,
+{
+    match admit(state, headers) {
+        Err(error) => error.into_response(),
+        Ok(tenant) => {
+            let response = handler(Arc::clone(&tenant))
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
+            tagged(response, &tenant)
+        }
+    }
+}
+
+/// `POST /v1/sessions`.
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (state, headers) = (&state, &headers);
+    respond(state, headers, |tenant| async move {
+        let new: NewSession = json_body(state, headers, body).await?;
+        let record = record(state, &tenant, new, None)?;
+        state.inner.store.create(&record).await?;
+        let mut response = (
+            StatusCode::CREATED,
+            Json(
+                json!({"id": record.id(), "model": record.model, "status": record.session.status}),
+            ),
+        )
+            .into_response();
+        if let Ok(location) = HeaderValue::from_str(&format!("/v1/sessions/{}", record.id())) {
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        Ok(response)
+    })
+    .await
+}
+
+/// `GET /v1/sessions/{id}`.
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let (state, headers) = (&state, &headers);
+    respond(state, headers, |tenant| async move {
+        let mut record = state
+            .inner
+            .store
+            .get(&tenant.name, &id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+        let expired = expire(state, &mut record);
+        let session = &record.session;
+        Ok(Json(json!({
+            "id": session.id,
+            "model": record.model,
+            "status": session.status,
+            "expired": expired,
+            "system": session.system,
+            "tools": record.tools,
+            "remote_tools": session.remote_tools,
+            "messages": session.messages,
+            "pending_tool_calls": session.pending_tool_calls,
+            "usage": session.usage,
+            "cost_usd": session.cost_usd,
+            "created_at_ms": record.created_at_ms,
+            "updated_at_ms": record.updated_at_ms,
+        }))
+        .into_response())
+    })
+    .await
+}
+
+/// `DELETE /v1/sessions/{id}`.
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let (state, headers) = (&state, &headers);
+    respond(state, headers, |tenant| async move {
+        if state.inner.store.delete(&tenant.name, &id).await? {
+            Ok(StatusCode::NO_CONTENT.into_response())
+        } else {
+            Err(ApiError::not_found(format!("no session {id}")))
+        }
+    })
+    .await
+}
+
+/// `POST /v1/sessions/{id}/execute`.
+pub(crate) async fn execute(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let (state, headers) = (&state, &headers);
+    respond(state, headers, |tenant| async move {
+        let body: ExecuteBody = json_body(state, headers, body).await?;
+        let input = match (body.message, body.tool_results) {
+            (Some(UserInput::Text(text)), None) => SessionInput::User(UserMessage::text(text)),
+            (Some(UserInput::Message(message)), None) => SessionInput::User(message),
+            (None, Some(results)) => SessionInput::ToolResults(results),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "send exactly one of `message` (a user turn) and `tool_results`",
+                ));
+            }
+        };
+        let created = match body.context {
+            Some(context) => {
+                let record = record(state, &tenant, context, Some(&id))?;
+                match state.inner.store.create(&record).await {
+                    Ok(()) => true,
+                    // The session exists: the context is for new sessions only.
+                    Err(StoreError::Exists(_)) => false,
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            None => false,
+        };
+        let permit = tenant.gate.enter().ok_or_else(|| {
+            ApiError::rate_limited(
+                format!("tenant `{}` has too many executes running", tenant.name),
+                1,
+            )
+        })?;
+        let holder = execute::holder(state);
+        match execute::lease(state, &tenant, &id, &holder).await {
+            Err(error) if error.status == StatusCode::NOT_FOUND && !created => {
+                return Err(ApiError::bad_request(format!(
+                    "no session {id}: create it first, or send its `context` with this execute"
+                )));
+            }
+            other => other?,
+        }
+        let leased = Leased {
+            state,
+            tenant: &tenant,
+            id: &id,
+            holder: &holder,
+        };
+        let Some(mut record) = state.inner.store.get(&tenant.name, &id).await? else {
+            return Err(leased
+                .give_back(ApiError::not_found(format!("no session {id}")))
+                .await);
+        };
+        if expire(state, &mut record) {
+            if matches!(input, SessionInput::ToolResults(_)) {
+                record.updated_at_ms = now_ms();
+                state.inner.store.save(&record, &holder, true).await?;
+                return Err(ApiError::conflict(format!(
+                    "the pending calls of session {id} expired after {} s without results; \
+                     send a new message instead",
+                    state.inner.config.remote_tool_timeout_secs
+                )));
+            }
+        }
+        if let Err(error) = record.session.check_input(&input) {
+            return Err(leased.give_back(ApiError::bad_request(error.message)).await);
+        }
+        let Some(model) = state.inner.models.get(&record.model).cloned() else {
+            return Err(leased
+                .give_back(ApiError::bad_request(format!(
+                    "the session's model `{}` is no longer offered by this server",
+                    record.model
+                )))
+                .await);
+        };
+        Ok(execute::start(
+            state,
+            Execute {
+                tenant: Arc::clone(&tenant),
+                record,
+                input,
+                model,
+                holder,
+                permit,
+            },
+        ))
+    })
+    .await
+}
+
+/// A lease held by a request that has not started its run yet.
+struct Leased<'a> {
+    state: &'a AppState,
+    tenant: &'a Tenant,
+    id: &'a str,
+    holder: &'a str,
+}
+
+impl Leased<'_> {
+    /// Releases the lease and returns `error`.
+    async fn give_back(self, error: ApiError) -> ApiError {
+        if let Err(release) = self
+            .state
+            .inner
+            .store
+            .release(&self.tenant.name, self.id, self.holder)
+            .await
+        {
+            tracing::warn!(session = self.id, error = %release, "could not release a lease");
+        }
+        error
+    }
+}
+
+/// A new record from a request, checked against the allow-list and the caps.
+fn record(
+    state: &AppState,
+    tenant: &Tenant,
+    new: NewSession,
+    id: Option<&str>,
+) -> Result<SessionRecord, ApiError> {
+    let inner = &state.inner;
+    let Some(model) = inner.models.get(&new.model) else {
+        let mut offered: Vec<&str> = inner.models.keys().map(String::as_str).collect();
+        offered.sort_unstable();
+        return Err(ApiError::bad_request(format!(
+            "model `{}` is not offered; this server offers: {}",
+            new.model,
+            offered.join(", ")
+        )));
+    };
+    for tool in &new.tools {
+        if inner.tools.get(tool).is_none() {
+            let offered: Vec<&str> = inner.tools.names().collect();
+            return Err(ApiError::bad_request(format!(
+                "tool `{tool}` is not offered; this server's tools: {}",
+                if offered.is_empty() {
+                    "none".into()
+                } else {
+                    offered.join(", ")
+                }
+            )));
+        }
+    }
+    for spec in &new.remote_tools {
+        agent_tools::validate_name(&spec.name)
+            .map_err(|error| ApiError::bad_request(format!("remote tool: {error}")))?;
+        if inner.tools.get(&spec.name).is_some() {
+            return Err(ApiError::bad_request(format!(
+                "remote tool `{}` has the name of a server tool",
+                spec.name
+            )));
+        }
+    }
+    check_caps(state, &new.options)?;
+    let mut session = match id {
+        Some(id) => Session::with_id(id, model.upstream.clone()),
+        None => Session::new(model.upstream.clone()),
+    };
+    session.system = new.system;
+    session.messages = new.messages;
+    session.remote_tools = new.remote_tools;
+    if let Some(settings) = new.settings {
+        session.settings = settings;
+    }
+    let now = now_ms();
+    Ok(SessionRecord {
+        tenant: tenant.name.clone(),
+        model: new.model,
+        session,
+        tools: new.tools,
+        options: new.options,
+        created_at_ms: now,
+        updated_at_ms: now,
+    })
+}
+
+/// A client may lower the server's caps, never raise them.
+fn check_caps(state: &AppState, options: &SessionOptions) -> Result<(), ApiError> {
+    let caps = &state.inner.config.caps;
+    let over = |what: &str, asked: String, cap: String| {
+        Err(ApiError::bad_request(format!(
+            "options.{what} = {asked} is above this server's cap of {cap}"
+        )))
+    };
+    if let Some(asked) = options.max_iterations
+        && asked > caps.max_iterations
+    {
+        return over(
+            "max_iterations",
+            asked.to_string(),
+            caps.max_iterations.to_string(),
+        );
+    }
+    if let (Some(asked), Some(cap)) = (options.token_budget, caps.token_budget)
+        && asked > cap
+    {
+        return over("token_budget", asked.to_string(), cap.to_string());
+    }
+    if let (Some(asked), Some(cap)) = (options.max_cost_usd, caps.max_cost_usd)
+        && asked > cap
+    {
+        return over("max_cost_usd", asked.to_string(), cap.to_string());
+    }
+    if let Some(asked) = options.tool_result_max_bytes
+        && asked > caps.tool_result_max_bytes
+    {
+        return over(
+            "tool_result_max_bytes",
+            asked.to_string(),
+            caps.tool_result_max_bytes.to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// Expires the pending calls of a session that waited longer than the server allows: each
+/// gets an error result (so the history stays valid) and the status becomes `error`.
+/// Returns whether it did.
+fn expire(state: &AppState, record: &mut SessionRecord) -> bool {
+    let timeout = state.inner.config.remote_tool_timeout_secs;
+    let session = &mut record.session;
+    if session.status != SessionStatus::AwaitingToolExecution
+        || now_ms().saturating_sub(record.updated_at_ms) < timeout.saturating_mul(1000)
+    {
+        return false;
+    }
+    for call in std::mem::take(&mut session.pending_tool_calls) {
+        session.messages.push(Message::Tool(ToolResult::error(
+            call.id,
+            call.name,
+            format!("no result arrived within {timeout} s; the call expired"),
+        )));
+    }
+    session.status = SessionStatus::Error;
+    true
+}

@@ -1,0 +1,6 @@
+//! Integration tests for agent-server, in one binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sessions;
+mod support;
