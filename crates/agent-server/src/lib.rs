@@ -34,6 +34,7 @@ mod execute;
 mod http;
 mod limits;
 mod metrics;
+mod openai;
 mod sessions;
 mod state;
 pub mod store;
@@ -64,6 +65,7 @@ pub fn router(state: AppState) -> Router {
             get(sessions::get).delete(sessions::delete),
         )
         .route("/v1/sessions/{id}/execute", post(sessions::execute))
+        .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .layer(axum::middleware::from_fn_with_state(

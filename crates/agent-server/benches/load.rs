@@ -1,0 +1,3 @@
+//! The server under load (being written).
+
+fn main() {}
