@@ -220,16 +220,16 @@ pub(crate) async fn execute(
                 .give_back(ApiError::not_found(format!("no session {id}")))
                 .await);
         };
-        if expire(state, &mut record) {
-            if matches!(input, SessionInput::ToolResults(_)) {
-                record.updated_at_ms = now_ms();
-                state.inner.store.save(&record, &holder, true).await?;
-                return Err(ApiError::conflict(format!(
-                    "the pending calls of session {id} expired after {} s without results; \
-                     send a new message instead",
-                    state.inner.config.remote_tool_timeout_secs
-                )));
-            }
+        // An expired session goes on from a user message (its calls now have error
+        // results); late results are refused.
+        if expire(state, &mut record) && matches!(input, SessionInput::ToolResults(_)) {
+            record.updated_at_ms = now_ms();
+            state.inner.store.save(&record, &holder, true).await?;
+            return Err(ApiError::conflict(format!(
+                "the pending calls of session {id} expired after {} s without results; \
+                 send a new message instead",
+                state.inner.config.remote_tool_timeout_secs
+            )));
         }
         if let Err(error) = record.session.check_input(&input) {
             return Err(leased.give_back(ApiError::bad_request(error.message)).await);

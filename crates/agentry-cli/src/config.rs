@@ -71,6 +71,10 @@ pub(crate) struct FileConfig {
     /// Prices per model, in USD per million tokens; added to (and overriding) the built-in card.
     #[serde(default)]
     pub(crate) prices: BTreeMap<String, ModelPrice>,
+    /// `agentry serve`'s section, read by the server (`agent_server::ServerConfig`).
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub(crate) server: Option<toml::Table>,
 }
 
 impl FileConfig {

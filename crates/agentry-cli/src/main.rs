@@ -21,6 +21,7 @@ mod exit;
 mod render;
 mod replay;
 mod run;
+mod serve;
 mod session_file;
 
 use std::path::PathBuf;
@@ -107,6 +108,16 @@ enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Serve agent sessions over HTTP + SSE and an OpenAI-compatible endpoint, from the
+    /// [server] section of agentry.toml (docs/server.md); SIGTERM or Ctrl-C drains and stops.
+    Serve {
+        /// The configuration file
+        #[arg(long, value_name = "FILE", default_value = "agentry.toml")]
+        config: PathBuf,
+        /// Listen here instead of [server].listen (e.g. 127.0.0.1:0 for any free port)
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
     /// Decode a recorded provider response body through the real adapter and print the
     /// normalized assistant message as one JSON object.
     ///
@@ -129,10 +140,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The server uses every core; a single run needs only one thread.
+    let runtime = match cli.command {
+        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    }
+    .enable_all()
+    .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("agentry: cannot start the async runtime: {error}");
@@ -146,6 +161,9 @@ fn main() -> ExitCode {
                 status,
                 file,
             } => Ok(replay::run(provider, status, &file).await),
+            Command::Serve { config, listen } => serve::run(&config, listen.as_deref())
+                .await
+                .map(|()| ExitCode::SUCCESS),
             Command::Demo {
                 provider,
                 loop_args,

@@ -137,18 +137,20 @@ pub(crate) fn parse_sse(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// A tool that takes `millis` to answer (and notices cancellation).
-pub(crate) fn slow_tool(started: Arc<tokio::sync::Notify>) -> Tool {
-    #[derive(serde::Deserialize, schemars::JsonSchema)]
-    struct Args {
-        millis: u64,
-    }
-    Tool::from_fn("slow", "Waits, then answers.", move |args: Args, _ctx| {
-        let started = Arc::clone(&started);
-        async move {
-            started.notify_one();
-            tokio::time::sleep(Duration::from_millis(args.millis)).await;
-            Ok(serde_json::json!({"waited_ms": args.millis}))
-        }
-    })
+/// A server tool `name` that takes `millis` to answer whatever its arguments, and says
+/// when it starts.
+pub(crate) fn slow_tool(name: &str, millis: u64, started: Arc<tokio::sync::Notify>) -> Tool {
+    Tool::from_json_fn(
+        name,
+        "Answers after a while.",
+        serde_json::json!({"type": "object"}),
+        move |_args, _ctx| {
+            let started = Arc::clone(&started);
+            async move {
+                started.notify_one();
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+                Ok(serde_json::json!({"waited_ms": millis}))
+            }
+        },
+    )
 }

@@ -1,0 +1,62 @@
+//! `agentry serve`: the agent server (`agent-server`) from the `[server]` section of
+//! `agentry.toml`, until SIGTERM or Ctrl-C, then a drain.
+
+use std::path::Path;
+
+use agent_server::{ServerBuilder, ServerConfig, serve};
+
+use crate::error::Error;
+
+/// Loads the configuration, binds, serves; returns when the drain is over.
+pub(crate) async fn run(config: &Path, listen: Option<&str>) -> Result<(), Error> {
+    let mut config = ServerConfig::from_file(config).map_err(|error| Error::Config {
+        path: config.to_path_buf(),
+        message: error.to_string(),
+    })?;
+    if let Some(listen) = listen {
+        config.listen = listen.to_owned();
+    }
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|error| Error::Other(format!("cannot listen on {}: {error}", config.listen)))?;
+    let address = listener
+        .local_addr()
+        .map_err(|error| Error::Other(error.to_string()))?;
+    let state = ServerBuilder::new(config)
+        .build()
+        .await
+        .map_err(|error| Error::Other(error.to_string()))?;
+    // One line a supervisor (or a test) can wait for; the port is the real one when the
+    // configuration asked for port 0.
+    eprintln!("agentry serve: listening on http://{address}");
+    serve(listener, state, shutdown_signal())
+        .await
+        .map_err(|error| Error::Other(error.to_string()))?;
+    eprintln!("agentry serve: drained and stopped");
+    Ok(())
+}
+
+/// SIGTERM (what supervisors send) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate()).ok();
+        let term = async {
+            match terminate.as_mut() {
+                Some(terminate) => {
+                    terminate.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = term => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
