@@ -63,6 +63,12 @@ const RULES: &[Rule] = &[
         why: "the loop talks to the backend trait, never to a provider or a store directly",
     },
     Rule {
+        package: "agent-server",
+        features: Features::All,
+        forbidden: &["openssl-sys", "native-tls", "aws-lc-sys"],
+        why: "PostgreSQL is reached without TLS and providers over rustls: no system OpenSSL",
+    },
+    Rule {
         package: "agentry",
         features: Features::NoDefault,
         forbidden: &["tokio", "reqwest", "hyper", "rusqlite"],
