@@ -298,9 +298,21 @@ fn record(
             offered.join(", ")
         )));
     };
+    // A tool the tenant lacks a permission for is as absent as an unknown one.
+    let permitted = |tool: &agent_tools::RegisteredTool| {
+        tool.tool()
+            .required_permissions()
+            .iter()
+            .all(|permission| tenant.caller.has_permission(permission))
+    };
     for tool in &new.tools {
-        if inner.tools.get(tool).is_none() {
-            let offered: Vec<&str> = inner.tools.names().collect();
+        if !inner.tools.get(tool).is_some_and(|tool| permitted(tool)) {
+            let offered: Vec<&str> = inner
+                .tools
+                .iter()
+                .filter(|tool| permitted(tool))
+                .map(|tool| tool.name())
+                .collect();
             return Err(ApiError::bad_request(format!(
                 "tool `{tool}` is not offered; this server's tools: {}",
                 if offered.is_empty() {

@@ -363,3 +363,51 @@ async fn a_drain_lets_running_executes_finish_and_refuses_new_ones() {
     shutdown.await.unwrap();
     assert_eq!(state.running(), 0);
 }
+
+#[tokio::test]
+async fn tools_run_as_the_tenant_and_permissions_hide_tools() {
+    let config = CONFIG.replace(
+        "api_keys = [\"key-acme\"]",
+        "api_keys = [\"key-acme\"]\npermissions = [\"weather\"]",
+    );
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let record = Arc::clone(&seen);
+    let weather = agent_tools::Tool::from_json_fn(
+        "get_weather",
+        "Weather, for tenants allowed to ask.",
+        json!({"type": "object"}),
+        move |_args, ctx| {
+            let record = Arc::clone(&record);
+            async move {
+                record
+                    .lock()
+                    .unwrap()
+                    .push(ctx.caller().tenant().unwrap_or("?").to_owned());
+                Ok(json!({"temp_c": 19}))
+            }
+        },
+    )
+    .requires_permission("weather");
+    let server = TestServer::with(&config, vec![weather]).await;
+    let id = server
+        .create(json!({"model": "demo", "tools": ["get_weather", "clock", "calculator"]}))
+        .await;
+    let events = server.execute(&id, json!({"message": "Weather?"})).await;
+    assert_eq!(events.last().unwrap()["status"], "completed");
+    assert_eq!(*seen.lock().unwrap(), ["acme", "acme"]);
+
+    // globex lacks the permission: the tool does not exist for it.
+    let refused = server
+        .post("/v1/sessions", "key-globex")
+        .json(&json!({"model": "demo", "tools": ["get_weather"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body = refused.text().await.unwrap();
+    assert!(
+        body.contains("tool `get_weather` is not offered") && body.contains("calculator"),
+        "{body}"
+    );
+    server.shutdown().await;
+}
