@@ -1,1 +1,615 @@
-//! The OpenAI-compatible endpoint (being written).
+//! `POST /v1/chat/completions` against the recorded demo model: round 1 asks for
+//! `get_weather` (Lisbon, Oslo) and `clock`, round 2 for `calculator`, round 3 answers. Here
+//! `get_weather` is the client's tool; the clock and the calculator run on the server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::support::{CONFIG, TestServer, slow_tool};
+
+const SYSTEM: &str = "You are a concise travel assistant. Use the tools for facts; never guess.";
+const USER: &str =
+    "What's the weather in Lisbon and in Oslo right now, and how many degrees warmer is Lisbon?";
+const ROUND_1_TEXT: &str = "I'll look up both cities and the time.";
+const ANSWER_START: &str = "Lisbon is sunny and 19 °C";
+const ANSWER_END: &str = "and for winter in Oslo.";
+
+fn weather_tool() -> Value {
+    json!({"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    }})
+}
+
+fn opening() -> Vec<Value> {
+    vec![
+        json!({"role": "system", "content": SYSTEM}),
+        json!({"role": "user", "content": USER}),
+    ]
+}
+
+/// The opening, the assistant turn as returned, and one weather result per call.
+fn follow_up(content: &Value, calls: &[Value]) -> Vec<Value> {
+    let mut messages = opening();
+    messages.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
+    for call in calls {
+        let arguments: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        let city = arguments["city"].as_str().unwrap();
+        let temp = if city == "Lisbon" { 19 } else { 4 };
+        messages.push(json!({
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "content": json!({"city": city, "temp_c": temp}).to_string(),
+        }));
+    }
+    messages
+}
+
+/// Two `get_weather` calls with their arguments as JSON text, for Lisbon and Oslo.
+fn check_weather_calls(calls: &[Value]) {
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    let mut cities: Vec<String> = calls
+        .iter()
+        .map(|call| {
+            assert_eq!(call["type"], "function");
+            assert_eq!(call["function"]["name"], "get_weather");
+            assert!(call["id"].as_str().is_some_and(|id| !id.is_empty()));
+            let text = call["function"]["arguments"].as_str().expect("JSON text");
+            let arguments: Value = serde_json::from_str(text).unwrap();
+            arguments["city"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    cities.sort();
+    assert_eq!(cities, ["Lisbon", "Oslo"]);
+}
+
+fn check_usage(usage: &Value) {
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    assert!(prompt > 0 && completion > 0, "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), prompt + completion);
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].is_u64());
+    assert!(usage["completion_tokens_details"]["reasoning_tokens"].is_u64());
+}
+
+fn tool_runs(server: &TestServer, tool: &str) -> f64 {
+    server.state.metrics().value(
+        "agentry_tool_calls_total",
+        &[("tenant", "acme"), ("tool", tool), ("outcome", "ok")],
+    )
+}
+
+async fn complete(server: &TestServer, body: Value) -> Value {
+    let response = server
+        .post("/v1/chat/completions", "key-acme")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    response.json().await.unwrap()
+}
+
+/// A streamed response: its comment lines, its chunks, and whether `[DONE]` came last.
+struct Streamed {
+    comments: Vec<String>,
+    chunks: Vec<Value>,
+    done_last: bool,
+}
+
+impl Streamed {
+    fn content(&self) -> String {
+        self.choices()
+            .filter_map(|choice| choice["delta"]["content"].as_str())
+            .collect()
+    }
+
+    fn choices(&self) -> impl Iterator<Item = &Value> {
+        self.chunks
+            .iter()
+            .filter_map(|chunk| chunk["choices"].as_array())
+            .flatten()
+    }
+
+    /// The tool calls, put together from their deltas by index.
+    fn tool_calls(&self) -> Vec<Value> {
+        let mut calls: Vec<Value> = Vec::new();
+        for delta in self
+            .choices()
+            .filter_map(|choice| choice["delta"]["tool_calls"].as_array())
+            .flatten()
+        {
+            let index = usize::try_from(delta["index"].as_u64().unwrap()).unwrap();
+            if calls.len() <= index {
+                calls.resize(
+                    index + 1,
+                    json!({"type": "function", "function": {"name": "", "arguments": ""}}),
+                );
+            }
+            let call = &mut calls[index];
+            if let Some(id) = delta["id"].as_str() {
+                call["id"] = id.into();
+            }
+            for field in ["name", "arguments"] {
+                if let Some(part) = delta["function"][field].as_str() {
+                    let joined = format!("{}{part}", call["function"][field].as_str().unwrap());
+                    call["function"][field] = joined.into();
+                }
+            }
+        }
+        calls
+    }
+
+    fn finish_reasons(&self) -> Vec<&str> {
+        self.choices()
+            .filter_map(|choice| choice["finish_reason"].as_str())
+            .collect()
+    }
+}
+
+async fn stream(server: &TestServer, body: Value) -> Streamed {
+    let response = server
+        .post("/v1/chat/completions", "key-acme")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let text = response.text().await.unwrap();
+    let mut streamed = Streamed {
+        comments: Vec::new(),
+        chunks: Vec::new(),
+        done_last: false,
+    };
+    for frame in text.split("\n\n").filter(|frame| !frame.is_empty()) {
+        assert!(!streamed.done_last, "nothing after [DONE]: {text}");
+        if let Some(comment) = frame.strip_prefix(": ") {
+            streamed.comments.push(comment.to_owned());
+        } else if frame == "data: [DONE]" {
+            streamed.done_last = true;
+        } else {
+            let data = frame.strip_prefix("data: ").expect("a data line");
+            streamed.chunks.push(serde_json::from_str(data).unwrap());
+        }
+    }
+    streamed
+}
+
+#[tokio::test]
+async fn a_client_tool_comes_back_as_tool_calls_and_the_follow_up_gets_the_answer() {
+    let server = TestServer::start().await;
+    let first = complete(
+        &server,
+        json!({"model": "demo", "messages": opening(), "tools": [weather_tool()],
+               "temperature": 0.2, "max_tokens": 512, "user": "u-1", "seed": 7, "parallel_tool_calls": true}),
+    )
+    .await;
+    assert_eq!(first["object"], "chat.completion");
+    assert!(first["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(first["model"], "demo");
+    assert!(first["created"].as_u64().unwrap() > 1_600_000_000);
+    let choice = &first["choices"][0];
+    assert_eq!(first["choices"].as_array().unwrap().len(), 1);
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["finish_reason"], "tool_calls", "{first:#}");
+    assert_eq!(choice["logprobs"], Value::Null);
+    let message = &choice["message"];
+    assert_eq!(message["role"], "assistant");
+    assert_eq!(message["content"], ROUND_1_TEXT);
+    assert_eq!(message["refusal"], Value::Null);
+    let calls = message["tool_calls"].as_array().unwrap().clone();
+    // The clock was asked for in the same turn; it ran here and is not shown.
+    check_weather_calls(&calls);
+    assert_eq!(tool_runs(&server, "clock"), 1.0);
+    check_usage(&first["usage"]);
+    assert_eq!(first["usage"]["prompt_tokens"], 386);
+    assert_eq!(first["usage"]["completion_tokens"], 74);
+
+    let second = complete(
+        &server,
+        json!({"model": "demo", "messages": follow_up(&message["content"], &calls), "tools": [weather_tool()]}),
+    )
+    .await;
+    let choice = &second["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop", "{second:#}");
+    assert!(choice["message"].get("tool_calls").is_none());
+    let text = choice["message"]["content"].as_str().unwrap();
+    assert!(
+        text.starts_with(ANSWER_START) && text.ends_with(ANSWER_END),
+        "only the last turn's text: {text}"
+    );
+    // Rounds 2 (the calculator, on the server) and 3, summed.
+    assert_eq!(tool_runs(&server, "calculator"), 1.0);
+    check_usage(&second["usage"]);
+    assert_eq!(second["usage"]["prompt_tokens"], 545 + 603);
+    assert_eq!(second["usage"]["completion_tokens"], 23 + 52);
+    assert_eq!(
+        server.state.metrics().value(
+            "agentry_runs_total",
+            &[("tenant", "acme"), ("status", "completed")]
+        ),
+        1.0
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_tool_hides_the_server_tool_of_the_same_name() {
+    let server = TestServer::start().await;
+    let clock = json!({"type": "function", "function": {"name": "clock", "description": "The client's clock."}});
+    let body = complete(
+        &server,
+        json!({"model": "demo", "messages": opening(), "tools": [weather_tool(), clock]}),
+    )
+    .await;
+    let calls = body["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap();
+    let names: Vec<&str> = calls
+        .iter()
+        .map(|call| call["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_weather", "get_weather", "clock"]);
+    assert_eq!(calls[2]["function"]["arguments"], "{}");
+    assert_eq!(tool_runs(&server, "clock"), 0.0);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stream_has_the_role_text_tool_calls_finish_usage_and_done() {
+    let server = TestServer::start().await;
+    let first = stream(
+        &server,
+        json!({"model": "demo", "messages": opening(), "tools": [weather_tool()],
+               "stream": true, "stream_options": {"include_usage": true}}),
+    )
+    .await;
+    assert!(first.done_last, "[DONE] ends the stream");
+    let opening_chunk = &first.chunks[0];
+    assert_eq!(opening_chunk["object"], "chat.completion.chunk");
+    assert!(
+        opening_chunk["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("chatcmpl-")
+    );
+    assert_eq!(opening_chunk["model"], "demo");
+    assert_eq!(
+        opening_chunk["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    assert!(
+        first
+            .chunks
+            .iter()
+            .all(|chunk| chunk["id"] == opening_chunk["id"])
+    );
+    assert_eq!(first.content(), ROUND_1_TEXT);
+    check_weather_calls(&first.tool_calls());
+    assert_eq!(first.finish_reasons(), ["tool_calls"]);
+    // The usage chunk comes last, without choices; the others carry `usage: null`.
+    let (usage_chunk, choice_chunks) = first.chunks.split_last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    check_usage(&usage_chunk["usage"]);
+    assert!(choice_chunks.iter().all(|chunk| chunk["usage"].is_null()));
+    let finish_chunk = choice_chunks.last().unwrap();
+    assert_eq!(finish_chunk["choices"][0]["finish_reason"], "tool_calls");
+    // The clock ran on the server and shows as comments only.
+    assert!(
+        first
+            .comments
+            .iter()
+            .any(|line| line.starts_with("tool_execution_start clock ")),
+        "{:?}",
+        first.comments
+    );
+    assert!(
+        first
+            .comments
+            .iter()
+            .any(|line| line.starts_with("tool_execution_end clock ") && line.contains(" ok ")),
+        "{:?}",
+        first.comments
+    );
+
+    let second = stream(
+        &server,
+        json!({"model": "demo", "messages": follow_up(&json!(first.content()), &first.tool_calls()),
+               "tools": [weather_tool()], "stream": true}),
+    )
+    .await;
+    assert!(second.done_last);
+    assert_eq!(second.finish_reasons(), ["stop"]);
+    assert!(second.tool_calls().is_empty());
+    // Every model call's text streams, a blank line between two calls.
+    let content = second.content();
+    assert!(content.ends_with(ANSWER_END), "{content}");
+    assert!(
+        content.contains(&format!("\n\n{ANSWER_START}")),
+        "{content}"
+    );
+    // Without include_usage: no usage anywhere.
+    assert!(
+        second
+            .chunks
+            .iter()
+            .all(|chunk| chunk.get("usage").is_none())
+    );
+    assert!(
+        second
+            .comments
+            .iter()
+            .any(|line| line.starts_with("tool_execution_start calculator ")
+                && line.ends_with(r#"{"expression":"19 - 4"}"#)),
+        "{:?}",
+        second.comments
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn errors_are_shaped_like_openai_ones() {
+    let server = TestServer::start().await;
+    let send = |key: Option<&'static str>, body: Value| {
+        let request = server
+            .client
+            .post(format!("{}/v1/chat/completions", server.url))
+            .json(&body);
+        let request = match key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        };
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            (status, headers, response.json::<Value>().await.unwrap())
+        }
+    };
+
+    let (status, _, body) = send(
+        Some("key-acme"),
+        json!({"model": "gpt-9", "messages": opening(), "stream": true}),
+    )
+    .await;
+    assert_eq!(status, 404, "a stream that never started is a JSON error");
+    assert_eq!(body["error"]["code"], "model_not_found");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"]["param"], "model");
+    assert!(body["error"]["message"].as_str().unwrap().contains("demo"));
+
+    let (status, _, body) = send(
+        Some("key-acme"),
+        json!({"model": "demo", "messages": opening(), "n": 2}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "n");
+
+    let (status, headers, body) = send(None, json!({"model": "demo", "messages": opening()})).await;
+    assert_eq!(status, 401);
+    assert_eq!(headers["www-authenticate"], "Bearer");
+    assert_eq!(body["error"]["code"], "invalid_api_key");
+
+    // A tool result for a call nobody made.
+    let mut messages = opening();
+    messages.push(json!({"role": "tool", "tool_call_id": "call_x", "content": "{}"}));
+    let (status, _, body) = send(
+        Some("key-acme"),
+        json!({"model": "demo", "messages": messages}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "messages[2].tool_call_id");
+
+    let (status, _, body) = send(Some("key-acme"), json!({"model": "demo"})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forced_tool_choice_forces_the_first_call_only() {
+    // No client tools: round 1's get_weather calls find no tool (the model hears so) and
+    // the clock runs; under `required` every later call would be forced too and the run
+    // could never answer.
+    let server = TestServer::start().await;
+    let body = complete(
+        &server,
+        json!({"model": "demo", "messages": opening(), "tool_choice": "required"}),
+    )
+    .await;
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop", "{body:#}");
+    assert!(
+        choice["message"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(ANSWER_START)
+    );
+    assert_eq!(tool_runs(&server, "calculator"), 1.0);
+    // All three model calls are in the usage.
+    assert_eq!(body["usage"]["prompt_tokens"], 386 + 545 + 603);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_run_that_fails_answers_with_an_error_or_ends_its_stream_with_one() {
+    // One tool round allowed: round 2's calculator call trips the budget.
+    let config = format!("{CONFIG}\n[server.caps]\nmax_iterations = 1\n");
+    let server = TestServer::with(&config, Vec::new()).await;
+    let response = server
+        .post("/v1/chat/completions", "key-acme")
+        .json(&json!({"model": "demo", "messages": opening()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    // A retry would trip it again: the official clients are told not to.
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "budget_exceeded");
+
+    // Streaming, the text of rounds 1 and 2 is out before the budget trips.
+    let streamed = stream(
+        &server,
+        json!({"model": "demo", "messages": opening(), "stream": true}),
+    )
+    .await;
+    assert_eq!(
+        streamed.content(),
+        format!("{ROUND_1_TEXT}\n\nNow the difference.")
+    );
+    assert!(
+        !streamed.done_last,
+        "an error ends the stream without [DONE]"
+    );
+    let last = streamed.chunks.last().unwrap();
+    assert_eq!(last["error"]["code"], "budget_exceeded", "{last}");
+    assert_eq!(last["error"]["status"], 429);
+    assert!(streamed.finish_reasons().is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_cancels_the_run() {
+    for streaming in [true, false] {
+        let started = Arc::new(Notify::new());
+        // Here get_weather is a slow server tool.
+        let server = TestServer::with(
+            CONFIG,
+            vec![slow_tool("get_weather", 5_000, Arc::clone(&started))],
+        )
+        .await;
+        let request = server
+            .post("/v1/chat/completions", "key-acme")
+            .json(&json!({"model": "demo", "messages": opening(), "stream": streaming}))
+            .send();
+        if streaming {
+            // The stream has started (round 1's text), then the client leaves mid-tool.
+            let mut response = request.await.unwrap();
+            assert_eq!(response.status(), 200);
+            let _ = response.chunk().await.unwrap();
+            tokio::time::timeout(Duration::from_secs(10), started.notified())
+                .await
+                .unwrap();
+            drop(response);
+        } else {
+            // The client gives up waiting while the tool runs.
+            tokio::select! {
+                _ = request => panic!("the tool takes 5 s"),
+                () = started.notified() => {}
+            }
+        }
+
+        let aborted = || {
+            server.state.metrics().value(
+                "agentry_runs_total",
+                &[("tenant", "acme"), ("status", "aborted")],
+            )
+        };
+        // Well before the tool's 5 s are up.
+        for _ in 0..60 {
+            if aborted() == 1.0 && server.state.running() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(aborted(), 1.0, "streaming: {streaming}");
+        assert_eq!(server.state.running(), 0, "streaming: {streaming}");
+        assert_eq!(
+            server
+                .state
+                .metrics()
+                .value("agentry_active_streams", &[("tenant", "acme")]),
+            0.0
+        );
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_concurrent_run_limit_gets_429() {
+    let started = Arc::new(Notify::new());
+    let config = format!("{CONFIG}\n[server.limits]\nconcurrent_executes = 1\n");
+    let server = TestServer::with(
+        &config,
+        vec![slow_tool("get_weather", 5_000, Arc::clone(&started))],
+    )
+    .await;
+    let body = json!({"model": "demo", "messages": opening(), "stream": true});
+    let mut running = server
+        .post("/v1/chat/completions", "key-acme")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let _ = running.chunk().await.unwrap();
+    started.notified().await;
+    let refused = server
+        .post("/v1/chat/completions", "key-acme")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "rate_limit_exceeded");
+    drop(running);
+    server.shutdown().await;
+}
+
+/// The official `openai` Python client, from PyPI, against this server: `.ci/python.sh`
+/// makes the venv and says where its interpreter is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_python_client_works_unchanged() {
+    let Some(python) = std::env::var_os("AGENTRY_TEST_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "AGENTRY_TEST_PYTHON is not set: CI must run `eval \"$(bash .ci/python.sh)\"` first"
+        );
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "skipped: AGENTRY_TEST_PYTHON is not set (run `eval \"$(bash .ci/python.sh)\"`)"
+            );
+        }
+        return;
+    };
+    let server = TestServer::start().await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/openai_client/test_client.py"
+    );
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(python)
+            .arg(script)
+            .arg(&server.url)
+            .arg("key-acme")
+            .output(),
+    )
+    .await
+    .expect("the Python client finishes")
+    .expect("the Python interpreter starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the Python client failed:\n{stderr}"
+    );
+    assert!(stderr.contains("all checks passed"), "{stderr}");
+    server.shutdown().await;
+}

@@ -1,0 +1,153 @@
+//! Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`, plus the
+//! `status` every agentry error body carries.
+//!
+//! OpenAI's clients pick the exception class from the HTTP status alone (404 is
+//! `NotFoundError`, 429 `RateLimitError`…) and read `message`, `type`, `param` and `code`
+//! from the body, so the body is the server's usual error with two more fields. Failures a
+//! retry cannot fix (a budget that ran out) carry `x-should-retry: false`, which the official
+//! clients obey instead of retrying every 429 and 5xx.
+
+use agent_types::{AgentError, ErrorKind};
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+
+/// An error response of the chat completions endpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenAiError {
+    status: StatusCode,
+    kind: &'static str,
+    code: Option<&'static str>,
+    param: Option<String>,
+    message: String,
+    retry_after: Option<u64>,
+    retry: Option<bool>,
+}
+
+impl OpenAiError {
+    /// 400 `invalid_request_error`, naming the request field at fault (`messages[2].content`).
+    pub(crate) fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            param: Some(param.into()),
+            ..Self::from(ApiError::bad_request(message))
+        }
+    }
+
+    /// 404 `model_not_found`, as OpenAI answers for a model the key cannot use.
+    pub(crate) fn model_not_found(model: &str, offered: &[&str]) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            kind: "invalid_request_error",
+            code: Some("model_not_found"),
+            param: Some("model".into()),
+            message: format!(
+                "The model `{model}` does not exist or you do not have access to it. \
+                 This server offers: {}.",
+                offered.join(", ")
+            ),
+            retry_after: None,
+            retry: None,
+        }
+    }
+
+    /// The error that ended a run, for a client that is still there.
+    pub(crate) fn from_run(error: &AgentError) -> Self {
+        let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let (status, kind, code, retry) = match &error.kind {
+            ErrorKind::Config | ErrorKind::Validation => {
+                (status, "invalid_request_error", None, Some(false))
+            }
+            ErrorKind::BudgetExceeded { .. } => (
+                status,
+                "budget_exceeded_error",
+                Some("budget_exceeded"),
+                Some(false),
+            ),
+            // The client is still connected, so the server cancelled the run: it is draining.
+            ErrorKind::Aborted => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                None,
+                None,
+            ),
+            ErrorKind::Refused => (status, "permission_error", None, Some(false)),
+            ErrorKind::Backend { .. } if status == StatusCode::TOO_MANY_REQUESTS => (
+                status,
+                "rate_limit_error",
+                Some("upstream_rate_limited"),
+                None,
+            ),
+            ErrorKind::Backend { .. } if status.is_client_error() => (
+                status,
+                "invalid_request_error",
+                Some("upstream_error"),
+                None,
+            ),
+            ErrorKind::Backend { .. } => (status, "server_error", Some("upstream_error"), None),
+            _ => (status, "server_error", None, None),
+        };
+        Self {
+            status,
+            kind,
+            code,
+            param: None,
+            message: error.message.clone(),
+            retry_after: None,
+            retry,
+        }
+    }
+
+    /// The body: `{"error": {...}}`.
+    pub(crate) fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+            "status": self.status.as_u16(),
+        }})
+    }
+}
+
+impl From<ApiError> for OpenAiError {
+    fn from(error: ApiError) -> Self {
+        let code = match error.status {
+            StatusCode::UNAUTHORIZED => Some("invalid_api_key"),
+            StatusCode::TOO_MANY_REQUESTS => Some("rate_limit_exceeded"),
+            StatusCode::PAYLOAD_TOO_LARGE => Some("request_too_large"),
+            _ => None,
+        };
+        Self {
+            status: error.status,
+            kind: error.kind,
+            code,
+            param: None,
+            message: error.message,
+            retry_after: error.retry_after,
+            retry: None,
+        }
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(retry) = self.retry {
+            headers.insert(
+                "x-should-retry",
+                HeaderValue::from_static(if retry { "true" } else { "false" }),
+            );
+        }
+        response
+    }
+}
