@@ -5,4 +5,5 @@
 mod lifecycle;
 mod openai;
 mod sessions;
+mod store;
 mod support;

@@ -1,0 +1,743 @@
+//! The session store conformance suite: every check runs against SQLite (a file in a temp dir)
+//! and PostgreSQL (the database at `AGENTRY_TEST_POSTGRES_URL`, which `.ci/postgres.sh start`
+//! provides). Without that variable the PostgreSQL half is skipped, except under CI, where it
+//! fails.
+//!
+//! Ids and tenants are unique per check, so parallel runs can share one database.
+
+#![cfg(any(feature = "sqlite", feature = "postgres"))]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agent_loop::{Session, SessionStatus};
+use agent_server::store::{Lease, SessionOptions, SessionRecord, SessionStore, StoreError};
+use agent_types::{AssistantBlock, AssistantMessage, StopReason, ToolCall, Usage, UserMessage};
+use serde_json::json;
+
+/// A store under test, with a way around it to the raw table.
+struct Harness {
+    store: Arc<dyn SessionStore>,
+    raw: Raw,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Direct access to the table, for what the store itself refuses to do (write garbage).
+enum Raw {
+    #[cfg(feature = "sqlite")]
+    Sqlite(std::path::PathBuf),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
+}
+
+impl Harness {
+    /// Replaces the stored document of session `id` with `data`, bypassing the store.
+    async fn overwrite_data(&self, id: &str, data: &str) {
+        match &self.raw {
+            #[cfg(feature = "sqlite")]
+            Raw::Sqlite(path) => {
+                let conn = raw_sqlite(path);
+                let changed = conn
+                    .execute(
+                        "UPDATE sessions SET data = ?1 WHERE id = ?2",
+                        rusqlite::params![data, id],
+                    )
+                    .unwrap();
+                assert_eq!(changed, 1);
+            }
+            #[cfg(feature = "postgres")]
+            Raw::Postgres(url) => {
+                let client = raw_postgres(url).await;
+                let changed = client
+                    .execute(
+                        "UPDATE agentry_sessions SET data = $1 WHERE id = $2",
+                        &[&data, &id],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(changed, 1);
+            }
+        }
+    }
+
+    /// The `status` column of session `id`.
+    async fn status_column(&self, id: &str) -> String {
+        match &self.raw {
+            #[cfg(feature = "sqlite")]
+            Raw::Sqlite(path) => raw_sqlite(path)
+                .query_row(
+                    "SELECT status FROM sessions WHERE id = ?1",
+                    rusqlite::params![id],
+                    |row| row.get(0),
+                )
+                .unwrap(),
+            #[cfg(feature = "postgres")]
+            Raw::Postgres(url) => raw_postgres(url)
+                .await
+                .query_one("SELECT status FROM agentry_sessions WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get(0),
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn raw_sqlite(path: &std::path::Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    conn
+}
+
+#[cfg(feature = "postgres")]
+async fn raw_postgres(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[cfg(feature = "sqlite")]
+async fn sqlite() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = agent_server::store::SqliteStore::open(path.clone())
+        .await
+        .unwrap();
+    assert_eq!(store.path(), path);
+    Harness {
+        store: Arc::new(store),
+        raw: Raw::Sqlite(path),
+        _dir: Some(dir),
+    }
+}
+
+/// The test database's URL, or `None` (skip) outside CI when none is configured.
+#[cfg(feature = "postgres")]
+fn postgres_url() -> Option<String> {
+    use std::io::Write as _;
+
+    static SKIP_NOTICE: std::sync::Once = std::sync::Once::new();
+    match std::env::var("AGENTRY_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "AGENTRY_TEST_POSTGRES_URL is not set under CI: .ci/postgres.sh start should \
+                 have set it (eval \"$(bash .ci/postgres.sh start)\")"
+            );
+            // Straight to the process's stderr: libtest captures `eprintln!` of passing tests,
+            // and a skip should not go unnoticed.
+            SKIP_NOTICE.call_once(|| {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "store tests: AGENTRY_TEST_POSTGRES_URL is not set; skipping the PostgreSQL \
+                     half (eval \"$(bash .ci/postgres.sh start)\" to run it)"
+                );
+            });
+            None
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres() -> Option<Harness> {
+    let url = postgres_url()?;
+    let store = agent_server::store::PostgresStore::connect(&url)
+        .await
+        .unwrap();
+    Some(Harness {
+        store: Arc::new(store),
+        raw: Raw::Postgres(url),
+        _dir: None,
+    })
+}
+
+/// A name no other check, process or earlier run uses.
+fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A session with some substance: history with a tool call, a pending call, usage and cost.
+fn record(tenant: &str) -> SessionRecord {
+    let call = ToolCall::new("call_1", "get_weather", json!({"city": "Lisbon"}));
+    let mut session = Session::with_id(unique("session"), "demo")
+        .with_system("You are a concise travel assistant. Use the tools for facts; never guess.")
+        .with_message(UserMessage::text(
+            "What's the weather in Lisbon and in Oslo right now, and how many degrees warmer is Lisbon?",
+        ))
+        .with_message(AssistantMessage {
+            content: vec![
+                AssistantBlock::Text {
+                    text: "Checking.".to_owned(),
+                },
+                AssistantBlock::ToolCall(call.clone()),
+            ],
+            stop_reason: Some(StopReason::ToolCalls),
+            usage: None,
+            model: Some("demo".to_owned()),
+        });
+    session.status = SessionStatus::AwaitingToolExecution;
+    session.pending_tool_calls = vec![call];
+    session.usage = Usage {
+        input_tokens: Some(120),
+        output_tokens: Some(30),
+        ..Usage::default()
+    };
+    session.cost_usd = Some(0.0125);
+    SessionRecord {
+        tenant: tenant.to_owned(),
+        model: "demo".to_owned(),
+        session,
+        tools: vec!["get_weather".to_owned(), "calculator".to_owned()],
+        options: SessionOptions {
+            max_iterations: Some(4),
+            token_budget: Some(10_000),
+            ..SessionOptions::default()
+        },
+        created_at_ms: 1_700_000_000_000,
+        updated_at_ms: 1_700_000_000_000,
+    }
+}
+
+/// `record` with a new message and a later write time, as an execute would save it.
+fn changed(record: &SessionRecord, text: &str) -> SessionRecord {
+    let mut next = record.clone();
+    next.session = next.session.with_message(AssistantMessage::text(text));
+    next.session.status = SessionStatus::Completed;
+    next.session.pending_tool_calls.clear();
+    next.updated_at_ms += 1_000;
+    next
+}
+
+/// Defines each check as one test per store: `store::sqlite::<check>` and
+/// `store::postgres::<check>`.
+macro_rules! conformance {
+    ($($check:ident),* $(,)?) => {
+        #[cfg(feature = "sqlite")]
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    super::$check(&super::sqlite().await).await;
+                }
+            )*
+        }
+
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    if let Some(harness) = super::postgres().await {
+                        super::$check(&harness).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+conformance! {
+    create_then_get_round_trips,
+    duplicate_create_is_exists,
+    tenants_cannot_see_each_other,
+    lease_is_busy_then_expires_and_is_reentrant,
+    save_with_release_frees_the_lease,
+    save_without_release_keeps_the_lease,
+    save_after_losing_the_lease_writes_nothing,
+    release_by_a_non_holder_does_nothing,
+    delete_under_a_lease_makes_the_save_fail,
+    concurrent_acquires_have_one_winner,
+    corrupt_row_is_corrupt,
+}
+
+async fn create_then_get_round_trips(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    h.store.create(&record).await.unwrap();
+    let stored = h
+        .store
+        .get(&tenant, record.id())
+        .await
+        .unwrap()
+        .expect("the session just created");
+    assert_eq!(stored, record);
+    assert_eq!(
+        h.status_column(record.id()).await,
+        "awaiting_tool_execution"
+    );
+    assert!(
+        h.store
+            .get(&tenant, &unique("missing"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+async fn duplicate_create_is_exists(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    h.store.create(&record).await.unwrap();
+
+    let mut again = changed(&record, "a second create");
+    let error = h.store.create(&again).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Exists(id) if id == record.id()),
+        "{error:?}"
+    );
+
+    // Ids are unique across tenants too.
+    again.tenant = unique("other-tenant");
+    let error = h.store.create(&again).await.unwrap_err();
+    assert!(matches!(error, StoreError::Exists(_)), "{error:?}");
+
+    assert_eq!(
+        h.store.get(&tenant, record.id()).await.unwrap(),
+        Some(record)
+    );
+}
+
+async fn tenants_cannot_see_each_other(h: &Harness) {
+    let (tenant, other) = (unique("tenant"), unique("other-tenant"));
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    assert_eq!(h.store.get(&other, id).await.unwrap(), None);
+    assert!(!h.store.delete(&other, id).await.unwrap());
+    assert_eq!(
+        h.store
+            .acquire(&other, id, "h-other", 1_000, 2_000)
+            .await
+            .unwrap(),
+        Lease::NotFound
+    );
+    h.store.release(&other, id, "h-other").await.unwrap();
+
+    // The owner's lease, then a save that names the other tenant: refused, nothing written.
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 2_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    let mut foreign = changed(&record, "written under another tenant");
+    foreign.tenant.clone_from(&other);
+    let error = h.store.save(&foreign, "h1", true).await.unwrap_err();
+    assert!(matches!(error, StoreError::LeaseLost(_)), "{error:?}");
+
+    assert_eq!(
+        h.store.get(&tenant, id).await.unwrap(),
+        Some(record.clone())
+    );
+}
+
+async fn lease_is_busy_then_expires_and_is_reentrant(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    let acquire = |holder: &'static str, now: u64, until: u64| {
+        let (store, tenant, id) = (Arc::clone(&h.store), tenant.clone(), id.to_owned());
+        async move {
+            store
+                .acquire(&tenant, &id, holder, now, until)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(acquire("h1", 1_000, 2_000).await, Lease::Acquired);
+    assert_eq!(acquire("h2", 1_500, 2_500).await, Lease::Busy);
+    assert_eq!(acquire("h2", 1_999, 2_999).await, Lease::Busy);
+    // Re-entrant: the holder extends its own lease.
+    assert_eq!(acquire("h1", 1_999, 3_000).await, Lease::Acquired);
+    assert_eq!(acquire("h2", 2_500, 3_500).await, Lease::Busy);
+    // Expired at exactly its end: another holder takes it over.
+    assert_eq!(acquire("h2", 3_000, 4_000).await, Lease::Acquired);
+    assert_eq!(acquire("h1", 3_100, 4_100).await, Lease::Busy);
+    assert_eq!(acquire("h2", 3_100, 5_000).await, Lease::Acquired);
+
+    assert_eq!(
+        h.store
+            .acquire(&tenant, &unique("missing"), "h1", 1_000, 2_000)
+            .await
+            .unwrap(),
+        Lease::NotFound
+    );
+}
+
+async fn save_with_release_frees_the_lease(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    let next = changed(&record, "Lisbon is 15 °C warmer.");
+    h.store.save(&next, "h1", true).await.unwrap();
+
+    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(next.clone()));
+    assert_eq!(h.status_column(id).await, "completed");
+    // Well before the old lease would have expired, another holder gets it.
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h2", 1_001, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    // And the first holder, having released, can no longer write.
+    let error = h
+        .store
+        .save(&changed(&next, "late"), "h1", false)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::LeaseLost(_)), "{error:?}");
+}
+
+async fn save_without_release_keeps_the_lease(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    let first = changed(&record, "round one");
+    h.store.save(&first, "h1", false).await.unwrap();
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h2", 1_001, 60_000)
+            .await
+            .unwrap(),
+        Lease::Busy
+    );
+    let second = changed(&first, "round two");
+    h.store.save(&second, "h1", true).await.unwrap();
+    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(second));
+}
+
+async fn save_after_losing_the_lease_writes_nothing(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 2_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    // h1 stalls past its lease; h2 takes over.
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h2", 2_500, 9_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+
+    let stale = changed(&record, "from the stalled execute");
+    let error = h.store.save(&stale, "h1", true).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::LeaseLost(lost) if lost == id),
+        "{error:?}"
+    );
+    assert_eq!(
+        h.store.get(&tenant, id).await.unwrap(),
+        Some(record.clone())
+    );
+    // h2 still holds it, and its write goes through.
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h3", 3_000, 9_000)
+            .await
+            .unwrap(),
+        Lease::Busy
+    );
+    let current = changed(&record, "from the live execute");
+    h.store.save(&current, "h2", true).await.unwrap();
+    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(current));
+}
+
+async fn release_by_a_non_holder_does_nothing(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    h.store.release(&tenant, id, "h2").await.unwrap();
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h2", 1_001, 60_000)
+            .await
+            .unwrap(),
+        Lease::Busy
+    );
+
+    h.store.release(&tenant, id, "h1").await.unwrap();
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h2", 1_002, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    // Releasing a session nobody holds, or one that does not exist, is fine too.
+    h.store
+        .release(&tenant, &unique("missing"), "h1")
+        .await
+        .unwrap();
+    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(record));
+}
+
+async fn delete_under_a_lease_makes_the_save_fail(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    assert!(h.store.delete(&tenant, id).await.unwrap());
+    let error = h
+        .store
+        .save(&changed(&record, "too late"), "h1", true)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::LeaseLost(_)), "{error:?}");
+    assert_eq!(h.store.get(&tenant, id).await.unwrap(), None);
+    assert!(!h.store.delete(&tenant, id).await.unwrap());
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 60_000)
+            .await
+            .unwrap(),
+        Lease::NotFound
+    );
+}
+
+async fn concurrent_acquires_have_one_winner(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id().to_owned();
+    h.store.create(&record).await.unwrap();
+
+    let racers: Vec<_> = (0..20)
+        .map(|n| {
+            let (store, tenant, id) = (Arc::clone(&h.store), tenant.clone(), id.clone());
+            tokio::spawn(async move {
+                let holder = format!("holder-{n}");
+                store
+                    .acquire(&tenant, &id, &holder, 1_000, 60_000)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for racer in racers {
+        outcomes.push(racer.await.unwrap());
+    }
+    let won = outcomes
+        .iter()
+        .filter(|lease| **lease == Lease::Acquired)
+        .count();
+    let busy = outcomes
+        .iter()
+        .filter(|lease| **lease == Lease::Busy)
+        .count();
+    assert_eq!((won, busy), (1, 19), "{outcomes:?}");
+}
+
+async fn corrupt_row_is_corrupt(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+
+    h.overwrite_data(id, "{not json").await;
+    let error = h.store.get(&tenant, id).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt { id: bad, .. } if bad == id),
+        "{error:?}"
+    );
+
+    // Valid JSON of another session is corrupt too: the row and its document disagree.
+    let other = record_json_for(&tenant);
+    h.overwrite_data(id, &other).await;
+    let error = h.store.get(&tenant, id).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt { id: bad, .. } if bad == id),
+        "{error:?}"
+    );
+
+    // A corrupt session can still be deleted.
+    assert!(h.store.delete(&tenant, id).await.unwrap());
+}
+
+fn record_json_for(tenant: &str) -> String {
+    serde_json::to_string(&record(tenant)).unwrap()
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite_only {
+    use super::*;
+    use agent_server::store::SqliteStore;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reopening_the_file_keeps_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested").join("sessions.db");
+        let tenant = unique("tenant");
+        let record = record(&tenant);
+        {
+            let store = SqliteStore::open(path.clone()).await.unwrap();
+            store.create(&record).await.unwrap();
+            assert_eq!(
+                store
+                    .acquire(&tenant, record.id(), "h1", 1_000, 60_000)
+                    .await
+                    .unwrap(),
+                Lease::Acquired
+            );
+        }
+        let store = SqliteStore::open(path.clone()).await.unwrap();
+        assert_eq!(
+            store.get(&tenant, record.id()).await.unwrap(),
+            Some(record.clone())
+        );
+        // The lease survived the restart too.
+        assert_eq!(
+            store
+                .acquire(&tenant, record.id(), "h2", 2_000, 60_000)
+                .await
+                .unwrap(),
+            Lease::Busy
+        );
+
+        let conn = raw_sqlite(&path);
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!((version, mode.as_str()), (1, "wal"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_schema_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        drop(SqliteStore::open(path.clone()).await.unwrap());
+        raw_sqlite(&path)
+            .pragma_update(None, "user_version", 2)
+            .unwrap();
+
+        let error = SqliteStore::open(path.clone()).await.unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, StoreError::Database(_)), "{error:?}");
+        assert!(message.contains("newer agentry"), "{message}");
+        assert!(message.contains("version 2"), "{message}");
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_only {
+    use super::*;
+    use agent_server::store::PostgresStore;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn instances_starting_at_once_all_connect() {
+        let Some(url) = postgres_url() else { return };
+        let connects: Vec<_> = (0..4)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { PostgresStore::connect(&url).await })
+            })
+            .collect();
+        for connect in connects {
+            connect.await.unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_connection_is_replaced_on_the_next_call() {
+        let Some(url) = postgres_url() else { return };
+        // A name to find this store's connection by, and only it.
+        let name = unique("agentry-reconnect").replace('-', "_");
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let store = PostgresStore::connect(&format!("{url}{separator}application_name={name}"))
+            .await
+            .unwrap();
+        let tenant = unique("tenant");
+        let record = record(&tenant);
+        store.create(&record).await.unwrap();
+
+        let admin = raw_postgres(&url).await;
+        let killed: bool = admin
+            .query_one(
+                "SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name = $1",
+                &[&name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(killed, "the store's connection was not found");
+
+        assert_eq!(
+            store.get(&tenant, record.id()).await.unwrap(),
+            Some(record.clone())
+        );
+        assert_eq!(
+            store
+                .acquire(&tenant, record.id(), "h1", 1_000, 60_000)
+                .await
+                .unwrap(),
+            Lease::Acquired
+        );
+    }
+}
