@@ -273,7 +273,9 @@ fn two_instances_alternate_turns_of_one_session_through_postgres() {
         assert_eq!(events.last().unwrap()["status"], "awaiting_tool_execution");
         let stored = session(&b.url, &id).await;
         let messages = stored["messages"].as_array().unwrap();
-        assert_eq!(messages.len(), 10, "{stored}");
+        // Turn 1: question, call turn, clock result; turn 2: two results, call turn, calculator
+        // result, answer; turn 3: question, call turn, clock result.
+        assert_eq!(messages.len(), 11, "{stored}");
         assert_eq!(stored["status"], "awaiting_tool_execution");
         // A's execute lease and B's are the same row: a second execute while one runs is 409
         // whichever instance gets it (checked in-process in agent-server's tests).
