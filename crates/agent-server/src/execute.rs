@@ -65,6 +65,11 @@ pub(crate) fn holder(state: &AppState) -> String {
     format!("{}_{n:x}", state.inner.instance)
 }
 
+/// When a lease taken now expires.
+pub(crate) fn lease_until(state: &AppState) -> u64 {
+    now_ms().saturating_add(state.inner.config.execute_lease_secs.saturating_mul(1000))
+}
+
 /// Takes the session's lease for this request.
 ///
 /// # Errors
@@ -77,7 +82,7 @@ pub(crate) async fn lease(
     holder: &str,
 ) -> Result<(), ApiError> {
     let now = now_ms();
-    let until = now.saturating_add(state.inner.config.execute_lease_secs.saturating_mul(1000));
+    let until = lease_until(state);
     match state
         .inner
         .store
@@ -110,10 +115,21 @@ pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
         tenant,
     };
     let body = futures_util::stream::unfold((receiver, open), |(mut receiver, open)| async move {
-        receiver
-            .recv()
-            .await
-            .map(|frame| (Ok::<_, Infallible>(frame), (receiver, open)))
+        let first = receiver.recv().await?;
+        // Frames already waiting go out in the same write: one syscall, not one per event.
+        let frame = match receiver.try_recv() {
+            Err(_) => first,
+            Ok(second) => {
+                let mut batch = Vec::with_capacity(first.len() + second.len() + 512);
+                batch.extend_from_slice(&first);
+                batch.extend_from_slice(&second);
+                while let Ok(next) = receiver.try_recv() {
+                    batch.extend_from_slice(&next);
+                }
+                Bytes::from(batch)
+            }
+        };
+        Some((Ok::<_, Infallible>(frame), (receiver, open)))
     });
     let mut response = Response::new(Body::from_stream(body));
     let headers = response.headers_mut();

@@ -91,6 +91,33 @@ async fn metrics(State(state): State<AppState>) -> Response {
     response
 }
 
+/// A listener on `address` with a backlog of 1024 pending connections (tokio's `bind` allows
+/// 128, which drops connects when many clients arrive at once).
+///
+/// # Errors
+///
+/// [`Error::Io`] when the address cannot be parsed or bound.
+pub async fn bind(address: &str) -> Result<TcpListener, Error> {
+    let address: std::net::SocketAddr =
+        tokio::net::lookup_host(address)
+            .await?
+            .next()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("no address for {address}"),
+                )
+            })?;
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    Ok(socket.listen(1024)?)
+}
+
 /// Serves `state` on `listener` until `shutdown` completes, then drains: new requests get
 /// 503, running executes have `drain_secs` to finish, then are cancelled (each still ends
 /// properly and saves its session), and the call returns once every run has saved.
@@ -124,7 +151,8 @@ pub async fn serve(
         });
         let _ = stopped_tx.send(());
     };
-    axum::serve(listener, app)
+    // One service for every connection, not a router rebuilt per connection.
+    axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(signal)
         .await?;
     // The runs' tasks outlive their connections: wait for every session to be saved.

@@ -182,18 +182,6 @@ pub(crate) async fn execute(
                 ));
             }
         };
-        let created = match body.context {
-            Some(context) => {
-                let record = record(state, &tenant, context, Some(&id))?;
-                match state.inner.store.create(&record).await {
-                    Ok(()) => true,
-                    // The session exists: the context is for new sessions only.
-                    Err(StoreError::Exists(_)) => false,
-                    Err(error) => return Err(error.into()),
-                }
-            }
-            None => false,
-        };
         let permit = tenant.gate.enter().ok_or_else(|| {
             ApiError::rate_limited(
                 format!("tenant `{}` has too many executes running", tenant.name),
@@ -201,13 +189,21 @@ pub(crate) async fn execute(
             )
         })?;
         let holder = execute::holder(state);
-        match execute::lease(state, &tenant, &id, &holder).await {
-            Err(error) if error.status == StatusCode::NOT_FOUND && !created => {
-                return Err(ApiError::bad_request(format!(
-                    "no session {id}: create it first, or send its `context` with this execute"
-                )));
+        // A context creates the session already leased to this execute: one write, and the
+        // record is in hand. An existing session ignores the context.
+        let mut created = None;
+        if let Some(context) = body.context {
+            let record = record(state, &tenant, context, Some(&id))?;
+            match state
+                .inner
+                .store
+                .create_leased(&record, &holder, execute::lease_until(state))
+                .await
+            {
+                Ok(()) => created = Some(record),
+                Err(StoreError::Exists(_)) => {}
+                Err(error) => return Err(error.into()),
             }
-            other => other?,
         }
         let leased = Leased {
             state,
@@ -215,10 +211,25 @@ pub(crate) async fn execute(
             id: &id,
             holder: &holder,
         };
-        let Some(mut record) = state.inner.store.get(&tenant.name, &id).await? else {
-            return Err(leased
-                .give_back(ApiError::not_found(format!("no session {id}")))
-                .await);
+        let mut record = match created {
+            Some(record) => record,
+            None => {
+                match execute::lease(state, &tenant, &id, &holder).await {
+                    Err(error) if error.status == StatusCode::NOT_FOUND => {
+                        return Err(ApiError::bad_request(format!(
+                            "no session {id}: create it first, or send its `context` with this \
+                             execute"
+                        )));
+                    }
+                    other => other?,
+                }
+                let Some(record) = state.inner.store.get(&tenant.name, &id).await? else {
+                    return Err(leased
+                        .give_back(ApiError::not_found(format!("no session {id}")))
+                        .await);
+                };
+                record
+            }
         };
         // An expired session goes on from a user message (its calls now have error
         // results); late results are refused.

@@ -118,6 +118,16 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Inserts a new session; [`StoreError::Exists`] when its id is taken (by any tenant).
     fn create<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()>;
 
+    /// Inserts a new session already leased to `holder` until `until_ms`, in the same write:
+    /// an execute that creates its session needs no second round trip (and no second commit)
+    /// before it starts. [`StoreError::Exists`] as for [`create`](Self::create).
+    fn create_leased<'a>(
+        &'a self,
+        record: &'a SessionRecord,
+        holder: &'a str,
+        until_ms: u64,
+    ) -> StoreFuture<'a, ()>;
+
     /// The session `id` of `tenant`, or `None` (also when it belongs to another tenant).
     fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>>;
 

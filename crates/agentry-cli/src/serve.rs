@@ -16,7 +16,7 @@ pub(crate) async fn run(config: &Path, listen: Option<&str>) -> Result<(), Error
     if let Some(listen) = listen {
         config.listen = listen.to_owned();
     }
-    let listener = tokio::net::TcpListener::bind(&config.listen)
+    let listener = agent_server::bind(&config.listen)
         .await
         .map_err(|error| Error::Other(format!("cannot listen on {}: {error}", config.listen)))?;
     let address = listener

@@ -37,8 +37,8 @@ CREATE TABLE IF NOT EXISTS agentry_sessions (
 )";
 
 const INSERT: &str = "INSERT INTO agentry_sessions
-     (id, tenant, status, data, created_at_ms, updated_at_ms)
-     VALUES ($1, $2, $3, $4, $5, $6)";
+     (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 const SELECT: &str = "SELECT data FROM agentry_sessions WHERE id = $1 AND tenant = $2";
 const DELETE: &str = "DELETE FROM agentry_sessions WHERE id = $1 AND tenant = $2";
 /// One statement decides all three outcomes: `found` reads the statement's snapshot,
@@ -128,6 +128,8 @@ impl Conn {
                     text.clone(),
                     text.clone(),
                     int.clone(),
+                    int.clone(),
+                    text.clone(),
                     int.clone(),
                 ],
             )
@@ -270,26 +272,48 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Inserts `record`, leased to a holder when `lease` says so.
+    async fn insert(
+        &self,
+        record: &SessionRecord,
+        lease: Option<(&str, u64)>,
+    ) -> Result<(), StoreError> {
+        let row = Row::encode(record)?;
+        let holder = lease.map(|(holder, _)| holder);
+        let until = lease.map(|(_, until_ms)| millis(until_ms));
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &record.id(),
+            &record.tenant,
+            &row.status,
+            &row.data,
+            &row.created_at_ms,
+            &row.updated_at_ms,
+            &holder,
+            &until,
+        ];
+        match self.execute(Op::Insert, &params).await? {
+            Ok(_) => Ok(()),
+            Err(err) if err.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                Err(StoreError::Exists(record.id().to_owned()))
+            }
+            Err(err) => Err(database(&err)),
+        }
+    }
+}
+
 impl SessionStore for PostgresStore {
     fn create<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let row = Row::encode(record)?;
-            let params: [&(dyn ToSql + Sync); 6] = [
-                &record.id(),
-                &record.tenant,
-                &row.status,
-                &row.data,
-                &row.created_at_ms,
-                &row.updated_at_ms,
-            ];
-            match self.execute(Op::Insert, &params).await? {
-                Ok(_) => Ok(()),
-                Err(err) if err.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                    Err(StoreError::Exists(record.id().to_owned()))
-                }
-                Err(err) => Err(database(&err)),
-            }
-        })
+        Box::pin(self.insert(record, None))
+    }
+
+    fn create_leased<'a>(
+        &'a self,
+        record: &'a SessionRecord,
+        holder: &'a str,
+        until_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.insert(record, Some((holder, until_ms))))
     }
 
     fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {

@@ -41,8 +41,9 @@ CREATE TABLE IF NOT EXISTS sessions (
 ) STRICT;
 ";
 
-const INSERT: &str = "INSERT INTO sessions (id, tenant, status, data, created_at_ms, updated_at_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const INSERT: &str = "INSERT INTO sessions
+     (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 const SELECT: &str = "SELECT data FROM sessions WHERE id = ?1 AND tenant = ?2";
 const DELETE: &str = "DELETE FROM sessions WHERE id = ?1 AND tenant = ?2";
 /// Takes the lease when it is free, expired at `now`, or already the caller's (re-entrant).
@@ -69,6 +70,9 @@ const RELEASE: &str = "UPDATE sessions SET lease_holder = NULL, lease_until_ms =
 pub struct SqliteStore {
     path: PathBuf,
     conn: Arc<Mutex<Connection>>,
+    /// One operation at a time reaches the blocking pool: waiting happens here, as a cheap
+    /// future, instead of as hundreds of blocking threads parked on the connection's mutex.
+    turn: tokio::sync::Semaphore,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -96,6 +100,7 @@ impl SqliteStore {
         Ok(Self {
             path,
             conn: Arc::new(Mutex::new(conn)),
+            turn: tokio::sync::Semaphore::new(1),
         })
     }
 
@@ -110,6 +115,11 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        let _turn = self
+            .turn
+            .acquire()
+            .await
+            .map_err(|err| StoreError::Database(format!("session store closed: {err}")))?;
         let conn = Arc::clone(&self.conn);
         tokio::task::spawn_blocking(move || {
             // A panic while the lock was held cannot leave a half-done write behind: an open
@@ -119,6 +129,43 @@ impl SqliteStore {
         })
         .await
         .map_err(|err| StoreError::Database(format!("session store task failed: {err}")))?
+    }
+}
+
+impl SqliteStore {
+    /// Inserts `record`, leased to a holder when `lease` says so.
+    async fn insert(
+        &self,
+        record: &SessionRecord,
+        lease: Option<(&str, u64)>,
+    ) -> Result<(), StoreError> {
+        let row = Row::encode(record)?;
+        let id = record.id().to_owned();
+        let tenant = record.tenant.clone();
+        let holder = lease.map(|(holder, _)| holder.to_owned());
+        let until = lease.map(|(_, until_ms)| millis(until_ms));
+        self.call(move |conn| {
+            let inserted = conn.prepare_cached(INSERT).and_then(|mut statement| {
+                statement.execute(params![
+                    id,
+                    tenant,
+                    row.status,
+                    row.data,
+                    row.created_at_ms,
+                    row.updated_at_ms,
+                    holder,
+                    until
+                ])
+            });
+            match inserted {
+                Ok(_) => Ok(()),
+                Err(err) if err.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                    Err(StoreError::Exists(id))
+                }
+                Err(err) => Err(database(err)),
+            }
+        })
+        .await
     }
 }
 
@@ -172,31 +219,16 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
 
 impl SessionStore for SqliteStore {
     fn create<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let row = Row::encode(record)?;
-            let id = record.id().to_owned();
-            let tenant = record.tenant.clone();
-            self.call(move |conn| {
-                let inserted = conn.prepare_cached(INSERT).and_then(|mut statement| {
-                    statement.execute(params![
-                        id,
-                        tenant,
-                        row.status,
-                        row.data,
-                        row.created_at_ms,
-                        row.updated_at_ms
-                    ])
-                });
-                match inserted {
-                    Ok(_) => Ok(()),
-                    Err(err) if err.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                        Err(StoreError::Exists(id))
-                    }
-                    Err(err) => Err(database(err)),
-                }
-            })
-            .await
-        })
+        Box::pin(self.insert(record, None))
+    }
+
+    fn create_leased<'a>(
+        &'a self,
+        record: &'a SessionRecord,
+        holder: &'a str,
+        until_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.insert(record, Some((holder, until_ms))))
     }
 
     fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {

@@ -262,6 +262,34 @@ conformance! {
     delete_under_a_lease_makes_the_save_fail,
     concurrent_acquires_have_one_winner,
     corrupt_row_is_corrupt,
+    create_leased_holds_the_lease_from_the_first_write,
+}
+
+async fn create_leased_holds_the_lease_from_the_first_write(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create_leased(&record, "h1", 2_000).await.unwrap();
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h2", 1_000, 3_000)
+            .await
+            .unwrap(),
+        Lease::Busy
+    );
+    // The holder can save at once, without acquiring.
+    h.store.save(&record, "h1", true).await.unwrap();
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h2", 1_000, 3_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    assert!(matches!(
+        h.store.create_leased(&record, "h3", 2_000).await,
+        Err(StoreError::Exists(_))
+    ));
 }
 
 async fn create_then_get_round_trips(h: &Harness) {
