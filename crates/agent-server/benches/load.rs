@@ -68,10 +68,6 @@ const PORT_LINE: &str = "agentry-load-port ";
 const SESSIONS: usize = 1000;
 /// Sessions run before phase A is timed (allocator, SQLite cache, code paths).
 const WARM_UP: usize = 100;
-/// The server's listen backlog. `TcpListener::bind` (what `agentry serve` uses) listens with
-/// 128, which a burst of 1,000 connects overflows: the dropped SYNs are retried by the
-/// kernel a second later, which then dominates the timings.
-const BACKLOG: u32 = 1024;
 /// Phases B and C: the replay model waits this long before each streamed event, which holds
 /// each stream open for about two seconds, longer than a burst takes to be admitted.
 const EVENT_DELAY_MS: u64 = 40;
@@ -183,10 +179,9 @@ fn server() {
             .build()
             .await
             .unwrap();
-        // The OS caps the backlog at net.core.somaxconn.
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
-        let listener = socket.listen(BACKLOG).unwrap();
+        // As `agentry serve` binds: a backlog of 1024 (tokio's `bind` allows 128, which a
+        // burst of 1,000 connects overflows).
+        let listener = agent_server::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         {
             let mut stdout = std::io::stdout().lock();
