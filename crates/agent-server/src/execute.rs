@@ -105,15 +105,7 @@ pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
     let task_state = state.clone();
     tokio::spawn(async move { run(task_state, execute, sender).await });
 
-    let metrics_state = state.clone();
-    metrics_state
-        .inner
-        .metrics
-        .add("agentry_active_streams", &[("tenant", &tenant)], 1.0);
-    let open = OpenStream {
-        state: metrics_state,
-        tenant,
-    };
+    let open = OpenStream::open(state, &tenant);
     let body = futures_util::stream::unfold((receiver, open), |(mut receiver, open)| async move {
         let first = receiver.recv().await?;
         // Frames already waiting go out in the same write: one syscall, not one per event.
@@ -145,9 +137,23 @@ pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
 }
 
 /// Counts an open stream until the response body is dropped (sent, or the client left).
-struct OpenStream {
+pub(crate) struct OpenStream {
     state: AppState,
     tenant: String,
+}
+
+impl OpenStream {
+    /// Counts one more open stream for `tenant`.
+    pub(crate) fn open(state: &AppState, tenant: &str) -> Self {
+        state
+            .inner
+            .metrics
+            .add("agentry_active_streams", &[("tenant", tenant)], 1.0);
+        Self {
+            state: state.clone(),
+            tenant: tenant.to_owned(),
+        }
+    }
 }
 
 impl Drop for OpenStream {

@@ -101,7 +101,7 @@ use self::error::OpenAiError;
 use self::request::ChatRequest;
 use self::response::Completion;
 use crate::error::ApiError;
-use crate::execute::{count, options, settle_metrics};
+use crate::execute::{OpenStream, count, options, settle_metrics};
 use crate::http::{admit, json_body, tagged};
 use crate::limits::Permit;
 use crate::state::{AppState, Model, RunGuard, Tenant, now_ms};
@@ -554,14 +554,7 @@ fn stream_response(
     first: Bytes,
     receiver: mpsc::Receiver<Out>,
 ) -> Response {
-    state
-        .inner
-        .metrics
-        .add("agentry_active_streams", &[("tenant", &tenant.name)], 1.0);
-    let open = OpenStream {
-        state: state.clone(),
-        tenant: tenant.name.clone(),
-    };
+    let open = OpenStream::open(state, &tenant.name);
     let rest = futures_util::stream::unfold((receiver, open), |(mut receiver, open)| async move {
         loop {
             match receiver.recv().await? {
@@ -580,19 +573,4 @@ fn stream_response(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
-}
-
-/// Counts an open stream until the response body is dropped (sent, or the client left).
-struct OpenStream {
-    state: AppState,
-    tenant: String,
-}
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.state
-            .inner
-            .metrics
-            .add("agentry_active_streams", &[("tenant", &self.tenant)], -1.0);
-    }
 }

@@ -10,6 +10,8 @@
 
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
+use super::row::{Row, decode, millis};
 use super::{Lease, SessionRecord, SessionStore, StoreError, StoreFuture};
 
 /// The schema version this code writes and understands (`PRAGMA user_version`).
@@ -335,60 +336,6 @@ impl SessionStore for SqliteStore {
             Ok(())
         }))
     }
-}
-
-/// A record as the columns that hold it.
-struct Row {
-    data: String,
-    status: String,
-    created_at_ms: i64,
-    updated_at_ms: i64,
-}
-
-impl Row {
-    fn encode(record: &SessionRecord) -> Result<Self, StoreError> {
-        let data = serde_json::to_string(record).map_err(|err| {
-            StoreError::Database(format!("encoding session `{}`: {err}", record.id()))
-        })?;
-        let status = match serde_json::to_value(record.session.status) {
-            Ok(serde_json::Value::String(name)) => name,
-            _ => {
-                return Err(StoreError::Database(format!(
-                    "encoding the status of session `{}`",
-                    record.id()
-                )));
-            }
-        };
-        Ok(Self {
-            data,
-            status,
-            created_at_ms: millis(record.created_at_ms),
-            updated_at_ms: millis(record.updated_at_ms),
-        })
-    }
-}
-
-/// Reads a stored document, checking that it is the session its row says it is.
-fn decode(tenant: &str, id: &str, data: &str) -> Result<SessionRecord, StoreError> {
-    let corrupt = |reason: String| StoreError::Corrupt {
-        id: id.to_owned(),
-        reason,
-    };
-    let record: SessionRecord =
-        serde_json::from_str(data).map_err(|err| corrupt(err.to_string()))?;
-    if record.id() != id || record.tenant != tenant {
-        return Err(corrupt(format!(
-            "the stored document is session `{}` of tenant `{}`",
-            record.id(),
-            record.tenant
-        )));
-    }
-    Ok(record)
-}
-
-/// Milliseconds as SQLite's signed integer; times past the year 292 million saturate.
-fn millis(ms: u64) -> i64 {
-    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 fn database(err: rusqlite::Error) -> StoreError {

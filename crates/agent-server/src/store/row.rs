@@ -1,0 +1,59 @@
+//! How a [`SessionRecord`] is laid out in a row, shared by both stores: the whole record as
+//! JSON plus the columns queries and operators read without parsing it.
+
+use super::{SessionRecord, StoreError};
+
+/// A record as the columns that hold it.
+pub(super) struct Row {
+    pub(super) data: String,
+    pub(super) status: String,
+    pub(super) created_at_ms: i64,
+    pub(super) updated_at_ms: i64,
+}
+
+impl Row {
+    pub(super) fn encode(record: &SessionRecord) -> Result<Self, StoreError> {
+        let data = serde_json::to_string(record).map_err(|err| {
+            StoreError::Database(format!("encoding session `{}`: {err}", record.id()))
+        })?;
+        let status = match serde_json::to_value(record.session.status) {
+            Ok(serde_json::Value::String(name)) => name,
+            _ => {
+                return Err(StoreError::Database(format!(
+                    "encoding the status of session `{}`",
+                    record.id()
+                )));
+            }
+        };
+        Ok(Self {
+            data,
+            status,
+            created_at_ms: millis(record.created_at_ms),
+            updated_at_ms: millis(record.updated_at_ms),
+        })
+    }
+}
+
+/// Reads a stored document, checking that it is the session its row says it is.
+pub(super) fn decode(tenant: &str, id: &str, data: &str) -> Result<SessionRecord, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt {
+        id: id.to_owned(),
+        reason,
+    };
+    let record: SessionRecord =
+        serde_json::from_str(data).map_err(|err| corrupt(err.to_string()))?;
+    if record.id() != id || record.tenant != tenant {
+        return Err(corrupt(format!(
+            "the stored document is session `{}` of tenant `{}`",
+            record.id(),
+            record.tenant
+        )));
+    }
+    Ok(record)
+}
+
+/// Milliseconds as the databases' signed 64-bit integer; times past the year 292 million
+/// saturate.
+pub(super) fn millis(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
