@@ -8,9 +8,9 @@ use agent_server::{ServerBuilder, ServerConfig, serve};
 use crate::error::Error;
 
 /// Loads the configuration, binds, serves; returns when the drain is over.
-pub(crate) async fn run(config: &Path, listen: Option<&str>) -> Result<(), Error> {
-    let mut config = ServerConfig::from_file(config).map_err(|error| Error::Config {
-        path: config.to_path_buf(),
+pub(crate) async fn run(path: &Path, listen: Option<&str>) -> Result<(), Error> {
+    let mut config = ServerConfig::from_file(path).map_err(|error| Error::Config {
+        path: path.to_path_buf(),
         message: error.to_string(),
     })?;
     if let Some(listen) = listen {
@@ -25,7 +25,15 @@ pub(crate) async fn run(config: &Path, listen: Option<&str>) -> Result<(), Error
     let state = ServerBuilder::new(config)
         .build()
         .await
-        .map_err(|error| Error::Other(error.to_string()))?;
+        .map_err(|error| match error {
+            // What the file says is wrong (a model's key missing, a tenant without a key):
+            // a usage error like a file that does not parse.
+            agent_server::Error::Config(_) | agent_server::Error::Model { .. } => Error::Config {
+                path: path.to_path_buf(),
+                message: error.to_string(),
+            },
+            other => Error::Other(other.to_string()),
+        })?;
     // One line a supervisor (or a test) can wait for; the port is the real one when the
     // configuration asked for port 0.
     eprintln!("agentry serve: listening on http://{address}");

@@ -281,3 +281,38 @@ fn two_instances_alternate_turns_of_one_session_through_postgres() {
         // whichever instance gets it (checked in-process in agent-server's tests).
     });
 }
+
+#[test]
+fn a_bad_configuration_exits_2_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agentry.toml");
+    for (text, expected) in [
+        (
+            config("kind = \"sqlite\"", "listen_on = \"x\""),
+            "listen_on",
+        ),
+        (
+            config("kind = \"sqlite\"", "").replace(
+                "api_keys = [\"key-acme\"]",
+                "api_key_env = \"AGENTRY_TEST_UNSET_KEY\"",
+            ),
+            "AGENTRY_TEST_UNSET_KEY",
+        ),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args([
+                "serve",
+                "--config",
+                path.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env_remove("AGENTRY_TEST_UNSET_KEY")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}
