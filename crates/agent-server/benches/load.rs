@@ -908,8 +908,8 @@ fn phases_b_c(client: &tokio::runtime::Runtime) -> Result<(), String> {
         mib(most_rss),
     );
     println!(
-        "  server threads: {} at idle, {most_threads} at most (tokio's blocking pool runs every \
-         SQLite call)",
+        "  server threads: {} at idle, {most_threads} at most (SQLite runs on the store's own \
+         thread)",
         idle_threads,
     );
     println!(

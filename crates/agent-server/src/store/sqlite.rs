@@ -5,14 +5,14 @@
 //! versioned with `PRAGMA user_version` (this version writes and reads version 1) and a file
 //! written by a newer agentry is refused rather than misread.
 //!
-//! rusqlite is synchronous, so every operation runs on tokio's blocking pool around one
-//! connection behind a mutex: the runtime's threads never wait for the disk. Each method is
-//! one statement, or one `BEGIN IMMEDIATE` transaction where it needs two (an `acquire` that
-//! must tell "busy" from "no such session").
+//! rusqlite is synchronous, so the connection lives on the store's own thread, which takes
+//! every operation waiting (up to 256), runs each in a savepoint of one `BEGIN IMMEDIATE`
+//! transaction, commits once and then answers the callers: under load, many sessions share
+//! one fsync; alone, an operation is its own transaction. The runtime's threads never wait for
+//! the disk, and no blocking-pool thread is parked per waiting call.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -70,11 +70,19 @@ const RELEASE: &str = "UPDATE sessions SET lease_holder = NULL, lease_until_ms =
 /// is dropped, and telling them apart would cost a second statement.
 pub struct SqliteStore {
     path: PathBuf,
-    conn: Arc<Mutex<Connection>>,
-    /// One operation at a time reaches the blocking pool: waiting happens here, as a cheap
-    /// future, instead of as hundreds of blocking threads parked on the connection's mutex.
-    turn: tokio::sync::Semaphore,
+    /// Operations for the store's own thread, which owns the connection.
+    jobs: std::sync::mpsc::Sender<Job>,
 }
+
+/// One operation: it runs on the store's thread inside the current batch's transaction and
+/// returns what to do once the batch is committed (or failed to commit).
+type Job = Box<dyn FnOnce(&Connection) -> Delivery + Send>;
+
+/// Hands an operation's result to its caller once the batch's commit outcome is known.
+type Delivery = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// The most operations one transaction (one fsync) carries.
+const MAX_BATCH: usize = 256;
 
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,11 +106,12 @@ impl SqliteStore {
         let conn = tokio::task::spawn_blocking(move || open_blocking(&opened))
             .await
             .map_err(|err| StoreError::Database(format!("opening the session file: {err}")))??;
-        Ok(Self {
-            path,
-            conn: Arc::new(Mutex::new(conn)),
-            turn: tokio::sync::Semaphore::new(1),
-        })
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("agentry-sqlite".into())
+            .spawn(move || commit_batches(&conn, &queue))
+            .map_err(|err| StoreError::Database(format!("starting the store's thread: {err}")))?;
+        Ok(Self { path, jobs })
     }
 
     /// The session file.
@@ -110,26 +119,77 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Runs `op` on the connection on tokio's blocking pool.
+    /// Runs `op` on the store's thread and returns its result once the transaction it ran in
+    /// is committed.
     async fn call<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let _turn = self
-            .turn
-            .acquire()
-            .await
-            .map_err(|err| StoreError::Database(format!("session store closed: {err}")))?;
-        let conn = Arc::clone(&self.conn);
-        tokio::task::spawn_blocking(move || {
-            // A panic while the lock was held cannot leave a half-done write behind: an open
-            // rusqlite transaction rolls back when it is dropped during the unwind.
-            let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            op(&mut conn)
-        })
-        .await
-        .map_err(|err| StoreError::Database(format!("session store task failed: {err}")))?
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let result = in_savepoint(conn, op);
+            Box::new(move |committed: Result<(), String>| {
+                let _ = sender.send(committed.map_err(StoreError::Database).and(result));
+            })
+        });
+        let ended = || {
+            StoreError::Database(
+                "the session store could not run the operation (its thread ended, or the \
+                 transaction could not start: see the log)"
+                    .into(),
+            )
+        };
+        self.jobs.send(job).map_err(|_| ended())?;
+        receiver.await.map_err(|_| ended())?
+    }
+}
+
+/// The store's thread: takes every operation waiting (up to [`MAX_BATCH`]), runs them in one
+/// transaction, commits once, then answers each caller. Under load many sessions share one
+/// fsync instead of queueing for one each; alone, an operation is its own batch. Results are
+/// handed out only after the commit, so `synchronous = FULL` keeps its meaning.
+fn commit_batches(conn: &Connection, queue: &std::sync::mpsc::Receiver<Job>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+            // The jobs are dropped unrun: each caller's answer channel closes and it gets an
+            // error; the cause goes to the log.
+            tracing::error!(error = %err, "session store: cannot start a transaction");
+            continue;
+        }
+        let deliveries: Vec<Delivery> = batch.into_iter().map(|job| job(conn)).collect();
+        let committed = conn.execute_batch("COMMIT").map_err(|err| {
+            let _ = conn.execute_batch("ROLLBACK");
+            format!("committing: {err}")
+        });
+        for deliver in deliveries {
+            deliver(committed.clone());
+        }
+    }
+}
+
+/// Runs `op` so that a failure undoes its own writes and nothing else of the batch.
+fn in_savepoint<T>(
+    conn: &Connection,
+    op: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("SAVEPOINT op").map_err(database)?;
+    match op(conn) {
+        Ok(value) => {
+            conn.execute_batch("RELEASE op").map_err(database)?;
+            Ok(value)
+        }
+        Err(err) => {
+            let _ = conn.execute_batch("ROLLBACK TO op; RELEASE op");
+            Err(err)
+        }
     }
 }
 
@@ -268,27 +328,22 @@ impl SessionStore for SqliteStore {
     ) -> StoreFuture<'a, Lease> {
         let (tenant, id, holder) = (tenant.to_owned(), id.to_owned(), holder.to_owned());
         let (now, until) = (millis(now_ms), millis(until_ms));
+        // The batch's transaction makes the update and the existence check one atomic step.
         Box::pin(self.call(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(database)?;
-            let taken = tx
+            let taken = conn
                 .prepare_cached(ACQUIRE)
                 .and_then(|mut statement| {
                     statement.execute(params![id, tenant, holder, now, until])
                 })
                 .map_err(database)?;
-            let lease = if taken > 0 {
-                Lease::Acquired
-            } else {
-                let exists = tx
-                    .prepare_cached(EXISTS)
-                    .and_then(|mut statement| statement.exists(params![id, tenant]))
-                    .map_err(database)?;
-                if exists { Lease::Busy } else { Lease::NotFound }
-            };
-            tx.commit().map_err(database)?;
-            Ok(lease)
+            if taken > 0 {
+                return Ok(Lease::Acquired);
+            }
+            let exists = conn
+                .prepare_cached(EXISTS)
+                .and_then(|mut statement| statement.exists(params![id, tenant]))
+                .map_err(database)?;
+            Ok(if exists { Lease::Busy } else { Lease::NotFound })
         }))
     }
 

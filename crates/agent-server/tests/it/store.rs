@@ -654,6 +654,34 @@ mod sqlite_only {
     use super::*;
     use agent_server::store::SqliteStore;
 
+    /// Operations that arrive together share a transaction; one that fails (a duplicate id)
+    /// fails alone and the others are stored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_concurrent_writes_keeps_each_outcome_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
+        let tenant = unique("tenant");
+        let records: Vec<SessionRecord> = (0..200).map(|_| record(&tenant)).collect();
+        let duplicate = records[7].clone();
+        let mut tasks = Vec::new();
+        for record in records.iter().cloned().chain([duplicate]) {
+            let store = Arc::clone(&store);
+            tasks.push(tokio::spawn(async move { store.create(&record).await }));
+        }
+        let mut exists = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(()) => {}
+                Err(StoreError::Exists(_)) => exists += 1,
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert_eq!(exists, 1);
+        for record in &records {
+            assert!(store.get(&tenant, record.id()).await.unwrap().is_some());
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reopening_the_file_keeps_sessions() {
         let dir = tempfile::tempdir().unwrap();
