@@ -134,14 +134,25 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
-        let headers = response.headers_mut();
-        if let Some(seconds) = self.retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
-        if self.status == StatusCode::UNAUTHORIZED {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        response
+        let body = self.body();
+        json_error(self.status, &body, self.retry_after)
     }
+}
+
+/// An error body with its status, `Retry-After` when given, and `WWW-Authenticate` on 401:
+/// what every error response of the server carries, whatever the body's shape.
+pub(crate) fn json_error(
+    status: StatusCode,
+    body: &serde_json::Value,
+    retry_after: Option<u64>,
+) -> Response {
+    let mut response = (status, Json(body)).into_response();
+    let headers = response.headers_mut();
+    if let Some(seconds) = retry_after {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
 }

@@ -123,16 +123,22 @@ pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
         };
         Some((Ok::<_, Infallible>(frame), (receiver, open)))
     });
-    let mut response = Response::new(Body::from_stream(body));
+    let mut response = event_stream(Body::from_stream(body));
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-session-id", value);
+    }
+    response
+}
+
+/// A `text/event-stream` response (not cached) with `body`.
+pub(crate) fn event_stream(body: Body) -> Response {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        headers.insert("x-session-id", value);
-    }
     response
 }
 

@@ -89,7 +89,7 @@ use agent_types::{AgentError, AgentEvent, ErrorKind, Role, ToolChoice, Usage};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -101,7 +101,7 @@ use self::error::OpenAiError;
 use self::request::ChatRequest;
 use self::response::Completion;
 use crate::error::ApiError;
-use crate::execute::{OpenStream, count, options, settle_metrics};
+use crate::execute::{OpenStream, count, event_stream, options, settle_metrics};
 use crate::http::{admit, json_body, tagged};
 use crate::limits::Permit;
 use crate::state::{AppState, Model, RunGuard, Tenant, now_ms};
@@ -325,7 +325,7 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     }
     let metrics = &state.inner.metrics;
     let labels = (tenant.name.as_str(), record.model.as_str());
-    let outcome = if forced {
+    if forced {
         options.hooks = Hooks::new().before_model_call(|gate| async move {
             if gate.iteration == 0 {
                 Ok(())
@@ -333,7 +333,26 @@ async fn run(state: AppState, plan: Plan, running: Running) {
                 Err(FIRST_ROUND_DONE.to_owned())
             }
         });
-        match pump(
+    }
+    let mut outcome = pump(
+        &mut record.session,
+        &model,
+        &options,
+        &mut sink,
+        &state,
+        labels,
+        &cancel,
+    )
+    .await;
+    if forced
+        && matches!(&outcome, Err(error)
+            if matches!(error.kind, ErrorKind::Refused) && error.message == FIRST_ROUND_DONE)
+    {
+        // The first round ran server tools only: go on unforced.
+        record.session.tool_choice = ToolChoice::Auto;
+        options.hooks = Hooks::new();
+        options.max_tool_iterations = options.max_tool_iterations.saturating_sub(1);
+        outcome = pump(
             &mut record.session,
             &model,
             &options,
@@ -342,41 +361,8 @@ async fn run(state: AppState, plan: Plan, running: Running) {
             labels,
             &cancel,
         )
-        .await
-        {
-            Err(error)
-                if matches!(error.kind, ErrorKind::Refused)
-                    && error.message == FIRST_ROUND_DONE =>
-            {
-                // The first round ran server tools only: go on unforced.
-                record.session.tool_choice = ToolChoice::Auto;
-                options.hooks = Hooks::new();
-                options.max_tool_iterations = options.max_tool_iterations.saturating_sub(1);
-                pump(
-                    &mut record.session,
-                    &model,
-                    &options,
-                    &mut sink,
-                    &state,
-                    labels,
-                    &cancel,
-                )
-                .await
-            }
-            other => other,
-        }
-    } else {
-        pump(
-            &mut record.session,
-            &model,
-            &options,
-            &mut sink,
-            &state,
-            labels,
-            &cancel,
-        )
-        .await
-    };
+        .await;
+    }
     watcher.abort();
     settle_metrics(metrics, &tenant.name, &record.session.status, &outcome);
     drop(permit);
@@ -565,12 +551,5 @@ fn stream_response(
         }
     });
     let body = futures_util::stream::once(async move { Ok::<_, Infallible>(first) }).chain(rest);
-    let mut response = Response::new(Body::from_stream(body));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+    event_stream(Body::from_stream(body))
 }

@@ -8,8 +8,8 @@
 //! clients obey instead of retrying every 429 and 5xx.
 
 use agent_types::{AgentError, ErrorKind};
-use axum::Json;
-use axum::http::{HeaderValue, StatusCode, header};
+
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -134,16 +134,9 @@ impl From<ApiError> for OpenAiError {
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
-        let headers = response.headers_mut();
-        if let Some(seconds) = self.retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
-        if self.status == StatusCode::UNAUTHORIZED {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
+        let mut response = crate::error::json_error(self.status, &self.body(), self.retry_after);
         if let Some(retry) = self.retry {
-            headers.insert(
+            response.headers_mut().insert(
                 "x-should-retry",
                 HeaderValue::from_static(if retry { "true" } else { "false" }),
             );
