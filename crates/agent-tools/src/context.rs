@@ -87,6 +87,7 @@ pub struct ToolContext {
     cancellation: CancellationToken,
     hard_stop: Option<CancellationToken>,
     accounting: Accounting,
+    max_result_bytes: Option<usize>,
 }
 
 impl ToolContext {
@@ -100,6 +101,7 @@ impl ToolContext {
             cancellation: CancellationToken::new(),
             hard_stop: None,
             accounting: Accounting::default(),
+            max_result_bytes: None,
         }
     }
 
@@ -133,6 +135,29 @@ impl ToolContext {
     pub fn with_accounting(mut self, accounting: Accounting) -> Self {
         self.accounting = accounting;
         self
+    }
+
+    /// Tells the handler how much of its result will be kept: the loop cuts every result to
+    /// `max_bytes` (see [`max_result_bytes`](Self::max_result_bytes)). The loop sets it from
+    /// its truncation cap.
+    #[must_use]
+    pub fn with_max_result_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_result_bytes = Some(max_bytes);
+        self
+    }
+
+    /// The most of this call's result that will be kept, when the caller said (`None`: no
+    /// cap is known).
+    ///
+    /// The cap counts the result as it travels to the model: rendered as text
+    /// ([`render_result`](crate::render_result): a string as is, anything else as compact
+    /// JSON), then escaped as a JSON string ([`escaped_len`](crate::escaped_len): a quote
+    /// counts 2 bytes, a NUL 6). Whatever lies beyond it is cut and freed by
+    /// [`truncate`](crate::truncate), so a handler should **read, fetch or build at most this
+    /// much** (plus a byte or so to know there was more): a file reader that reads 1 MiB when
+    /// 64 KiB will be kept spends 16 times the memory for nothing, once per concurrent call.
+    pub fn max_result_bytes(&self) -> Option<usize> {
+        self.max_result_bytes
     }
 
     /// The token whose firing makes the guard drop the handler: the hard-stop token when one
@@ -258,6 +283,11 @@ mod tests {
         assert!(ctx.clone().cancellation().is_cancelled());
         // Without a hard-stop token, cancellation is the hard stop.
         assert!(ctx.hard_stop().is_cancelled());
+        assert_eq!(ctx.max_result_bytes(), None);
+        assert_eq!(
+            ctx.with_max_result_bytes(4096).clone().max_result_bytes(),
+            Some(4096)
+        );
     }
 
     #[test]

@@ -96,5 +96,7 @@ pub use registry::{RegisteredTool, Registry};
 pub use repair::{Repair, RepairKind, repair};
 pub use schema::schema_for;
 pub use tool::Tool;
-pub use truncate::{Truncated, TruncationPolicy, marker, render_result, truncate, truncate_result};
+pub use truncate::{
+    Truncated, TruncationPolicy, escaped_len, marker, render_result, truncate, truncate_result,
+};
 pub use validate::{ArgumentValidator, InvalidArguments, Problem, Validated, ValidationMode};
