@@ -51,6 +51,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::context::ToolContext;
 use crate::error::ToolError;
 use crate::tool::Tool;
 
@@ -178,6 +179,13 @@ struct ReadFileArgs {
 /// `{"path": <relative to root>, "bytes": <file size>, "truncated": bool, "content": string}`,
 /// cutting at a character boundary. Messages to the model show paths relative to `root`, never
 /// the root's own location.
+///
+/// When the call's context carries a result cap ([`ToolContext::max_result_bytes`], which the
+/// loop sets), it reads no more than the cap (and one byte to tell whether there is more),
+/// whatever `max_bytes` says, and cuts `content` so that the whole result fits the cap once
+/// escaped for the request: the model gets a well-formed result marked `"truncated": true`
+/// rather than one cut mid-JSON, and 300 concurrent calls on a 1 MiB file hold 300 times the
+/// cap, not 300 MiB.
 pub fn read_file(root: impl AsRef<Path>) -> Result<Tool, ReadFileError> {
     let given = root.as_ref();
     let canonical =
@@ -195,8 +203,9 @@ pub fn read_file(root: impl AsRef<Path>) -> Result<Tool, ReadFileError> {
         "read_file",
         "Reads a UTF-8 text file from the allowed directory and returns its content. The path \
          is relative to that directory. Long files are cut to max_bytes and marked truncated.",
-        move |args: ReadFileArgs, _ctx| {
+        move |args: ReadFileArgs, ctx: ToolContext| {
             let root = Arc::clone(&root);
+            let result_cap = ctx.max_result_bytes();
             async move {
                 let limit = args
                     .max_bytes
@@ -204,7 +213,8 @@ pub fn read_file(root: impl AsRef<Path>) -> Result<Tool, ReadFileError> {
                     .min(MAX_READ_BYTES);
                 // At most MAX_READ_BYTES, which fits any usize.
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                read_file::read(root, args.path, limit).await
+                let contents = read_file::read(root, args.path, limit, result_cap).await?;
+                Ok(contents.into_json())
             }
         },
     ))

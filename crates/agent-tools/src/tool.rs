@@ -1,5 +1,6 @@
 //! [`Tool`]: a spec plus an optional handler, and the constructors that build one.
 
+use std::any::Any;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
@@ -41,9 +42,15 @@ impl fmt::Debug for Tool {
     }
 }
 
-fn to_json<T: Serialize>(result: Result<T, ToolError>) -> Result<Value, ToolError> {
+fn to_json<T: Serialize + 'static>(result: Result<T, ToolError>) -> Result<Value, ToolError> {
     result.and_then(|value| {
-        serde_json::to_value(value).map_err(|e| {
+        // A result that already is JSON is handed over as it is: `to_value` would serialize it
+        // again, copying every string in it (a file's content, a page of text).
+        let mut slot = Some(value);
+        if let Some(json) = (&mut slot as &mut dyn Any).downcast_mut::<Option<Value>>() {
+            return Ok(json.take().unwrap_or_default());
+        }
+        serde_json::to_value(slot.take()).map_err(|e| {
             ToolError::respond_to_model(format!("the tool's result could not be serialized: {e}"))
         })
     })
@@ -79,7 +86,7 @@ struct StreamHandler<A, F> {
 impl<A, T, F, S> Handler for StreamHandler<A, F>
 where
     A: DeserializeOwned + 'static,
-    T: Serialize,
+    T: Serialize + 'static,
     F: Fn(A, ToolContext) -> S + Send + Sync + 'static,
     S: Stream<Item = ToolEvent<T>> + Send + 'static,
 {

@@ -41,7 +41,9 @@ const ESCAPED: [u8; 256] = {
 /// assert_eq!(agent_tools::escaped_len("é"), 2);
 /// ```
 pub fn escaped_len(text: &str) -> usize {
-    text.bytes().map(|byte| usize::from(ESCAPED[usize::from(byte)])).sum()
+    text.bytes()
+        .map(|byte| usize::from(ESCAPED[usize::from(byte)]))
+        .sum()
 }
 
 /// How large a result may be when it is sent to the model.

@@ -7,6 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::error::ToolError;
 
@@ -23,14 +24,84 @@ pub(super) struct FileContents {
     pub(super) content: String,
 }
 
+impl FileContents {
+    /// The result as JSON, moving `content` rather than copying it (`serde_json::to_value`
+    /// would copy it).
+    pub(super) fn into_json(self) -> Value {
+        let mut object = Map::with_capacity(4);
+        object.insert("path".into(), Value::String(self.path));
+        object.insert("bytes".into(), Value::from(self.bytes));
+        object.insert("truncated".into(), Value::Bool(self.truncated));
+        object.insert("content".into(), Value::String(self.content));
+        Value::Object(object)
+    }
+}
+
+/// Bytes one byte of `content` takes in the request to the model: escaped once when the result
+/// object is rendered as JSON ([`render_result`](crate::render_result)), and again when that
+/// text is sent as a JSON string ([`escaped_len`](crate::escaped_len)). A NUL becomes `\u0000`
+/// then `\\u0000`.
+fn wire_cost(byte: u8) -> usize {
+    match byte {
+        b'"' | b'\\' => 4,
+        b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 3,
+        0x00..=0x1f => 7,
+        _ => 1,
+    }
+}
+
+/// Cuts `contents.content` so that the rendered result takes at most `cap` bytes in the request,
+/// at a character boundary, and marks it truncated when anything was cut.
+fn fit_to_cap(contents: &mut FileContents, cap: usize) {
+    // Everything but the content, with the longer of the two flags (`false`).
+    let skeleton = FileContents {
+        path: contents.path.clone(),
+        bytes: contents.bytes,
+        truncated: false,
+        content: String::new(),
+    }
+    .into_json()
+    .to_string();
+    let budget = cap.saturating_sub(crate::escaped_len(&skeleton));
+    let content = &contents.content;
+    let mut used = 0usize;
+    let mut end = content.len();
+    for (at, byte) in content.bytes().enumerate() {
+        used += wire_cost(byte);
+        if used > budget {
+            end = at;
+            break;
+        }
+    }
+    if end == content.len() {
+        return;
+    }
+    while !content.is_char_boundary(end) {
+        end -= 1;
+    }
+    contents.content.truncate(end);
+    contents.content.shrink_to_fit();
+    contents.truncated = true;
+}
+
 /// Reads `requested` under the canonical directory `root`, at most `limit` bytes, off the
-/// runtime thread: every file system call goes to Tokio's blocking pool in one hop.
+/// runtime thread: every file system call goes to Tokio's blocking pool in one hop. With a
+/// result cap, it reads at most the cap (plus one byte) and fits the content to it.
 pub(super) async fn read(
     root: Arc<Path>,
     requested: String,
     limit: usize,
+    result_cap: Option<usize>,
 ) -> Result<FileContents, ToolError> {
-    let work = move || read_blocking(&root, &requested, limit);
+    let work = move || {
+        // Every byte takes at least one byte in the request: past the cap nothing is kept.
+        let limit = result_cap.map_or(limit, |cap| limit.min(cap));
+        let mut contents = read_blocking(&root, &requested, limit)?;
+        if let Some(cap) = result_cap {
+            fit_to_cap(&mut contents, cap);
+        }
+        Ok(contents)
+    };
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => match runtime.spawn_blocking(work).await {
             Ok(result) => result,
@@ -195,6 +266,53 @@ fn read_blocking(root: &Path, requested: &str, limit: usize) -> Result<FileConte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_cost_is_two_rounds_of_serde_json_escaping() {
+        for code in 0..=0x7f_u8 {
+            let rendered = serde_json::to_string(&char::from(code).to_string()).unwrap();
+            let once = &rendered[1..rendered.len() - 1];
+            assert_eq!(
+                wire_cost(code),
+                crate::escaped_len(once),
+                "byte {code:#04x}"
+            );
+        }
+    }
+
+    #[test]
+    fn fitted_results_fit_the_cap_on_the_wire() {
+        for content in ["a".repeat(5000), "\0".repeat(5000), "\"é\n".repeat(1000)] {
+            for cap in [64, 100, 1000, 4096] {
+                let mut contents = FileContents {
+                    path: "dir/\"quoted\".txt".into(),
+                    bytes: 5000,
+                    truncated: false,
+                    content: content.clone(),
+                };
+                fit_to_cap(&mut contents, cap);
+                assert!(contents.truncated);
+                assert!(content.starts_with(&contents.content));
+                assert_eq!(contents.content.capacity(), contents.content.len());
+                let wire = crate::escaped_len(&contents.clone().into_json().to_string());
+                let skeleton = FileContents {
+                    content: String::new(),
+                    ..contents.clone()
+                };
+                let skeleton = crate::escaped_len(&skeleton.into_json().to_string());
+                if skeleton <= cap {
+                    assert!(wire <= cap, "{wire} > {cap}");
+                } else {
+                    // No room even for the path: the loop's truncation cuts the rest.
+                    assert!(contents.content.is_empty());
+                }
+                // As long as the cap leaves room, it is used up to the last character.
+                if cap >= 1000 {
+                    assert!(cap - wire < 8, "{cap} - {wire}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn lexical_escapes() {

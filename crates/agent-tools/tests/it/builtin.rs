@@ -6,7 +6,7 @@ use std::path::Path;
 use agent_tools::builtin::{
     DEFAULT_READ_BYTES, MAX_READ_BYTES, ReadFileError, calculator, clock, read_file,
 };
-use agent_tools::{Registry, Tool, ToolContext, ToolError, collect_output};
+use agent_tools::{Registry, Tool, ToolContext, ToolError, TruncationPolicy, collect_output};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -369,6 +369,66 @@ async fn caps_reads_by_default_and_at_most() {
     assert_eq!(
         file["content"].as_str().unwrap().len() as u64,
         MAX_READ_BYTES
+    );
+}
+
+/// Bytes this process has read through `read(2)` and friends so far (`rchar`, all threads).
+#[cfg(target_os = "linux")]
+fn bytes_read_so_far() -> u64 {
+    let io = fs::read_to_string("/proc/self/io").unwrap();
+    io.lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The "seen": `read_file` read up to 1 MiB although the loop kept 64 KiB. With the
+/// cap in the context it reads at most the cap (plus a byte), and what it returns fits the cap
+/// once escaped for the request, for text and for NUL bytes (6 bytes each once escaped).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn reads_no_more_than_the_result_cap() {
+    const CAP: usize = 65_536;
+    let fx = Fixture::new();
+    let text = "All work and no play makes Jack a dull boy.\n".repeat(25_000);
+    fs::write(fx.root().join("text.txt"), &text).unwrap();
+    fs::write(fx.root().join("nul.txt"), vec![0u8; 1 << 20]).unwrap();
+    for (path, size) in [("text.txt", text.len()), ("nul.txt", 1 << 20)] {
+        let context = ToolContext::new("call_1", "read_file").with_max_result_bytes(CAP);
+        let before = bytes_read_so_far();
+        let output = collect_output(
+            fx.tool
+                .invoke(json!({"path": path, "max_bytes": MAX_READ_BYTES}), context),
+        )
+        .await;
+        let read = bytes_read_so_far() - before;
+        let file = output.result.unwrap();
+        assert!(read <= CAP as u64 + 4096, "{path}: read {read} bytes");
+        assert_eq!(file["bytes"], size);
+        assert_eq!(file["truncated"], true);
+        let content = file["content"].as_str().unwrap();
+        assert!(!content.is_empty());
+        // Well-formed and within the cap: the loop's truncation has nothing left to cut.
+        let sent = agent_tools::truncate_result(file.clone(), &TruncationPolicy::new(CAP).unwrap());
+        assert!(!sent.truncated, "{path}");
+        assert!(
+            sent.escaped_bytes <= CAP && CAP - sent.escaped_bytes < 8,
+            "{path}: {}",
+            sent.escaped_bytes
+        );
+    }
+
+    // Without a cap in the context, `max_bytes` alone decides, as before.
+    let before = bytes_read_so_far();
+    let file = fx
+        .read(json!({"path": "text.txt", "max_bytes": MAX_READ_BYTES}))
+        .await
+        .unwrap();
+    assert!(bytes_read_so_far() - before > MAX_READ_BYTES / 2);
+    assert_eq!(
+        file["content"].as_str().unwrap().len(),
+        text.len().min(1 << 20)
     );
 }
 

@@ -29,6 +29,30 @@ fn ctx() -> ToolContext {
     ToolContext::new("call_1", "tool")
 }
 
+/// A typed handler that already returns JSON hands it over without a copy: serializing a
+/// `Value` again would duplicate every string in it (a 1 MiB file's content, per call).
+#[tokio::test]
+async fn a_json_result_is_moved_not_copied() {
+    let made_at = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&made_at);
+    let tool = Tool::from_fn("page", "A page.", move |_: Lookup, _ctx| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let text = "x".repeat(100_000);
+            seen.store(text.as_ptr() as usize, Ordering::SeqCst);
+            // Built by hand: `json!` would copy the string itself.
+            let mut page = serde_json::Map::new();
+            page.insert("page".into(), Value::String(text));
+            Ok::<_, ToolError>(Value::Object(page))
+        }
+    });
+    let out = collect_output(tool.invoke(json!({"city": "Oslo"}), ctx())).await;
+    let value = out.result.unwrap();
+    let page = value["page"].as_str().unwrap();
+    assert_eq!(page.len(), 100_000);
+    assert_eq!(page.as_ptr() as usize, made_at.load(Ordering::SeqCst));
+}
+
 #[tokio::test]
 async fn typed_handler_gets_parsed_args_and_returns_json() {
     let tool = Tool::from_fn("forecast", "Forecast.", |args: Lookup, _ctx| async move {
