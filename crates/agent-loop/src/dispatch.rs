@@ -226,7 +226,9 @@ impl Round<'_> {
             .with_caller(Arc::clone(&options.caller))
             .with_cancellation(call_token.clone())
             .with_hard_stop(self.hard_stop.clone())
-            .with_accounting(self.accounting.clone());
+            .with_accounting(self.accounting.clone())
+            // Handlers read at most what the truncation below keeps.
+            .with_max_result_bytes(self.policy.max_bytes());
         let mut output = tool.invoke(arguments.clone(), context);
         let emitter = self.emitter;
         let pump = async {

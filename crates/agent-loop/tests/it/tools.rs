@@ -718,6 +718,45 @@ async fn a_long_result_is_cut_to_the_cap_with_a_marker() {
     assert_eq!(ended, Some((&sent.content, true)));
 }
 
+/// Handlers learn the cap from their context (so they read no more than it keeps), and the cap
+/// holds on the wire: 10,000 NUL bytes would be 60,000 bytes once escaped in the request.
+#[tokio::test]
+async fn handlers_see_the_result_cap_and_escaping_counts_in_it() {
+    let seen_cap = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&seen_cap);
+    let nul = Tool::from_json_fn(
+        "nul",
+        "Returns NUL bytes.",
+        json!({"type": "object"}),
+        move |_args: Value, ctx| {
+            *seen.lock().unwrap() = Some(ctx.max_result_bytes());
+            async { Ok(json!("\0".repeat(10_000))) }
+        },
+    );
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "nul", json!({})),
+        ScriptedTurn::text("Zeros."),
+    ])
+    .recording();
+    let options = Options::auto()
+        .with_tools(registry([nul]))
+        .with_tool_result_max_bytes(1_024);
+    generate(&backend, Input::new("m").user("?"), &options)
+        .await
+        .unwrap();
+
+    assert_eq!(*seen_cap.lock().unwrap(), Some(Some(1_024)));
+    let requests = backend.requests();
+    let sent = sent_results(requests.last().unwrap());
+    let on_the_wire = serde_json::to_string(&sent[0].content).unwrap().len() - 2;
+    assert!(on_the_wire <= 1_024, "{on_the_wire} bytes on the wire");
+    assert!(
+        sent[0]
+            .content
+            .ends_with("[…truncated; full result 10000 bytes]")
+    );
+}
+
 #[tokio::test]
 async fn a_cap_too_small_for_the_marker_is_refused_before_any_model_call() {
     let backend = ScriptedBackend::new([ScriptedTurn::text("never reached")]);
