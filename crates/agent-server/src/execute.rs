@@ -286,6 +286,12 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         }
         stream.result().await
     };
+    // The run's messages are in the session (and went out in `session_end`): this copy is not
+    // needed, and keeping it through the save would hold the run's results twice.
+    let outcome = outcome.map(|mut result| {
+        result.messages = Vec::new();
+        result
+    });
     watcher.abort();
     settle_metrics(metrics, &tenant.name, &record.session.status, &outcome);
 

@@ -1,0 +1,267 @@
+//! `agentry serve`'s memory stays bounded under a hostile tool round: a model asking for 300
+//! `read_file` calls on a 1 MiB file (and on a 1 MiB file of NUL bytes, which grows about
+//! sixfold when JSON-escaped). The server is the real binary, its model a loopback replay
+//! server answering in the OpenAI Chat Completions wire format, and the peak resident set
+//! (`VmHWM`) is read from `/proc/<pid>/status` after the execute.
+//!
+//! Before the fix (truncation kept each result's whole allocation; `read_file` read 1 MiB
+//! per call whatever the cap) the text round peaked at 488 MiB and the NUL round at 2 GiB.
+//! All 300 calls must run: a server-side cap on calls per round would make this test prove
+//! nothing, so the configuration raises any such cap to `CALLS`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use agent_backends::replay::{Cassette, ReplayServer};
+use serde_json::{Value, json};
+
+/// How many `read_file` calls the hostile model asks for in one round.
+const CALLS: usize = 300;
+
+/// The size of the file it reads.
+const FILE_BYTES: usize = 1024 * 1024;
+
+/// The bound the issue sets on the server's peak resident set (150 MiB).
+const PEAK_LIMIT_BYTES: u64 = 150 * 1024 * 1024;
+
+/// A server process and its base URL.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(config: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args([
+                "serve",
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, stderr) = mpsc::channel();
+        let pipe = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in pipe.lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let url = loop {
+            let line = stderr
+                .recv_timeout(Duration::from_secs(60))
+                .expect("agentry serve did not say where it listens");
+            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
+                break url.to_owned();
+            }
+        };
+        Self { child, url }
+    }
+
+    /// A `kB` field of `/proc/<pid>/status`, in bytes.
+    fn status_bytes(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .unwrap_or_else(|| panic!("no {field} in /proc/<pid>/status"));
+        let kib: u64 = line
+            .trim_start_matches(':')
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap();
+        kib * 1024
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One streamed Chat Completions chunk.
+fn chunk(delta: &Value, finish: Option<&str>) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion.chunk",
+        "created": 1_763_806_512,
+        "model": "gpt-4.1-mini",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    });
+    format!("data: {chunk}\n\n")
+}
+
+/// The hostile turn: `CALLS` calls of `read_file` on `path`, each asking for the most bytes.
+fn hostile_round(path: &str) -> String {
+    let mut body = chunk(&json!({"role": "assistant", "content": null}), None);
+    for index in 0..CALLS {
+        let arguments = json!({"path": path, "max_bytes": FILE_BYTES}).to_string();
+        let call = json!({"tool_calls": [{
+            "index": index,
+            "id": format!("call_{index:04}"),
+            "type": "function",
+            "function": {"name": "read_file", "arguments": arguments},
+        }]});
+        body.push_str(&chunk(&call, None));
+    }
+    body.push_str(&chunk(&json!({}), Some("tool_calls")));
+    body.push_str("data: [DONE]\n\n");
+    body
+}
+
+/// The model's answer once it has the results.
+fn final_round() -> String {
+    let mut body = chunk(&json!({"role": "assistant", "content": "Read it."}), None);
+    body.push_str(&chunk(&json!({}), Some("stop")));
+    body.push_str("data: [DONE]\n\n");
+    body
+}
+
+fn config(root: &Path, model_url: &str) -> String {
+    format!(
+        r#"
+[server]
+tools = ["read_file"]
+root = "{root}"
+
+[server.store]
+kind = "sqlite"
+path = "sessions.db"
+
+[[server.models]]
+name = "hostile"
+provider = "openai-compatible"
+base_url = "{model_url}/v1"
+
+[[server.tenants]]
+name = "acme"
+api_keys = ["key-acme-memory-test"]
+"#,
+        root = root.display()
+    )
+}
+
+/// What one hostile execute cost the server.
+struct Measured {
+    /// Peak resident set of the server after start-up.
+    idle_peak: u64,
+    /// Peak resident set after the execute.
+    peak: u64,
+    /// Resident set after the execute.
+    after: u64,
+    /// Bytes of the request that carried the results upstream.
+    upstream_request: usize,
+}
+
+/// Runs the hostile round against a fresh server reading `file_body` and measures it.
+async fn hostile_execute(file_body: &[u8]) -> Measured {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("big.txt"), file_body).unwrap();
+    let model = ReplayServer::start([
+        Cassette::body(hostile_round("big.txt")),
+        Cassette::body(final_round()),
+    ])
+    .await
+    .unwrap();
+    let path = dir.path().join("agentry.toml");
+    std::fs::write(&path, config(&root, &model.url())).unwrap();
+
+    let served = Served::start(&path);
+    let idle_peak = served.status_bytes("VmHWM");
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/hostile-1/execute", served.url))
+        .bearer_auth("key-acme-memory-test")
+        .json(&json!({
+            "message": "Read big.txt, many times.",
+            "context": {"model": "hostile", "tools": ["read_file"]},
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let ends = events
+        .iter()
+        .filter(|event| event["type"] == "tool_execution_end")
+        .count();
+    assert_eq!(ends, CALLS, "every call ran");
+    let complete = events.last().unwrap();
+    assert_eq!(complete["status"], "completed", "{complete}");
+
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "the results went upstream once");
+    let results = requests[1].json().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .count();
+    assert_eq!(results, CALLS);
+
+    Measured {
+        idle_peak,
+        peak: served.status_bytes("VmHWM"),
+        after: served.status_bytes("VmRSS"),
+        upstream_request: requests[1].body.len(),
+    }
+}
+
+fn report(variant: &str, measured: &Measured) {
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "{variant}: idle peak {:.1} MiB, peak {:.1} MiB, after {:.1} MiB, upstream request {:.1} MiB",
+        mib(measured.idle_peak),
+        mib(measured.peak),
+        mib(measured.after),
+        mib(measured.upstream_request as u64),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_reads_of_a_1_mib_file_stay_under_150_mb() {
+    let text: Vec<u8> = b"All work and no play makes Jack a dull boy.\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(FILE_BYTES)
+        .collect();
+    let measured = hostile_execute(&text).await;
+    report("text", &measured);
+    assert!(
+        measured.peak < PEAK_LIMIT_BYTES,
+        "peak RSS {} bytes, over {PEAK_LIMIT_BYTES}",
+        measured.peak
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_reads_of_a_nul_filled_file_stay_under_150_mb() {
+    let measured = hostile_execute(&vec![0u8; FILE_BYTES]).await;
+    report("NUL", &measured);
+    assert!(
+        measured.peak < PEAK_LIMIT_BYTES,
+        "peak RSS {} bytes, over {PEAK_LIMIT_BYTES}",
+        measured.peak
+    );
+}
