@@ -18,7 +18,9 @@
 //!   [`ToolError`] that says whether the model should see it or the loop must stop.
 //! - **Truncation**: [`truncate_result`] renders a result (a JSON string as its raw text,
 //!   anything else as compact JSON) and caps it under a [`TruncationPolicy`] (65,536 bytes by
-//!   default) at a UTF-8 boundary, with a marker stating the full size.
+//!   default, counted once JSON-escaped as in the request: see [`escaped_len`]) at a UTF-8
+//!   boundary, with a marker stating the full size, keeping no memory for what it cut.
+//!   Handlers learn the cap from [`ToolContext::max_result_bytes`] and should read no more.
 //! - **Names**: [`validate_name`], [`sanitize_name`] and [`tool_name`] for the providers'
 //!   common rule `^[a-zA-Z0-9_-]{1,64}$`.
 //!

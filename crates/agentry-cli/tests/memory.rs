@@ -6,8 +6,8 @@
 //!
 //! Before the fix (truncation kept each result's whole allocation; `read_file` read 1 MiB
 //! per call whatever the cap) the text round peaked at 488 MiB and the NUL round at 2 GiB.
-//! All 300 calls must run: a server-side cap on calls per round would make this test prove
-//! nothing, so the configuration raises any such cap to `CALLS`.
+//! All 300 calls must run (the test checks it): a server-side cap on calls per round would
+//! make it prove nothing, so such a cap must be raised to `CALLS` in `config` below.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
