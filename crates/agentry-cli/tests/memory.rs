@@ -227,6 +227,8 @@ async fn hostile_execute(file_body: &[u8]) -> Measured {
     }
 }
 
+/// The numbers, for `--no-capture` runs (docs/server.md quotes them).
+#[allow(clippy::print_stderr, clippy::cast_precision_loss)]
 fn report(variant: &str, measured: &Measured) {
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     eprintln!(
