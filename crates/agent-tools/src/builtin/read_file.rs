@@ -314,6 +314,32 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn fitted_content_is_a_prefix_within_the_cap(
+            content in "[a-z\"\\\\\n\u{0}\u{1f}é😀]{0,300}",
+            cap in 64usize..800,
+        ) {
+            let mut contents = FileContents {
+                path: "notes.txt".into(),
+                bytes: 300,
+                truncated: false,
+                content: content.clone(),
+            };
+            fit_to_cap(&mut contents, cap);
+            proptest::prop_assert!(content.starts_with(&contents.content));
+            proptest::prop_assert_eq!(contents.truncated, contents.content.len() < content.len());
+            let wire = crate::escaped_len(&contents.clone().into_json().to_string());
+            let skeleton = FileContents { content: String::new(), ..contents.clone() };
+            if crate::escaped_len(&skeleton.into_json().to_string()) <= cap {
+                proptest::prop_assert!(wire <= cap, "{} > {}", wire, cap);
+            } else {
+                // No room even for the path: the loop's truncation cuts the rest.
+                proptest::prop_assert!(contents.content.is_empty());
+            }
+        }
+    }
+
     #[test]
     fn lexical_escapes() {
         assert!(stays_below(Path::new("a/b.txt")));
