@@ -368,9 +368,6 @@ pub(crate) async fn execute(
                 state.inner.config.remote_tool_timeout_secs
             )));
         }
-        if let Err(error) = record.session.check_input(&input) {
-            return Err(leased.give_back(ApiError::bad_request(error.message)).await);
-        }
         // The history cap and the tenant's byte quota, before anything is spent.
         let over = match quota::check_session_size(state, &tenant, &record) {
             Ok(()) => quota::check_stored_bytes(state, &tenant).await.err(),
@@ -379,6 +376,10 @@ pub(crate) async fn execute(
         if let Some(error) = over {
             return Err(leased.give_back(error).await);
         }
+        if let Err(error) = record.session.check_input(&input) {
+            return Err(leased.give_back(ApiError::bad_request(error.message)).await);
+        }
+
         let Some(model) = state.inner.models.get(&record.model).cloned() else {
             return Err(leased
                 .give_back(ApiError::bad_request(format!(

@@ -996,6 +996,75 @@ mod sqlite_only {
         }
     }
 
+    /// The issue's "seen": 100 creates of 1 MiB from one tenant made another tenant's create
+    /// take 200 ms instead of 0.5 ms, because the writer committed everything waiting as one
+    /// transaction. Measures the small tenant's create latency while the bulk tenant's writes
+    /// are queued and prints it; the bound asserted is generous (a shared CI machine), the
+    /// numbers are in the output (`--nocapture`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_writes_of_one_tenant_do_not_stall_anothers_creates() {
+        use std::time::{Duration, Instant};
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
+        let (bulk, small) = (unique("bulk"), unique("small"));
+        let mut large = record(&bulk);
+        large.session.system = Some("x".repeat(1024 * 1024));
+        // The bulk tenant's requests run on a runtime of their own, as other connections'
+        // requests would on other server threads: encoding 100 MiB of JSON (slow in a debug
+        // build) must not starve the small tenant's task of a thread, which would measure
+        // the test's scheduling, not the store.
+        let bulk_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let writers: Vec<_> = (0..100)
+            .map(|_| {
+                let (store, mut record) = (Arc::clone(&store), large.clone());
+                record.session.id = unique("large").into();
+                bulk_runtime.spawn(async move { store.create(&record).await.unwrap() })
+            })
+            .collect();
+        // Sample the small tenant's create latency for as long as the bulk writes last.
+        let mut latencies = Vec::new();
+        while writers.iter().any(|writer| !writer.is_finished()) {
+            let begun = Instant::now();
+            store.create(&record(&small)).await.unwrap();
+            latencies.push(begun.elapsed());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        let total = started.elapsed();
+        bulk_runtime.shutdown_background();
+        latencies.sort();
+        let at = |fraction: f64| {
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            let index = ((latencies.len() - 1) as f64 * fraction) as usize;
+            latencies[index]
+        };
+        let (median, p90, max) = (at(0.5), at(0.9), at(1.0));
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!(
+                "small-tenant creates under 100 x 1 MiB creates of another tenant: {} samples, \
+                 median {median:?}, p90 {p90:?}, max {max:?}; the 100 large writes took \
+                 {total:?}\n",
+                latencies.len()
+            )
+            .as_bytes(),
+        );
+        assert!(median < Duration::from_secs(2), "median {median:?}");
+        assert_eq!(store.usage(&bulk).await.unwrap().sessions, 100);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reopening_the_file_keeps_sessions() {
         let dir = tempfile::tempdir().unwrap();
