@@ -428,8 +428,17 @@ impl SessionStore for PostgresStore {
                 attempts += 1;
                 match self.execute(Op::Insert, &params).await? {
                     Ok(0) => {
-                        // Refused by the quota: say which one. Another instance's delete
-                        // may have made room meanwhile: then try again (once).
+                        // Refused by the quota, unless the id is taken: then `Exists`, as
+                        // without a quota.
+                        if self
+                            .read(&record.tenant, record.id())
+                            .await
+                            .is_ok_and(|found| found.is_some())
+                        {
+                            return Err(StoreError::Exists(record.id().to_owned()));
+                        }
+                        // Say which quota. Another instance's delete may have made room
+                        // meanwhile: then try again (once).
                         let used = self.usage_of(&record.tenant).await?;
                         over_quota(&record.tenant, used, unsigned(row.size_bytes), quota)?;
                         if attempts >= 2 {

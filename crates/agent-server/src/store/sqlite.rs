@@ -462,8 +462,17 @@ impl SessionStore for SqliteStore {
             let until = lease.map(|(_, until_ms)| millis(until_ms));
             let cost = row.data.len();
             self.call(&record.tenant, cost, move |conn| {
-                // The check and the insert share the batch's transaction: one atomic step.
+                // The check and the insert share the batch's transaction: one atomic step. A
+                // taken id is `Exists` whatever the quota says (an execute with a context on an
+                // existing session goes on with it).
                 if quota != Quota::UNLIMITED {
+                    let exists = conn
+                        .prepare_cached(EXISTS)
+                        .and_then(|mut statement| statement.exists(params![id, tenant]))
+                        .map_err(database)?;
+                    if exists {
+                        return Err(StoreError::Exists(id));
+                    }
                     over_quota(
                         &tenant,
                         usage(conn, &tenant)?,

@@ -451,6 +451,11 @@ async fn quotas_count_sessions_and_bytes_per_tenant(h: &Harness) {
         "{error:?}"
     );
     assert!(error.to_string().contains("max_sessions"), "{error}");
+    // A taken id is `Exists` even at the quota.
+    let taken = h.store.list(&tenant, None, 1).await.unwrap().remove(0);
+    let again = record_with_id(&tenant, &taken.id);
+    let error = h.store.insert(&again, None, quota).await.unwrap_err();
+    assert!(matches!(error, StoreError::Exists(_)), "{error:?}");
     // Another tenant's count is its own.
     h.store.insert(&record(&other), None, quota).await.unwrap();
     let usage = h.store.usage(&tenant).await.unwrap();

@@ -597,3 +597,20 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
     assert_eq!(anonymous.status(), 401);
     server.shutdown().await;
 }
+
+/// A tenant at its session quota can still execute on a session it has, context or not.
+#[tokio::test]
+async fn a_tenant_at_its_quota_still_executes_its_sessions() {
+    let config = CONFIG.replace("[server]", "[server]\nquotas = { max_sessions = 1 }");
+    let server = TestServer::with(&config, Vec::new()).await;
+    let events = execute_with_context(&server, "key-acme", "only-one").await;
+    assert!(events.last().unwrap()["error"].is_null(), "{events:?}");
+    let response = server
+        .post("/v1/sessions/only-one/execute", "key-acme")
+        .json(&json!({"message": "Thanks!", "context": {"model": "demo"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    server.shutdown().await;
+}
