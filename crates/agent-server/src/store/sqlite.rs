@@ -12,9 +12,10 @@
 //! every operation waiting (up to 256), runs each in a savepoint of one `BEGIN IMMEDIATE`
 //! transaction, commits once and then answers the callers: under load, many sessions share
 //! one fsync; alone, an operation is its own transaction. A batch is filled one operation per
-//! tenant in turn and holds at most 2 MiB of documents (or one larger one): a tenant writing
-//! many large sessions gets its share of commits, and another tenant's small write waits for
-//! at most one bounded batch, not for everything the first one queued. The runtime's threads never wait for
+//! tenant in turn and holds at most 2 MiB of documents (or one larger one), and small writes
+//! are not batched behind large ones: a tenant writing many large sessions gets its share of
+//! commits, and another tenant's small write waits for at most the commit in progress, not
+//! for everything the first one queued. The runtime's threads never wait for
 //! the disk, and no blocking-pool thread is parked per waiting call.
 
 use std::collections::{HashMap, VecDeque};
@@ -151,6 +152,9 @@ const MAX_BATCH_BYTES: usize = 2 * 1024 * 1024;
 /// What an operation that writes no document counts for in a batch.
 const SMALL: usize = 256;
 
+/// An operation writing more than this is large: small ones are not batched behind it.
+const LARGE: usize = 64 * 1024;
+
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
@@ -224,6 +228,8 @@ struct Fair {
     queues: HashMap<String, VecDeque<Queued>>,
     /// Tenants with waiting operations, next first.
     order: VecDeque<String>,
+    /// The last batch left large operations waiting: the next one takes them.
+    large_turn: bool,
 }
 
 impl Fair {
@@ -243,7 +249,29 @@ impl Fair {
     /// came), until [`MAX_BATCH`] operations or [`MAX_BATCH_BYTES`]; a tenant whose next
     /// operation does not fit waits for the next batch while the others go on. A batch always
     /// holds at least one operation.
+    ///
+    /// Small operations do not wait behind large ones: while any tenant's next operation is
+    /// small, a batch takes only small ones, then the large ones get the next batch (so a
+    /// stream of small writes cannot starve them either). A small write thus waits for at most
+    /// the commit in progress and one bounded batch.
     fn batch(&mut self) -> Vec<Queued> {
+        let head = |queues: &HashMap<String, VecDeque<Queued>>, tenant: &String| {
+            queues
+                .get(tenant)
+                .and_then(VecDeque::front)
+                .map_or(0, |next| next.cost)
+        };
+        let small = self
+            .order
+            .iter()
+            .any(|tenant| head(&self.queues, tenant) <= LARGE);
+        let large = self
+            .order
+            .iter()
+            .any(|tenant| head(&self.queues, tenant) > LARGE);
+        let small_only = small && !(large && self.large_turn);
+        self.large_turn = small_only && large;
+
         let mut batch: Vec<Queued> = Vec::new();
         let mut bytes = 0_usize;
         loop {
@@ -258,9 +286,10 @@ impl Fair {
                 let Some(queue) = self.queues.get_mut(&tenant) else {
                     continue;
                 };
-                let fits = queue
-                    .front()
-                    .is_some_and(|next| batch.is_empty() || bytes + next.cost <= MAX_BATCH_BYTES);
+                let fits = queue.front().is_some_and(|next| {
+                    (!small_only || next.cost <= LARGE)
+                        && (batch.is_empty() || bytes + next.cost <= MAX_BATCH_BYTES)
+                });
                 if fits && let Some(next) = queue.pop_front() {
                     bytes += next.cost;
                     batch.push(next);
@@ -713,9 +742,8 @@ mod tests {
         }
         fair.push(queued("small", 300));
         let first = fair.batch();
-        let bytes: usize = first.iter().map(|queued| queued.cost).sum();
-        assert!(bytes <= MAX_BATCH_BYTES, "{bytes}");
-        assert!(tenants(&first).contains(&"small"), "{:?}", tenants(&first));
+        // The small write goes first, alone: it does not wait for a large one's commit.
+        assert_eq!(tenants(&first), ["small"]);
         // The bulk tenant still gets everything, a bounded batch at a time.
         let mut rest = 0;
         while !fair.is_empty() {
@@ -754,5 +782,26 @@ mod tests {
         assert_eq!(fair.batch().len(), 1);
         assert_eq!(fair.batch().len(), 1);
         assert!(fair.is_empty());
+    }
+
+    /// Small writes arriving all the time do not starve large ones: batches alternate.
+    #[test]
+    fn large_writes_get_every_other_batch_under_a_stream_of_small_ones() {
+        let mut fair = Fair::default();
+        for _ in 0..4 {
+            fair.push(queued("bulk", 1024 * 1024));
+        }
+        let mut large_batches = 0;
+        for _ in 0..8 {
+            fair.push(queued("small", SMALL));
+            let batch = fair.batch();
+            if batch.iter().any(|queued| queued.cost > LARGE) {
+                large_batches += 1;
+            }
+        }
+        assert!(large_batches >= 2, "{large_batches}");
+        while !fair.is_empty() {
+            fair.batch();
+        }
     }
 }
