@@ -518,7 +518,35 @@ async fn idle_sessions_are_swept_after_their_ttl() {
         .await
         .unwrap();
     assert_eq!(kept.status(), 200);
+
+    // The sweeper stops with the server: an idle session written after shutdown stays.
+    let agent_server::StoreConfig::Sqlite { path } = server.state.config().store.clone() else {
+        panic!("the test server uses SQLite");
+    };
+    let state = server.state.clone();
     server.shutdown().await;
+    let store = agent_server::store::SqliteStore::open(path).await.unwrap();
+    let idle = agent_server::store::SessionRecord {
+        tenant: "acme".into(),
+        model: "demo".into(),
+        session: agent_loop::Session::with_id("after-shutdown", "demo"),
+        tools: Vec::new(),
+        options: agent_server::store::SessionOptions::default(),
+        created_at_ms: 1,
+        updated_at_ms: 1,
+    };
+    agent_server::store::SessionStore::create(&store, &idle)
+        .await
+        .unwrap();
+    // Two sweep intervals: a sweeper still running would have deleted it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        agent_server::store::SessionStore::get(&store, "acme", "after-shutdown")
+            .await
+            .unwrap(),
+        Some(idle)
+    );
+    drop(state);
 }
 
 #[tokio::test]
