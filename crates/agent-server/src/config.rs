@@ -83,6 +83,9 @@ pub struct ServerConfig {
     /// Prices per upstream model (USD per million tokens), over the built-in list prices.
     #[serde(default)]
     pub prices: BTreeMap<String, ModelPrice>,
+    /// Storage quotas and session expiry, for every tenant unless it overrides them.
+    #[serde(default)]
+    pub quotas: Quotas,
 }
 
 /// Where sessions live.
@@ -246,6 +249,9 @@ pub struct TenantConfig {
     /// Permissions the tenant's calls carry (tools may require them).
     #[serde(default)]
     pub permissions: Vec<String>,
+    /// Overrides `[server.quotas]` for this tenant.
+    #[serde(default)]
+    pub quotas: QuotaOverrides,
 }
 
 impl TenantConfig {
@@ -359,6 +365,9 @@ impl ServerConfig {
         if self.limits.requests_per_minute == 0 || self.limits.concurrent_executes == 0 {
             return fail("limits must be at least 1".into());
         }
+        if self.quotas.sweep_interval_secs == 0 {
+            return fail("quotas.sweep_interval_secs must be at least 1".into());
+        }
         if let StoreConfig::Postgres {
             url: None,
             url_env: None,
@@ -367,6 +376,89 @@ impl ServerConfig {
             return fail("a postgres store needs `url` or `url_env`".into());
         }
         Ok(())
+    }
+}
+
+/// Storage quotas and session expiry (`[server.quotas]`); `0` is "no limit" (for
+/// `session_ttl_secs`, "never expire").
+///
+/// ```toml
+/// [server.quotas]
+/// max_sessions = 1000
+/// max_stored_bytes = 268435456
+/// max_session_bytes = 8388608
+/// session_ttl_secs = 2592000
+///
+/// [[server.tenants]]
+/// name = "big"
+/// api_key_env = "BIG_KEY"
+/// quotas = { max_sessions = 100000 }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    /// Sessions one tenant may hold; a create beyond it gets 429 [default: 1000].
+    #[serde(default = "defaults::max_sessions")]
+    pub max_sessions: u64,
+    /// Bytes of stored sessions one tenant may hold; a create that would go over it, or an
+    /// execute once over it, gets 413 [default: 256 MiB].
+    #[serde(default = "defaults::max_stored_bytes")]
+    pub max_stored_bytes: u64,
+    /// Bytes of one session's stored history: a create larger than this, or an execute on a
+    /// session that has grown to it, gets 413 [default: 8 MiB].
+    #[serde(default = "defaults::max_session_bytes")]
+    pub max_session_bytes: u64,
+    /// Seconds a session may sit unwritten before it is deleted [default: 30 days].
+    #[serde(default = "defaults::session_ttl_secs")]
+    pub session_ttl_secs: u64,
+    /// How often expired sessions are deleted, in seconds [default: 60].
+    #[serde(default = "defaults::sweep_interval_secs")]
+    pub sweep_interval_secs: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            max_sessions: defaults::max_sessions(),
+            max_stored_bytes: defaults::max_stored_bytes(),
+            max_session_bytes: defaults::max_session_bytes(),
+            session_ttl_secs: defaults::session_ttl_secs(),
+            sweep_interval_secs: defaults::sweep_interval_secs(),
+        }
+    }
+}
+
+/// One tenant's overrides of [`Quotas`] (`quotas = { ... }` in its `[[server.tenants]]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaOverrides {
+    /// Overrides [`Quotas::max_sessions`].
+    #[serde(default)]
+    pub max_sessions: Option<u64>,
+    /// Overrides [`Quotas::max_stored_bytes`].
+    #[serde(default)]
+    pub max_stored_bytes: Option<u64>,
+    /// Overrides [`Quotas::max_session_bytes`].
+    #[serde(default)]
+    pub max_session_bytes: Option<u64>,
+    /// Overrides [`Quotas::session_ttl_secs`].
+    #[serde(default)]
+    pub session_ttl_secs: Option<u64>,
+}
+
+impl Quotas {
+    /// These quotas with a tenant's overrides applied.
+    #[must_use]
+    pub fn with(self, overrides: &QuotaOverrides) -> Self {
+        Self {
+            max_sessions: overrides.max_sessions.unwrap_or(self.max_sessions),
+            max_stored_bytes: overrides.max_stored_bytes.unwrap_or(self.max_stored_bytes),
+            max_session_bytes: overrides
+                .max_session_bytes
+                .unwrap_or(self.max_session_bytes),
+            session_ttl_secs: overrides.session_ttl_secs.unwrap_or(self.session_ttl_secs),
+            sweep_interval_secs: self.sweep_interval_secs,
+        }
     }
 }
 
@@ -406,6 +498,21 @@ mod defaults {
     pub(super) fn concurrent_executes() -> u32 {
         16
     }
+    pub(super) fn max_sessions() -> u64 {
+        1000
+    }
+    pub(super) fn max_stored_bytes() -> u64 {
+        256 * 1024 * 1024
+    }
+    pub(super) fn max_session_bytes() -> u64 {
+        8 * 1024 * 1024
+    }
+    pub(super) fn session_ttl_secs() -> u64 {
+        30 * 24 * 3600
+    }
+    pub(super) fn sweep_interval_secs() -> u64 {
+        60
+    }
 }
 
 #[cfg(test)]
@@ -430,6 +537,8 @@ mod tests {
         assert_eq!(config.max_body_bytes, 1024 * 1024);
         assert_eq!(config.remote_tool_timeout_secs, 3600);
         assert_eq!(config.limits.concurrent_executes, 16);
+        assert_eq!(config.quotas.max_sessions, 1000);
+        assert_eq!(config.quotas.session_ttl_secs, 30 * 24 * 3600);
         assert_eq!(
             config.models[0].source().unwrap(),
             ModelSource::Replay(Provider::Anthropic)
@@ -455,6 +564,14 @@ mod tests {
             ),
             (&MINIMAL.replace("api_keys = [\"k1\"]", ""), "no API key"),
             ("provider = \"x\"", "no [server] section"),
+            (
+                &MINIMAL.replace("[server]", "[server]\nquotas = { max_session = 1 }"),
+                "max_session",
+            ),
+            (
+                &MINIMAL.replace("[server]", "[server]\nquotas = { sweep_interval_secs = 0 }"),
+                "sweep_interval_secs",
+            ),
         ];
         for (text, expected) in cases {
             let error = ServerConfig::from_toml(text).unwrap_err().to_string();

@@ -124,6 +124,9 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::Exists(_) => Self::conflict(error.to_string()),
             StoreError::LeaseLost(_) => Self::conflict(error.to_string()),
+            StoreError::Quota { quota, .. } => {
+                crate::quota::exceeded(quota.key(), error.to_string())
+            }
             other => {
                 tracing::error!(error = %other, "session store failed");
                 Self::internal(format!("the session store failed: {other}"))

@@ -299,6 +299,8 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     let saved = state.inner.store.save(&record, &holder, true).await;
     if let Err(error) = &saved {
         tracing::error!(session = record.id(), %error, "the session could not be saved after its run");
+        // The run's outcome is lost: the stream must not call it `completed`.
+        record.session.status = SessionStatus::Error;
     }
     drop(permit);
     if client {

@@ -5,7 +5,8 @@
 //! |---|---|
 //! | `POST /v1/sessions` | create a session (model from the allow-list, tools, remote tools, budgets) |
 //! | `POST /v1/sessions/{id}/execute` | run it from a user message or remote tool results; SSE of agent events ending with `execute_complete` |
-//! | `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}` | read or remove it |
+//! | `GET /v1/sessions` | the caller's sessions, paginated |
+//! | `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}` | read or remove it (409 while it executes) |
 //! | `POST /v1/chat/completions` | OpenAI-compatible; server tools run in the loop, client tools come back as `tool_calls` |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
 //!
@@ -32,12 +33,15 @@ mod config;
 mod error;
 mod execute;
 mod http;
+mod id;
 mod limits;
 mod metrics;
 mod openai;
+mod quota;
 mod sessions;
 mod state;
 pub mod store;
+mod sweeper;
 
 use std::future::Future;
 use std::time::Duration;
@@ -49,7 +53,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
-pub use config::{Caps, Limits, ModelConfig, ModelSource, ServerConfig, StoreConfig, TenantConfig};
+pub use config::{
+    Caps, Limits, ModelConfig, ModelSource, QuotaOverrides, Quotas, ServerConfig, StoreConfig,
+    TenantConfig,
+};
 pub use error::{ApiError, Error};
 pub use execute::ExecuteComplete;
 pub use metrics::Metrics;
@@ -59,7 +66,7 @@ pub use state::{AppState, ServerBuilder};
 /// The server's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/sessions", post(sessions::create))
+        .route("/v1/sessions", post(sessions::create).get(sessions::list))
         .route(
             "/v1/sessions/{id}",
             get(sessions::get).delete(sessions::delete),
@@ -132,6 +139,8 @@ pub async fn serve(
 ) -> Result<(), Error> {
     let runs = std::sync::Arc::clone(&state.inner.runs);
     let drain = Duration::from_secs(state.inner.config.drain_secs);
+    // Expires idle sessions while the server runs; dropped (stopped) when serving ends.
+    let _sweeper = sweeper::spawn(&state);
     let app = router(state);
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let drain_runs = std::sync::Arc::clone(&runs);

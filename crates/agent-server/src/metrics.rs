@@ -52,6 +52,11 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Runs ended by a budget, by tenant and budget.",
     ),
+    (
+        "agentry_quota_refusals_total",
+        "counter",
+        "Requests refused by a storage quota, by tenant and quota.",
+    ),
 ];
 
 /// The server's metrics.

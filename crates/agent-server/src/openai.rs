@@ -230,17 +230,14 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
         .collect();
     let conversation = request::conversation(request.messages)?;
 
-    let mut session = Session::new(model.upstream.clone());
+    let mut session = Session::with_id(crate::id::session_id()?, model.upstream.clone());
     session.system = conversation.system;
     session.messages = conversation.messages;
     session.remote_tools = client_tools;
     session.settings = settings;
     session.tool_choice = tool_choice;
     let completion = Completion {
-        id: format!(
-            "chatcmpl-{}",
-            session.id.as_str().trim_start_matches("sess_")
-        ),
+        id: crate::id::completion_id()?,
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_secs()),

@@ -15,8 +15,14 @@ use serde_json::json;
 use crate::error::ApiError;
 use crate::execute::{self, Execute};
 use crate::http::{admit, json_body, tagged};
+use crate::quota;
 use crate::state::{AppState, Tenant, now_ms};
-use crate::store::{SessionOptions, SessionRecord, StoreError};
+use crate::store::{Removal, SessionOptions, SessionRecord, StoreError};
+
+/// Sessions per page of `GET /v1/sessions` unless `limit` says otherwise.
+const LIST_DEFAULT: u32 = 50;
+/// The most sessions one page of `GET /v1/sessions` holds.
+const LIST_MAX: u32 = 200;
 
 /// The body of `POST /v1/sessions` (and the `context` of an execute that creates its session).
 #[derive(Debug, Clone, Deserialize)]
@@ -93,7 +99,13 @@ pub(crate) async fn create(
     respond(state, headers, |tenant| async move {
         let new: NewSession = json_body(state, headers, body).await?;
         let record = record(state, &tenant, new, None)?;
-        state.inner.store.create(&record).await?;
+        quota::check_session_size(state, &tenant, &record)?;
+        state
+            .inner
+            .store
+            .insert(&record, None, quota::store_quota(&tenant.quotas))
+            .await
+            .map_err(|error| quota::refused(state, error))?;
         let mut response = (
             StatusCode::CREATED,
             Json(
@@ -117,18 +129,26 @@ pub(crate) async fn get(
 ) -> Response {
     let (state, headers) = (&state, &headers);
     respond(state, headers, |tenant| async move {
-        let mut record = state
+        let stored = state
             .inner
             .store
-            .get(&tenant.name, &id)
+            .read(&tenant.name, &id)
             .await?
             .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
-        let expired = expire(state, &mut record);
+        // While an execute holds the lease, the stored status is the one before it.
+        let running = stored.lease_until_ms.is_some_and(|until| until > now_ms());
+        let mut record = stored.record;
+        let expired = !running && expire(state, &mut record);
         let session = &record.session;
+        let status = if running {
+            SessionStatus::Running
+        } else {
+            session.status
+        };
         Ok(Json(json!({
             "id": session.id,
             "model": record.model,
-            "status": session.status,
+            "status": status,
             "expired": expired,
             "system": session.system,
             "tools": record.tools,
@@ -153,13 +173,114 @@ pub(crate) async fn delete(
 ) -> Response {
     let (state, headers) = (&state, &headers);
     respond(state, headers, |tenant| async move {
-        if state.inner.store.delete(&tenant.name, &id).await? {
-            Ok(StatusCode::NO_CONTENT.into_response())
-        } else {
-            Err(ApiError::not_found(format!("no session {id}")))
+        // The lease is in the store, so an execute on any instance counts.
+        match state
+            .inner
+            .store
+            .delete(&tenant.name, &id, now_ms())
+            .await?
+        {
+            Removal::Deleted => Ok(StatusCode::NO_CONTENT.into_response()),
+            Removal::Busy => Err(ApiError::conflict(format!(
+                "session {id} is executing; wait for its execute_complete event, then delete it"
+            ))),
+            Removal::NotFound => Err(ApiError::not_found(format!("no session {id}"))),
         }
     })
     .await
+}
+
+/// `GET /v1/sessions?limit=&after=`: the caller's sessions in id order, a page at a time;
+/// `next_after` is the `after` of the next page (`null` on the last).
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Response {
+    let (state, headers) = (&state, &headers);
+    respond(state, headers, |tenant| async move {
+        let (limit, after) = page(uri.query().unwrap_or(""))?;
+        // One more than asked tells whether another page follows.
+        let mut rows = state
+            .inner
+            .store
+            .list(&tenant.name, after.as_deref(), limit + 1)
+            .await?;
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let now = now_ms();
+        let data: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|row| {
+                let running = row.lease_until_ms.is_some_and(|until| until > now);
+                json!({
+                    "id": row.id,
+                    "status": if running { "running" } else { row.status.as_str() },
+                    "created_at_ms": row.created_at_ms,
+                    "updated_at_ms": row.updated_at_ms,
+                    "size_bytes": row.size_bytes,
+                })
+            })
+            .collect();
+        let next = more
+            .then(|| rows.last().map(|row| row.id.clone()))
+            .flatten();
+        Ok(
+            Json(json!({"object": "list", "data": data, "has_more": more, "next_after": next}))
+                .into_response(),
+        )
+    })
+    .await
+}
+
+/// `limit` (1 to [`LIST_MAX`]) and `after` from a query string.
+fn page(query: &str) -> Result<(u32, Option<String>), ApiError> {
+    let mut limit = LIST_DEFAULT;
+    let mut after = None;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value).ok_or_else(|| {
+            ApiError::bad_request(format!("`{key}` is not valid percent-encoding"))
+        })?;
+        match key {
+            "limit" => {
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|limit| (1..=LIST_MAX).contains(limit))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "`limit` must be a number from 1 to {LIST_MAX}"
+                        ))
+                    })?;
+            }
+            "after" => after = Some(value),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter `{other}`; use `limit` and `after`"
+                )));
+            }
+        }
+    }
+    Ok((limit, after))
+}
+
+/// `%XX` and `+` decoded; `None` when it is not UTF-8 or an escape is broken.
+fn percent_decode(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.bytes();
+    while let Some(byte) = rest.next() {
+        match byte {
+            b'%' => {
+                let high = char::from(rest.next()?).to_digit(16)?;
+                let low = char::from(rest.next()?).to_digit(16)?;
+                bytes.push(u8::try_from(high * 16 + low).ok()?);
+            }
+            b'+' => bytes.push(b' '),
+            other => bytes.push(other),
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// `POST /v1/sessions/{id}/execute`.
@@ -194,15 +315,20 @@ pub(crate) async fn execute(
         let mut created = None;
         if let Some(context) = body.context {
             let record = record(state, &tenant, context, Some(&id))?;
+            quota::check_session_size(state, &tenant, &record)?;
             match state
                 .inner
                 .store
-                .create_leased(&record, &holder, execute::lease_until(state))
+                .insert(
+                    &record,
+                    Some((&holder, execute::lease_until(state))),
+                    quota::store_quota(&tenant.quotas),
+                )
                 .await
             {
                 Ok(()) => created = Some(record),
                 Err(StoreError::Exists(_)) => {}
-                Err(error) => return Err(error.into()),
+                Err(error) => return Err(quota::refused(state, error)),
             }
         }
         let leased = Leased {
@@ -242,9 +368,18 @@ pub(crate) async fn execute(
                 state.inner.config.remote_tool_timeout_secs
             )));
         }
+        // The history cap and the tenant's byte quota, before anything is spent.
+        let over = match quota::check_session_size(state, &tenant, &record) {
+            Ok(()) => quota::check_stored_bytes(state, &tenant).await.err(),
+            Err(error) => Some(error),
+        };
+        if let Some(error) = over {
+            return Err(leased.give_back(error).await);
+        }
         if let Err(error) = record.session.check_input(&input) {
             return Err(leased.give_back(ApiError::bad_request(error.message)).await);
         }
+
         let Some(model) = state.inner.models.get(&record.model).cloned() else {
             return Err(leased
                 .give_back(ApiError::bad_request(format!(
@@ -345,9 +480,10 @@ fn record(
         }
     }
     check_caps(state, &new.options)?;
+    // Server-made ids are 128 random bits: nothing to guess from one's neighbours.
     let mut session = match id {
         Some(id) => Session::with_id(id, model.upstream.clone()),
-        None => Session::new(model.upstream.clone()),
+        None => Session::with_id(crate::id::session_id()?, model.upstream.clone()),
     };
     session.system = new.system;
     session.messages = new.messages;

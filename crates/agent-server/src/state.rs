@@ -12,7 +12,7 @@ use agent_types::{Backend, RateCard};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ModelSource, ServerConfig, StoreConfig};
+use crate::config::{ModelSource, Quotas, ServerConfig, StoreConfig};
 use crate::error::Error;
 use crate::limits::{Gate, RateLimiter};
 use crate::metrics::Metrics;
@@ -46,6 +46,8 @@ pub(crate) struct Tenant {
     pub(crate) caller: Arc<Caller>,
     pub(crate) rate: RateLimiter,
     pub(crate) gate: Gate,
+    /// Its storage quotas and session expiry (the server's, with its overrides).
+    pub(crate) quotas: Quotas,
 }
 
 /// A model on the allow-list.
@@ -188,6 +190,7 @@ impl ServerBuilder {
                         .concurrent_executes
                         .unwrap_or(limits.concurrent_executes),
                 ),
+                quotas: config.quotas.with(&tenant.quotas),
             });
             let keys = tenant.keys();
             if keys.is_empty() {
@@ -274,16 +277,10 @@ fn build_model(model: &crate::config::ModelConfig) -> Result<Model, Error> {
 async fn open_store(config: &StoreConfig) -> Result<Arc<dyn SessionStore>, Error> {
     match config {
         #[cfg(feature = "sqlite")]
-        StoreConfig::Sqlite { path } => {
-            if let Some(parent) = path.parent()
-                && !parent.as_os_str().is_empty()
-            {
-                std::fs::create_dir_all(parent)?;
-            }
-            Ok(Arc::new(
-                crate::store::SqliteStore::open(path.clone()).await?,
-            ))
-        }
+        // The store creates the file's directory itself, private (0700).
+        StoreConfig::Sqlite { path } => Ok(Arc::new(
+            crate::store::SqliteStore::open(path.clone()).await?,
+        )),
         #[cfg(feature = "postgres")]
         StoreConfig::Postgres { url, url_env } => {
             let url = match (url, url_env) {

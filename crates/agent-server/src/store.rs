@@ -7,6 +7,12 @@
 //! and an expiry) from its start to its end: a second execute on the same session, on this
 //! instance or another, finds the lease taken and is refused (409), and a lease left behind by
 //! a crashed instance expires on its own.
+//!
+//! Sessions are keyed by `(tenant, id)`: every tenant has its own id namespace, so one tenant
+//! can neither see nor take another's ids, and a session of another tenant is exactly as
+//! absent as one that never existed. Each row also records its stored size, which the
+//! per-tenant quotas ([`Quota`]) count, and a session under an unexpired lease is `running`
+//! and cannot be deleted.
 
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -80,6 +86,90 @@ pub struct SessionOptions {
     pub tool_result_max_bytes: Option<usize>,
 }
 
+/// The storage a tenant may use; `None` is no limit. Checked in the same atomic step as the
+/// insert it guards.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// The most sessions the tenant may hold.
+    pub max_sessions: Option<u64>,
+    /// The most bytes (stored documents) the tenant may hold.
+    pub max_stored_bytes: Option<u64>,
+}
+
+impl Quota {
+    /// No limits.
+    pub const UNLIMITED: Self = Self {
+        max_sessions: None,
+        max_stored_bytes: None,
+    };
+}
+
+/// Which quota a refusal names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaKind {
+    /// The number of sessions a tenant holds (`max_sessions`).
+    Sessions,
+    /// The bytes a tenant's sessions take in the store (`max_stored_bytes`).
+    StoredBytes,
+}
+
+impl QuotaKind {
+    /// The configuration key of this quota.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Sessions => "max_sessions",
+            Self::StoredBytes => "max_stored_bytes",
+        }
+    }
+}
+
+/// What a tenant holds in the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantUsage {
+    /// Sessions.
+    pub sessions: u64,
+    /// Bytes of stored documents.
+    pub bytes: u64,
+}
+
+/// A stored session with its lease, as [`SessionStore::read`] returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// The session.
+    pub record: SessionRecord,
+    /// When the current execute lease expires, if one was taken and not released (it may
+    /// already have expired: compare with the clock).
+    pub lease_until_ms: Option<u64>,
+}
+
+/// One line of a tenant's session list: what the row's columns say, without the document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session's id.
+    pub id: String,
+    /// Its status when last saved (`idle`, `completed`, …).
+    pub status: String,
+    /// When it was created, in milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// When it was last written, in milliseconds since the Unix epoch.
+    pub updated_at_ms: u64,
+    /// The stored document's size in bytes.
+    pub size_bytes: u64,
+    /// As in [`Stored::lease_until_ms`].
+    pub lease_until_ms: Option<u64>,
+}
+
+/// The outcome of deleting a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// It was deleted.
+    Deleted,
+    /// An execute holds an unexpired lease on it: nothing was deleted.
+    Busy,
+    /// No such session for this tenant.
+    NotFound,
+}
+
 /// The outcome of asking for a session's execute lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lease {
@@ -95,9 +185,24 @@ pub enum Lease {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// A session with this id already exists.
+    /// This tenant already has a session with this id.
     #[error("a session with id `{0}` already exists")]
     Exists(String),
+    /// The insert would take the tenant over a quota; nothing was written.
+    #[error(
+        "tenant `{tenant}` is at its {} quota ({used} used of {limit})",
+        quota.key()
+    )]
+    Quota {
+        /// The tenant.
+        tenant: String,
+        /// Which quota.
+        quota: QuotaKind,
+        /// The limit.
+        limit: u64,
+        /// What the tenant holds now (sessions, or bytes).
+        used: u64,
+    },
     /// The write was refused because the caller no longer holds the session's lease (it
     /// expired and another execute took it).
     #[error("the lease on session `{0}` was lost; another execute took it over")]
@@ -116,9 +221,26 @@ pub enum StoreError {
 }
 
 /// Sessions, by tenant and id. Every method is one atomic operation on the store.
+///
+/// Ids are per tenant: two tenants may each hold a session `x`, and nothing one tenant does
+/// with an id is visible to another.
 pub trait SessionStore: Send + Sync + 'static {
-    /// Inserts a new session; [`StoreError::Exists`] when its id is taken (by any tenant).
-    fn create<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()>;
+    /// Inserts a new session, leased to `lease = (holder, until_ms)` when given, unless the
+    /// tenant would go over `quota` (checked in the same atomic step).
+    /// [`StoreError::Exists`] when the tenant already has a session with this id;
+    /// [`StoreError::Quota`] when over a quota.
+    fn insert<'a>(
+        &'a self,
+        record: &'a SessionRecord,
+        lease: Option<(&'a str, u64)>,
+        quota: Quota,
+    ) -> StoreFuture<'a, ()>;
+
+    /// Inserts a new session without quotas; [`StoreError::Exists`] when the tenant already
+    /// has one with this id.
+    fn create<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        self.insert(record, None, Quota::UNLIMITED)
+    }
 
     /// Inserts a new session already leased to `holder` until `until_ms`, in the same write:
     /// an execute that creates its session needs no second round trip (and no second commit)
@@ -128,15 +250,45 @@ pub trait SessionStore: Send + Sync + 'static {
         record: &'a SessionRecord,
         holder: &'a str,
         until_ms: u64,
-    ) -> StoreFuture<'a, ()>;
+    ) -> StoreFuture<'a, ()> {
+        self.insert(record, Some((holder, until_ms)), Quota::UNLIMITED)
+    }
 
-    /// The session `id` of `tenant`, or `None` (also when it belongs to another tenant).
-    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>>;
+    /// The session `id` of `tenant` with its lease, or `None` (also when another tenant has
+    /// a session with this id).
+    fn read<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<Stored>>;
 
-    /// Deletes the session `id` of `tenant`; `false` when there was none. A session under an
-    /// unexpired lease is deleted too (the running execute's final write then fails with
-    /// [`StoreError::LeaseLost`] and is dropped).
-    fn delete<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, bool>;
+    /// The session `id` of `tenant`, or `None` (also when another tenant has a session with
+    /// this id).
+    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
+        Box::pin(async move { Ok(self.read(tenant, id).await?.map(|stored| stored.record)) })
+    }
+
+    /// Deletes the session `id` of `tenant` unless an execute holds a lease on it that has
+    /// not expired at `now_ms` ([`Removal::Busy`]: nothing is deleted).
+    fn delete<'a>(&'a self, tenant: &'a str, id: &'a str, now_ms: u64) -> StoreFuture<'a, Removal>;
+
+    /// Up to `limit` of `tenant`'s sessions with ids after `after` (all when `None`), in id
+    /// order.
+    fn list<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<SessionSummary>>;
+
+    /// How many sessions and bytes `tenant` holds.
+    fn usage<'a>(&'a self, tenant: &'a str) -> StoreFuture<'a, TenantUsage>;
+
+    /// Deletes up to `limit` sessions of `tenant` last written before `idle_before_ms` and
+    /// not under a lease unexpired at `now_ms`; returns how many it deleted.
+    fn expire<'a>(
+        &'a self,
+        tenant: &'a str,
+        idle_before_ms: u64,
+        now_ms: u64,
+        limit: u32,
+    ) -> StoreFuture<'a, u64>;
 
     /// Takes the execute lease on `id` for `holder` until `until_ms` (milliseconds since the
     /// Unix epoch), unless another holder has one that has not expired at `now_ms`.

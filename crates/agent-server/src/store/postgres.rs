@@ -1,6 +1,8 @@
 //! [`PostgresStore`]: sessions in PostgreSQL, shared by several server instances.
 //!
-//! All instances use one table, `agentry_sessions`, which the first of them creates. Every
+//! All instances use one table, `agentry_sessions`, which the first of them creates (or
+//! migrates: the schema version is in `agentry_schema`; version 2 keys sessions by tenant
+//! and id and records each document's size, and a newer version is refused). Every
 //! lease decision is made inside one `UPDATE`'s `WHERE` clause, so two instances racing for
 //! the same session cannot both win: PostgreSQL re-checks the condition on the row it locked.
 //!
@@ -9,6 +11,7 @@
 //! it), the next call reconnects, and a call that failed because the connection went away is
 //! retried once on the new one, so a database restart does not need a server restart.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -17,31 +20,84 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use super::row::{Row, decode, millis};
-use super::{Lease, SessionRecord, SessionStore, StoreError, StoreFuture};
+use super::row::{Row, decode, limit, millis, over_quota, unsigned};
+use super::{
+    Lease, Quota, QuotaKind, Removal, SessionRecord, SessionStore, SessionSummary, StoreError,
+    StoreFuture, Stored, TenantUsage,
+};
 
 /// The advisory lock that serializes schema creation across instances starting at once
 /// (`CREATE TABLE IF NOT EXISTS` alone can fail with a unique violation when two sessions
 /// run it concurrently). The bytes spell `agentry` and a schema generation.
 const SCHEMA_LOCK: i64 = 0x6167_656e_7472_7901;
 
+/// The schema version this code writes and understands.
+const SCHEMA_VERSION: i32 = 2;
+
+const VERSION_TABLE: &str = "
+CREATE TABLE IF NOT EXISTS agentry_schema (version INTEGER NOT NULL);
+INSERT INTO agentry_schema (version)
+    SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM agentry_schema)";
+
+/// Version 2, and the migration from version 1 (ids unique across tenants, no sizes): every
+/// step is idempotent, so a table in either shape ends in version 2 with its rows kept.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agentry_sessions (
-    id             TEXT PRIMARY KEY,
     tenant         TEXT NOT NULL,
+    id             TEXT NOT NULL,
     status         TEXT NOT NULL,
     data           TEXT NOT NULL,
     created_at_ms  BIGINT NOT NULL,
     updated_at_ms  BIGINT NOT NULL,
     lease_holder   TEXT,
-    lease_until_ms BIGINT
-)";
+    lease_until_ms BIGINT,
+    size_bytes     BIGINT,
+    PRIMARY KEY (tenant, id)
+);
+ALTER TABLE agentry_sessions ADD COLUMN IF NOT EXISTS size_bytes BIGINT;
+UPDATE agentry_sessions SET size_bytes = octet_length(data) WHERE size_bytes IS NULL;
+DO $$
+BEGIN
+    IF (SELECT array_length(conkey, 1) FROM pg_constraint
+        WHERE conrelid = 'agentry_sessions'::regclass AND contype = 'p') = 1 THEN
+        ALTER TABLE agentry_sessions DROP CONSTRAINT agentry_sessions_pkey;
+        ALTER TABLE agentry_sessions ADD PRIMARY KEY (tenant, id);
+    END IF;
+END $$;
+CREATE INDEX IF NOT EXISTS agentry_sessions_by_idle
+    ON agentry_sessions (tenant, updated_at_ms);
+UPDATE agentry_schema SET version = 2";
 
+/// Inserts unless the tenant would go over its quota (`$10` sessions, `$11` bytes); no row
+/// changed means over quota. The count can race with another instance's insert for the same
+/// tenant; on one instance, inserts of a tenant are serialized (see [`PostgresStore`]).
 const INSERT: &str = "INSERT INTO agentry_sessions
-     (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-const SELECT: &str = "SELECT data FROM agentry_sessions WHERE id = $1 AND tenant = $2";
-const DELETE: &str = "DELETE FROM agentry_sessions WHERE id = $1 AND tenant = $2";
+     (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms,
+      size_bytes)
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+     WHERE (SELECT count(*) < $10 AND coalesce(sum(size_bytes), 0) + $9 <= $11
+            FROM agentry_sessions WHERE tenant = $2)";
+const USAGE: &str = "SELECT count(*), coalesce(sum(size_bytes), 0)::BIGINT
+     FROM agentry_sessions WHERE tenant = $1";
+const SELECT: &str = "SELECT data, lease_holder, lease_until_ms FROM agentry_sessions
+     WHERE id = $1 AND tenant = $2";
+/// One statement decides all three outcomes, like [`ACQUIRE`].
+const DELETE: &str = "WITH found AS (
+         SELECT 1 FROM agentry_sessions WHERE id = $1 AND tenant = $2
+     ), gone AS (
+         DELETE FROM agentry_sessions WHERE id = $1 AND tenant = $2
+           AND (lease_holder IS NULL OR lease_until_ms <= $3)
+         RETURNING 1
+     )
+     SELECT EXISTS (SELECT 1 FROM found), EXISTS (SELECT 1 FROM gone)";
+const LIST: &str = "SELECT id, status, created_at_ms, updated_at_ms, size_bytes, lease_holder,
+            lease_until_ms
+     FROM agentry_sessions WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3";
+const EXPIRE: &str = "DELETE FROM agentry_sessions WHERE tenant = $1 AND id IN (
+         SELECT id FROM agentry_sessions
+         WHERE tenant = $1 AND updated_at_ms < $2
+           AND (lease_holder IS NULL OR lease_until_ms <= $3)
+         LIMIT $4)";
 /// One statement decides all three outcomes: `found` reads the statement's snapshot,
 /// `taken` is the conditional update (free, expired at `$4`, or already the caller's).
 const ACQUIRE: &str = "WITH found AS (
@@ -54,7 +110,7 @@ const ACQUIRE: &str = "WITH found AS (
      )
      SELECT EXISTS (SELECT 1 FROM found), EXISTS (SELECT 1 FROM taken)";
 const SAVE: &str = "UPDATE agentry_sessions
-     SET data = $4, status = $5, updated_at_ms = $6,
+     SET data = $4, status = $5, updated_at_ms = $6, size_bytes = $8,
          lease_holder = CASE WHEN $7 THEN NULL ELSE lease_holder END,
          lease_until_ms = CASE WHEN $7 THEN NULL ELSE lease_until_ms END
      WHERE id = $1 AND tenant = $2 AND lease_holder = $3";
@@ -69,9 +125,16 @@ const RELEASE: &str = "UPDATE agentry_sessions SET lease_holder = NULL, lease_un
 /// [`save`](SessionStore::save) reports [`StoreError::LeaseLost`] both when another holder
 /// took the lease and when the session was deleted meanwhile: either way the caller's write
 /// is dropped.
+///
+/// Quotas are checked in the insert's own statement. Inserts of one tenant are serialized on
+/// each instance, so one instance never lets a tenant over its quota; instances inserting for
+/// the same tenant at the same instant can each pass the check, so a tenant can end up over
+/// by at most one session (and its bytes) per other instance.
 pub struct PostgresStore {
     url: String,
     conn: Mutex<Arc<Conn>>,
+    /// One lock per tenant that has inserted: its quota check and insert run one at a time.
+    inserting: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -85,8 +148,11 @@ impl fmt::Debug for PostgresStore {
 struct Conn {
     client: Client,
     insert: Statement,
+    usage: Statement,
     select: Statement,
     delete: Statement,
+    list: Statement,
+    expire: Statement,
     acquire: Statement,
     save: Statement,
     release: Statement,
@@ -96,96 +162,117 @@ struct Conn {
 #[derive(Clone, Copy)]
 enum Op {
     Insert,
+    Usage,
     Select,
     Delete,
+    List,
+    Expire,
     Acquire,
     Save,
     Release,
 }
 
 impl Conn {
-    async fn open(url: &str) -> Result<Self, tokio_postgres::Error> {
-        let (mut client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    async fn open(url: &str) -> Result<Self, StoreError> {
+        let db = |err: tokio_postgres::Error| connect_error(&err);
+        let (mut client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(db)?;
         tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::warn!(error = %err, "session store: PostgreSQL connection closed");
             }
         });
 
-        let tx = client.transaction().await?;
+        let tx = client.transaction().await.map_err(db)?;
         tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
-            .await?;
-        tx.batch_execute(SCHEMA).await?;
-        tx.commit().await?;
+            .await
+            .map_err(db)?;
+        tx.batch_execute(VERSION_TABLE).await.map_err(db)?;
+        let version: i32 = tx
+            .query_one("SELECT max(version) FROM agentry_schema", &[])
+            .await
+            .map_err(db)?
+            .try_get(0)
+            .map_err(db)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Database(format!(
+                "the database has session schema version {version}, written by a newer \
+                 agentry; this version reads version {SCHEMA_VERSION} (upgrade agentry)"
+            )));
+        }
+        tx.batch_execute(SCHEMA).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
 
         let text = Type::TEXT;
         let int = Type::INT8;
-        let insert = client
-            .prepare_typed(
-                INSERT,
-                &[
-                    text.clone(),
-                    text.clone(),
-                    text.clone(),
-                    text.clone(),
-                    int.clone(),
-                    int.clone(),
-                    text.clone(),
-                    int.clone(),
-                ],
-            )
-            .await?;
-        let select = client
-            .prepare_typed(SELECT, &[text.clone(), text.clone()])
-            .await?;
-        let delete = client
-            .prepare_typed(DELETE, &[text.clone(), text.clone()])
-            .await?;
-        let acquire = client
-            .prepare_typed(
-                ACQUIRE,
-                &[
-                    text.clone(),
-                    text.clone(),
-                    text.clone(),
-                    int.clone(),
-                    int.clone(),
-                ],
-            )
-            .await?;
-        let save = client
-            .prepare_typed(
-                SAVE,
-                &[
-                    text.clone(),
-                    text.clone(),
-                    text.clone(),
-                    text.clone(),
-                    text.clone(),
-                    int,
-                    Type::BOOL,
-                ],
-            )
-            .await?;
-        let release = client
-            .prepare_typed(RELEASE, &[text.clone(), text.clone(), text])
-            .await?;
+        let prepare = |sql: &'static str, types: Vec<Type>| {
+            let client = &client;
+            async move { client.prepare_typed(sql, &types).await.map_err(db) }
+        };
         Ok(Self {
+            insert: prepare(
+                INSERT,
+                vec![
+                    text.clone(),
+                    text.clone(),
+                    text.clone(),
+                    text.clone(),
+                    int.clone(),
+                    int.clone(),
+                    text.clone(),
+                    int.clone(),
+                    int.clone(),
+                    int.clone(),
+                    int.clone(),
+                ],
+            )
+            .await?,
+            usage: prepare(USAGE, vec![text.clone()]).await?,
+            select: prepare(SELECT, vec![text.clone(), text.clone()]).await?,
+            delete: prepare(DELETE, vec![text.clone(), text.clone(), int.clone()]).await?,
+            list: prepare(LIST, vec![text.clone(), text.clone(), int.clone()]).await?,
+            expire: prepare(
+                EXPIRE,
+                vec![text.clone(), int.clone(), int.clone(), int.clone()],
+            )
+            .await?,
+            acquire: prepare(
+                ACQUIRE,
+                vec![
+                    text.clone(),
+                    text.clone(),
+                    text.clone(),
+                    int.clone(),
+                    int.clone(),
+                ],
+            )
+            .await?,
+            save: prepare(
+                SAVE,
+                vec![
+                    text.clone(),
+                    text.clone(),
+                    text.clone(),
+                    text.clone(),
+                    text.clone(),
+                    int.clone(),
+                    Type::BOOL,
+                    int,
+                ],
+            )
+            .await?,
+            release: prepare(RELEASE, vec![text.clone(), text.clone(), text]).await?,
             client,
-            insert,
-            select,
-            delete,
-            acquire,
-            save,
-            release,
         })
     }
 
     fn statement(&self, op: Op) -> &Statement {
         match op {
             Op::Insert => &self.insert,
+            Op::Usage => &self.usage,
             Op::Select => &self.select,
             Op::Delete => &self.delete,
+            Op::List => &self.list,
+            Op::Expire => &self.expire,
             Op::Acquire => &self.acquire,
             Op::Save => &self.save,
             Op::Release => &self.release,
@@ -203,10 +290,11 @@ impl PostgresStore {
     /// [`StoreError::Database`] when the database cannot be reached, refuses the login, or
     /// the table cannot be created or has another shape.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let conn = Conn::open(url).await.map_err(|err| connect_error(&err))?;
+        let conn = Conn::open(url).await?;
         Ok(Self {
             url: url.to_owned(),
             conn: Mutex::new(Arc::new(conn)),
+            inserting: std::sync::Mutex::default(),
         })
     }
 
@@ -214,9 +302,7 @@ impl PostgresStore {
     async fn conn(&self) -> Result<Arc<Conn>, StoreError> {
         let mut current = self.conn.lock().await;
         if current.client.is_closed() {
-            let conn = Conn::open(&self.url)
-                .await
-                .map_err(|err| connect_error(&err))?;
+            let conn = Conn::open(&self.url).await?;
             tracing::info!("session store: reconnected to PostgreSQL");
             *current = Arc::new(conn);
         }
@@ -227,9 +313,7 @@ impl PostgresStore {
     async fn reconnect(&self, failed: &Arc<Conn>) -> Result<Arc<Conn>, StoreError> {
         let mut current = self.conn.lock().await;
         if Arc::ptr_eq(&current, failed) {
-            let conn = Conn::open(&self.url)
-                .await
-                .map_err(|err| connect_error(&err))?;
+            let conn = Conn::open(&self.url).await?;
             tracing::info!("session store: reconnected to PostgreSQL");
             *current = Arc::new(conn);
         }
@@ -274,50 +358,109 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// Inserts `record`, leased to a holder when `lease` says so.
-    async fn insert(
-        &self,
-        record: &SessionRecord,
-        lease: Option<(&str, u64)>,
-    ) -> Result<(), StoreError> {
-        let row = Row::encode(record)?;
-        let holder = lease.map(|(holder, _)| holder);
-        let until = lease.map(|(_, until_ms)| millis(until_ms));
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &record.id(),
-            &record.tenant,
-            &row.status,
-            &row.data,
-            &row.created_at_ms,
-            &row.updated_at_ms,
-            &holder,
-            &until,
-        ];
-        match self.execute(Op::Insert, &params).await? {
-            Ok(_) => Ok(()),
-            Err(err) if err.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                Err(StoreError::Exists(record.id().to_owned()))
-            }
-            Err(err) => Err(database(&err)),
-        }
+    /// The lock that serializes `tenant`'s inserts on this instance.
+    fn insert_lock(&self, tenant: &str) -> Arc<Mutex<()>> {
+        let mut locks = self
+            .inserting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(locks.entry(tenant.to_owned()).or_default())
+    }
+
+    async fn usage_of(&self, tenant: &str) -> Result<TenantUsage, StoreError> {
+        let rows = self
+            .query(Op::Usage, &[&tenant])
+            .await?
+            .map_err(|err| database(&err))?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Database("the usage query returned no row".to_owned()))?;
+        let sessions: i64 = row.try_get(0).map_err(|err| database(&err))?;
+        let bytes: i64 = row.try_get(1).map_err(|err| database(&err))?;
+        Ok(TenantUsage {
+            sessions: unsigned(sessions),
+            bytes: unsigned(bytes),
+        })
     }
 }
 
-impl SessionStore for PostgresStore {
-    fn create<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        Box::pin(self.insert(record, None))
-    }
+/// A bool column of the first row.
+fn flag(rows: &[tokio_postgres::Row], column: usize) -> Result<bool, StoreError> {
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::Database("the query returned no row".to_owned()))?;
+    row.try_get(column).map_err(|err| database(&err))
+}
 
-    fn create_leased<'a>(
+impl SessionStore for PostgresStore {
+    fn insert<'a>(
         &'a self,
         record: &'a SessionRecord,
-        holder: &'a str,
-        until_ms: u64,
+        lease: Option<(&'a str, u64)>,
+        quota: Quota,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.insert(record, Some((holder, until_ms))))
+        Box::pin(async move {
+            let row = Row::encode(record)?;
+            let holder = lease.map(|(holder, _)| holder);
+            let until = lease.map(|(_, until_ms)| millis(until_ms));
+            let (max_sessions, max_bytes) =
+                (limit(quota.max_sessions), limit(quota.max_stored_bytes));
+            let params: [&(dyn ToSql + Sync); 11] = [
+                &record.id(),
+                &record.tenant,
+                &row.status,
+                &row.data,
+                &row.created_at_ms,
+                &row.updated_at_ms,
+                &holder,
+                &until,
+                &row.size_bytes,
+                &max_sessions,
+                &max_bytes,
+            ];
+            let lock = (quota != Quota::UNLIMITED).then(|| self.insert_lock(&record.tenant));
+            let _serialized = match &lock {
+                Some(lock) => Some(lock.lock().await),
+                None => None,
+            };
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                match self.execute(Op::Insert, &params).await? {
+                    Ok(0) => {
+                        // Refused by the quota, unless the id is taken: then `Exists`, as
+                        // without a quota.
+                        if self
+                            .read(&record.tenant, record.id())
+                            .await
+                            .is_ok_and(|found| found.is_some())
+                        {
+                            return Err(StoreError::Exists(record.id().to_owned()));
+                        }
+                        // Say which quota. Another instance's delete may have made room
+                        // meanwhile: then try again (once).
+                        let used = self.usage_of(&record.tenant).await?;
+                        over_quota(&record.tenant, used, unsigned(row.size_bytes), quota)?;
+                        if attempts >= 2 {
+                            return Err(StoreError::Quota {
+                                tenant: record.tenant.clone(),
+                                quota: QuotaKind::Sessions,
+                                limit: quota.max_sessions.unwrap_or(u64::MAX),
+                                used: used.sessions,
+                            });
+                        }
+                    }
+                    Ok(_) => return Ok(()),
+                    Err(err) if err.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                        return Err(StoreError::Exists(record.id().to_owned()));
+                    }
+                    Err(err) => return Err(database(&err)),
+                }
+            }
+        })
     }
 
-    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
+    fn read<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<Stored>> {
         Box::pin(async move {
             let rows = self
                 .query(Op::Select, &[&id, &tenant])
@@ -327,17 +470,77 @@ impl SessionStore for PostgresStore {
                 return Ok(None);
             };
             let data: &str = row.try_get(0).map_err(|err| database(&err))?;
-            decode(tenant, id, data).map(Some)
+            let holder: Option<&str> = row.try_get(1).map_err(|err| database(&err))?;
+            let until: Option<i64> = row.try_get(2).map_err(|err| database(&err))?;
+            Ok(Some(Stored {
+                record: decode(tenant, id, data)?,
+                lease_until_ms: holder.and(until).map(unsigned),
+            }))
         })
     }
 
-    fn delete<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, bool> {
+    fn delete<'a>(&'a self, tenant: &'a str, id: &'a str, now_ms: u64) -> StoreFuture<'a, Removal> {
         Box::pin(async move {
-            let deleted = self
-                .execute(Op::Delete, &[&id, &tenant])
+            let now = millis(now_ms);
+            let rows = self
+                .query(Op::Delete, &[&id, &tenant, &now])
                 .await?
                 .map_err(|err| database(&err))?;
-            Ok(deleted > 0)
+            Ok(match (flag(&rows, 0)?, flag(&rows, 1)?) {
+                (_, true) => Removal::Deleted,
+                (true, false) => Removal::Busy,
+                (false, false) => Removal::NotFound,
+            })
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<SessionSummary>> {
+        Box::pin(async move {
+            let after = after.unwrap_or("");
+            let limit = i64::from(limit);
+            let rows = self
+                .query(Op::List, &[&tenant, &after, &limit])
+                .await?
+                .map_err(|err| database(&err))?;
+            rows.iter()
+                .map(|row| {
+                    let holder: Option<&str> = row.try_get(5)?;
+                    let until: Option<i64> = row.try_get(6)?;
+                    Ok(SessionSummary {
+                        id: row.try_get(0)?,
+                        status: row.try_get(1)?,
+                        created_at_ms: unsigned(row.try_get(2)?),
+                        updated_at_ms: unsigned(row.try_get(3)?),
+                        size_bytes: unsigned(row.try_get::<_, Option<i64>>(4)?.unwrap_or(0)),
+                        lease_until_ms: holder.and(until).map(unsigned),
+                    })
+                })
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+                .map_err(|err| database(&err))
+        })
+    }
+
+    fn usage<'a>(&'a self, tenant: &'a str) -> StoreFuture<'a, TenantUsage> {
+        Box::pin(self.usage_of(tenant))
+    }
+
+    fn expire<'a>(
+        &'a self,
+        tenant: &'a str,
+        idle_before_ms: u64,
+        now_ms: u64,
+        limit: u32,
+    ) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let (before, now, limit) = (millis(idle_before_ms), millis(now_ms), i64::from(limit));
+            self.execute(Op::Expire, &[&tenant, &before, &now, &limit])
+                .await?
+                .map_err(|err| database(&err))
         })
     }
 
@@ -355,12 +558,7 @@ impl SessionStore for PostgresStore {
                 .query(Op::Acquire, &[&id, &tenant, &holder, &now, &until])
                 .await?
                 .map_err(|err| database(&err))?;
-            let row = rows.first().ok_or_else(|| {
-                StoreError::Database("the lease query returned no row".to_owned())
-            })?;
-            let found: bool = row.try_get(0).map_err(|err| database(&err))?;
-            let taken: bool = row.try_get(1).map_err(|err| database(&err))?;
-            Ok(match (found, taken) {
+            Ok(match (flag(&rows, 0)?, flag(&rows, 1)?) {
                 (_, true) => Lease::Acquired,
                 (true, false) => Lease::Busy,
                 (false, false) => Lease::NotFound,
@@ -376,7 +574,7 @@ impl SessionStore for PostgresStore {
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let row = Row::encode(record)?;
-            let params: [&(dyn ToSql + Sync); 7] = [
+            let params: [&(dyn ToSql + Sync); 8] = [
                 &record.id(),
                 &record.tenant,
                 &holder,
@@ -384,6 +582,7 @@ impl SessionStore for PostgresStore {
                 &row.status,
                 &row.updated_at_ms,
                 &release,
+                &row.size_bytes,
             ];
             let saved = self
                 .execute(Op::Save, &params)

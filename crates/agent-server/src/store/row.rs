@@ -1,7 +1,7 @@
 //! How a [`SessionRecord`] is laid out in a row, shared by both stores: the whole record as
 //! JSON plus the columns queries and operators read without parsing it.
 
-use super::{SessionRecord, StoreError};
+use super::{Quota, QuotaKind, SessionRecord, StoreError, TenantUsage};
 
 /// A record as the columns that hold it.
 pub(super) struct Row {
@@ -9,6 +9,8 @@ pub(super) struct Row {
     pub(super) status: String,
     pub(super) created_at_ms: i64,
     pub(super) updated_at_ms: i64,
+    /// The document's size in bytes, which the tenant's byte quota counts.
+    pub(super) size_bytes: i64,
 }
 
 impl Row {
@@ -26,6 +28,7 @@ impl Row {
             }
         };
         Ok(Self {
+            size_bytes: i64::try_from(data.len()).unwrap_or(i64::MAX),
             data,
             status,
             created_at_ms: millis(record.created_at_ms),
@@ -56,4 +59,41 @@ pub(super) fn decode(tenant: &str, id: &str, data: &str) -> Result<SessionRecord
 /// saturate.
 pub(super) fn millis(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// A stored count, size or time back as unsigned (a negative value, which the store never
+/// writes, reads as 0).
+pub(super) fn unsigned(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// A quota limit as the databases' signed integer; no limit is the largest one.
+pub(super) fn limit(value: Option<u64>) -> i64 {
+    value.map_or(i64::MAX, |value| i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+/// Refuses a document of `size` bytes for a tenant holding `used` when it breaks `quota`.
+pub(super) fn over_quota(
+    tenant: &str,
+    used: TenantUsage,
+    size: u64,
+    quota: Quota,
+) -> Result<(), StoreError> {
+    let refuse = |quota, limit, used| StoreError::Quota {
+        tenant: tenant.to_owned(),
+        quota,
+        limit,
+        used,
+    };
+    if let Some(max) = quota.max_sessions
+        && used.sessions >= max
+    {
+        return Err(refuse(QuotaKind::Sessions, max, used.sessions));
+    }
+    if let Some(max) = quota.max_stored_bytes
+        && used.bytes.saturating_add(size) > max
+    {
+        return Err(refuse(QuotaKind::StoredBytes, max, used.bytes));
+    }
+    Ok(())
 }

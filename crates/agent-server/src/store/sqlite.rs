@@ -2,58 +2,112 @@
 //!
 //! The file is opened in WAL mode with `synchronous = FULL`, so a write the store reported as
 //! done survives a crash or power loss, and readers never wait for a writer. The schema is
-//! versioned with `PRAGMA user_version` (this version writes and reads version 1) and a file
-//! written by a newer agentry is refused rather than misread.
+//! versioned with `PRAGMA user_version` (this version writes and reads version 2, keyed by
+//! tenant and id, and migrates a version 1 file in place) and a file written by a newer
+//! agentry is refused rather than misread. The file (and SQLite's `-wal` and `-shm` beside it,
+//! which take its mode) is readable by its owner only: `0600`, in a `0700` directory when the
+//! store creates it.
 //!
 //! rusqlite is synchronous, so the connection lives on the store's own thread, which takes
 //! every operation waiting (up to 256), runs each in a savepoint of one `BEGIN IMMEDIATE`
 //! transaction, commits once and then answers the callers: under load, many sessions share
-//! one fsync; alone, an operation is its own transaction. The runtime's threads never wait for
+//! one fsync; alone, an operation is its own transaction. A batch is filled one operation per
+//! tenant in turn and holds at most 2 MiB of documents (or one larger one), and small writes
+//! are not batched behind large ones: a tenant writing many large sessions gets its share of
+//! commits, and another tenant's small write waits for at most the commit in progress, not
+//! for everything the first one queued. The runtime's threads never wait for
 //! the disk, and no blocking-pool thread is parked per waiting call.
 
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use super::row::{Row, decode, millis};
-use super::{Lease, SessionRecord, SessionStore, StoreError, StoreFuture};
+use super::row::{Row, decode, millis, over_quota, unsigned};
+use super::{
+    Lease, Quota, Removal, SessionRecord, SessionStore, SessionSummary, StoreError, StoreFuture,
+    Stored, TenantUsage,
+};
 
 /// The schema version this code writes and understands (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a statement waits for another connection's write lock (another process on the
 /// same file, or a backup tool) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Version 1 of the schema. `data` is the whole [`SessionRecord`] as JSON; the other columns
-/// repeat what queries and operators need without parsing it.
+/// Version 2 of the schema. `data` is the whole [`SessionRecord`] as JSON; the other columns
+/// repeat what queries and operators need without parsing it. Ids are unique per tenant.
+/// `data` comes last so that reading the other columns (lists, quota sums) never walks a
+/// large document's overflow pages.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS sessions (
-    id             TEXT PRIMARY KEY NOT NULL,
     tenant         TEXT NOT NULL,
+    id             TEXT NOT NULL,
     status         TEXT NOT NULL,
-    data           TEXT NOT NULL,
+    size_bytes     INTEGER NOT NULL,
     created_at_ms  INTEGER NOT NULL,
     updated_at_ms  INTEGER NOT NULL,
     lease_holder   TEXT,
-    lease_until_ms INTEGER
+    lease_until_ms INTEGER,
+    data           TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
 ) STRICT;
+CREATE INDEX IF NOT EXISTS sessions_by_idle ON sessions (tenant, updated_at_ms);
+";
+
+/// From version 1 (ids unique across tenants, no sizes): the same rows, keyed by tenant and
+/// id, with their sizes.
+const MIGRATE_FROM_1: &str = "
+ALTER TABLE sessions RENAME TO sessions_v1;
+CREATE TABLE sessions (
+    tenant         TEXT NOT NULL,
+    id             TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    size_bytes     INTEGER NOT NULL,
+    created_at_ms  INTEGER NOT NULL,
+    updated_at_ms  INTEGER NOT NULL,
+    lease_holder   TEXT,
+    lease_until_ms INTEGER,
+    data           TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+) STRICT;
+INSERT INTO sessions
+    (tenant, id, status, size_bytes, created_at_ms, updated_at_ms, lease_holder,
+     lease_until_ms, data)
+    SELECT tenant, id, status, length(CAST(data AS BLOB)), created_at_ms, updated_at_ms,
+           lease_holder, lease_until_ms, data
+    FROM sessions_v1;
+DROP TABLE sessions_v1;
 ";
 
 const INSERT: &str = "INSERT INTO sessions
-     (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
-const SELECT: &str = "SELECT data FROM sessions WHERE id = ?1 AND tenant = ?2";
-const DELETE: &str = "DELETE FROM sessions WHERE id = ?1 AND tenant = ?2";
+     (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms,
+      size_bytes)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+const USAGE: &str = "SELECT count(*), coalesce(sum(size_bytes), 0) FROM sessions WHERE tenant = ?1";
+const SELECT: &str = "SELECT data, lease_holder, lease_until_ms FROM sessions
+     WHERE id = ?1 AND tenant = ?2";
+/// Deletes unless an unexpired lease is held at `?3`.
+const DELETE: &str = "DELETE FROM sessions WHERE id = ?1 AND tenant = ?2
+       AND (lease_holder IS NULL OR lease_until_ms <= ?3)";
+const LIST: &str = "SELECT id, status, created_at_ms, updated_at_ms, size_bytes, lease_holder,
+            lease_until_ms
+     FROM sessions WHERE tenant = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+const EXPIRE: &str = "DELETE FROM sessions WHERE rowid IN (
+         SELECT rowid FROM sessions
+         WHERE tenant = ?1 AND updated_at_ms < ?2
+           AND (lease_holder IS NULL OR lease_until_ms <= ?3)
+         LIMIT ?4)";
 /// Takes the lease when it is free, expired at `now`, or already the caller's (re-entrant).
 const ACQUIRE: &str = "UPDATE sessions SET lease_holder = ?3, lease_until_ms = ?5
      WHERE id = ?1 AND tenant = ?2
        AND (lease_holder IS NULL OR lease_holder = ?3 OR lease_until_ms <= ?4)";
 const EXISTS: &str = "SELECT 1 FROM sessions WHERE id = ?1 AND tenant = ?2";
 const SAVE: &str = "UPDATE sessions
-     SET data = ?4, status = ?5, updated_at_ms = ?6,
+     SET data = ?4, status = ?5, updated_at_ms = ?6, size_bytes = ?8,
          lease_holder = CASE WHEN ?7 THEN NULL ELSE lease_holder END,
          lease_until_ms = CASE WHEN ?7 THEN NULL ELSE lease_until_ms END
      WHERE id = ?1 AND tenant = ?2 AND lease_holder = ?3";
@@ -71,7 +125,7 @@ const RELEASE: &str = "UPDATE sessions SET lease_holder = NULL, lease_until_ms =
 pub struct SqliteStore {
     path: PathBuf,
     /// Operations for the store's own thread, which owns the connection.
-    jobs: std::sync::mpsc::Sender<Job>,
+    jobs: std::sync::mpsc::Sender<Queued>,
 }
 
 /// One operation: it runs on the store's thread inside the current batch's transaction and
@@ -81,8 +135,25 @@ type Job = Box<dyn FnOnce(&Connection) -> Delivery + Send>;
 /// Hands an operation's result to its caller once the batch's commit outcome is known.
 type Delivery = Box<dyn FnOnce(Result<(), String>) + Send>;
 
+/// An operation waiting for the store's thread: for whom, and how many bytes it writes.
+struct Queued {
+    tenant: String,
+    cost: usize,
+    job: Job,
+}
+
 /// The most operations one transaction (one fsync) carries.
 const MAX_BATCH: usize = 256;
+
+/// The most document bytes one transaction carries (a larger single document goes alone):
+/// what a small write queued behind large ones waits for at most.
+const MAX_BATCH_BYTES: usize = 2 * 1024 * 1024;
+
+/// What an operation that writes no document counts for in a batch.
+const SMALL: usize = 256;
+
+/// An operation writing more than this is large: small ones are not batched behind it.
+const LARGE: usize = 64 * 1024;
 
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -94,7 +165,7 @@ impl fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens (or creates) the session file at `path`, creating its parent directory if
-    /// needed, and creates or checks the schema.
+    /// needed, and creates, migrates or checks the schema.
     ///
     /// # Errors
     ///
@@ -106,7 +177,7 @@ impl SqliteStore {
         let conn = tokio::task::spawn_blocking(move || open_blocking(&opened))
             .await
             .map_err(|err| StoreError::Database(format!("opening the session file: {err}")))??;
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let (jobs, queue) = std::sync::mpsc::channel::<Queued>();
         std::thread::Builder::new()
             .name("agentry-sqlite".into())
             .spawn(move || commit_batches(&conn, &queue))
@@ -119,9 +190,9 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Runs `op` on the store's thread and returns its result once the transaction it ran in
-    /// is committed.
-    async fn call<T, F>(&self, op: F) -> Result<T, StoreError>
+    /// Runs `op` for `tenant` on the store's thread and returns its result once the
+    /// transaction it ran in is committed; `cost` is the bytes it writes.
+    async fn call<T, F>(&self, tenant: &str, cost: usize, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -140,31 +211,129 @@ impl SqliteStore {
                     .into(),
             )
         };
-        self.jobs.send(job).map_err(|_| ended())?;
+        self.jobs
+            .send(Queued {
+                tenant: tenant.to_owned(),
+                cost: cost.max(SMALL),
+                job,
+            })
+            .map_err(|_| ended())?;
         receiver.await.map_err(|_| ended())?
     }
 }
 
-/// The store's thread: takes every operation waiting (up to [`MAX_BATCH`]), runs them in one
-/// transaction, commits once, then answers each caller. Under load many sessions share one
-/// fsync instead of queueing for one each; alone, an operation is its own batch. Results are
-/// handed out only after the commit, so `synchronous = FULL` keeps its meaning.
-fn commit_batches(conn: &Connection, queue: &std::sync::mpsc::Receiver<Job>) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+/// Operations waiting for the store's thread, one queue per tenant, taken in turn.
+#[derive(Default)]
+struct Fair {
+    queues: HashMap<String, VecDeque<Queued>>,
+    /// Tenants with waiting operations, next first.
+    order: VecDeque<String>,
+    /// The last batch left large operations waiting: the next one takes them.
+    large_turn: bool,
+}
+
+impl Fair {
+    fn push(&mut self, queued: Queued) {
+        let queue = self.queues.entry(queued.tenant.clone()).or_default();
+        if queue.is_empty() {
+            self.order.push_back(queued.tenant.clone());
+        }
+        queue.push_back(queued);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The next batch: one operation of each tenant in turn (each tenant's in the order they
+    /// came), until [`MAX_BATCH`] operations or [`MAX_BATCH_BYTES`]; a tenant whose next
+    /// operation does not fit waits for the next batch while the others go on. A batch always
+    /// holds at least one operation.
+    ///
+    /// Small operations do not wait behind large ones: while any tenant's next operation is
+    /// small, a batch takes only small ones, then the large ones get the next batch (so a
+    /// stream of small writes cannot starve them either). A small write thus waits for at most
+    /// the commit in progress and one bounded batch.
+    fn batch(&mut self) -> Vec<Queued> {
+        let head = |queues: &HashMap<String, VecDeque<Queued>>, tenant: &String| {
+            queues
+                .get(tenant)
+                .and_then(VecDeque::front)
+                .map_or(0, |next| next.cost)
+        };
+        let small = self
+            .order
+            .iter()
+            .any(|tenant| head(&self.queues, tenant) <= LARGE);
+        let large = self
+            .order
+            .iter()
+            .any(|tenant| head(&self.queues, tenant) > LARGE);
+        let small_only = small && !(large && self.large_turn);
+        self.large_turn = small_only && large;
+
+        let mut batch: Vec<Queued> = Vec::new();
+        let mut bytes = 0_usize;
+        loop {
+            let mut took = false;
+            for _ in 0..self.order.len() {
+                if batch.len() >= MAX_BATCH {
+                    break;
+                }
+                let Some(tenant) = self.order.pop_front() else {
+                    break;
+                };
+                let Some(queue) = self.queues.get_mut(&tenant) else {
+                    continue;
+                };
+                let fits = queue.front().is_some_and(|next| {
+                    (!small_only || next.cost <= LARGE)
+                        && (batch.is_empty() || bytes + next.cost <= MAX_BATCH_BYTES)
+                });
+                if fits && let Some(next) = queue.pop_front() {
+                    bytes += next.cost;
+                    batch.push(next);
+                    took = true;
+                }
+                if queue.is_empty() {
+                    self.queues.remove(&tenant);
+                } else {
+                    self.order.push_back(tenant);
+                }
+            }
+            if !took || batch.len() >= MAX_BATCH || self.order.is_empty() {
+                return batch;
             }
         }
+    }
+}
+
+/// The store's thread: takes every operation waiting, runs a fair batch of them
+/// ([`Fair::batch`]) in one transaction, commits once, then answers each caller. Under load
+/// many sessions share one fsync instead of queueing for one each; alone, an operation is its
+/// own batch. Results are handed out only after the commit, so `synchronous = FULL` keeps its
+/// meaning.
+fn commit_batches(conn: &Connection, queue: &std::sync::mpsc::Receiver<Queued>) {
+    let mut waiting = Fair::default();
+    loop {
+        if waiting.is_empty() {
+            match queue.recv() {
+                Ok(queued) => waiting.push(queued),
+                Err(_) => return,
+            }
+        }
+        while let Ok(queued) = queue.try_recv() {
+            waiting.push(queued);
+        }
+        let batch = waiting.batch();
         if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
             // The jobs are dropped unrun: each caller's answer channel closes and it gets an
             // error; the cause goes to the log.
             tracing::error!(error = %err, "session store: cannot start a transaction");
             continue;
         }
-        let deliveries: Vec<Delivery> = batch.into_iter().map(|job| job(conn)).collect();
+        let deliveries: Vec<Delivery> =
+            batch.into_iter().map(|queued| (queued.job)(conn)).collect();
         let committed = conn.execute_batch("COMMIT").map_err(|err| {
             let _ = conn.execute_batch("ROLLBACK");
             format!("committing: {err}")
@@ -193,52 +362,77 @@ fn in_savepoint<T>(
     }
 }
 
-impl SqliteStore {
-    /// Inserts `record`, leased to a holder when `lease` says so.
-    async fn insert(
-        &self,
-        record: &SessionRecord,
-        lease: Option<(&str, u64)>,
-    ) -> Result<(), StoreError> {
-        let row = Row::encode(record)?;
-        let id = record.id().to_owned();
-        let tenant = record.tenant.clone();
-        let holder = lease.map(|(holder, _)| holder.to_owned());
-        let until = lease.map(|(_, until_ms)| millis(until_ms));
-        self.call(move |conn| {
-            let inserted = conn.prepare_cached(INSERT).and_then(|mut statement| {
-                statement.execute(params![
-                    id,
-                    tenant,
-                    row.status,
-                    row.data,
-                    row.created_at_ms,
-                    row.updated_at_ms,
-                    holder,
-                    until
-                ])
-            });
-            match inserted {
-                Ok(_) => Ok(()),
-                Err(err) if err.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                    Err(StoreError::Exists(id))
-                }
-                Err(err) => Err(database(err)),
-            }
+/// What `tenant` holds, inside the current transaction.
+fn usage(conn: &Connection, tenant: &str) -> Result<TenantUsage, StoreError> {
+    let (sessions, bytes): (i64, i64) = conn
+        .prepare_cached(USAGE)
+        .and_then(|mut statement| {
+            statement.query_row(params![tenant], |row| Ok((row.get(0)?, row.get(1)?)))
         })
-        .await
+        .map_err(database)?;
+    Ok(TenantUsage {
+        sessions: unsigned(sessions),
+        bytes: unsigned(bytes),
+    })
+}
+
+/// Creates the file readable by its owner only (`0600`) before SQLite opens it, and its
+/// directory (`0700`) when missing; an existing file is narrowed to `0600` too. SQLite
+/// creates `-wal` and `-shm` with the database file's mode.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let fail = |what: &Path, err: std::io::Error| {
+        StoreError::Database(format!("creating {}: {err}", what.display()))
+    };
+    if let Some(parent) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        && !parent.exists()
+    {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(parent).map_err(|err| fail(parent, err))?;
     }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|err| fail(path, err))?;
+        for file in [
+            path.to_path_buf(),
+            sibling(path, "-wal"),
+            sibling(path, "-shm"),
+        ] {
+            if let Ok(meta) = std::fs::metadata(&file)
+                && meta.permissions().mode() & 0o077 != 0
+                && let Err(err) =
+                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+            {
+                tracing::warn!(path = %file.display(), error = %err, "cannot make the session file private");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `path` with `suffix` appended to its file name (`sessions.db-wal`).
+#[cfg(unix)]
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// Opens the file, sets the pragmas and brings the schema to [`SCHEMA_VERSION`].
 fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
-    if let Some(parent) = path
-        .parent()
-        .filter(|parent| !parent.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(parent)
-            .map_err(|err| StoreError::Database(format!("creating {}: {err}", parent.display())))?;
-    }
+    create_private(path)?;
     let context =
         |err: rusqlite::Error| StoreError::Database(format!("opening {}: {err}", path.display()));
     let mut conn = Connection::open(path).map_err(context)?;
@@ -255,7 +449,7 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
         .map_err(context)?;
 
     // IMMEDIATE takes the write lock first, so two processes opening a fresh file at once
-    // cannot both decide to create the schema.
+    // cannot both decide to create (or migrate) the schema.
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(context)?;
@@ -269,6 +463,10 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
             path.display()
         )));
     }
+    if version == 1 {
+        tx.execute_batch(MIGRATE_FROM_1).map_err(context)?;
+        tracing::info!(path = %path.display(), "session file migrated to schema version 2");
+    }
     tx.execute_batch(SCHEMA).map_err(context)?;
     if version < SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -279,42 +477,159 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
 }
 
 impl SessionStore for SqliteStore {
-    fn create<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        Box::pin(self.insert(record, None))
-    }
-
-    fn create_leased<'a>(
+    fn insert<'a>(
         &'a self,
         record: &'a SessionRecord,
-        holder: &'a str,
-        until_ms: u64,
+        lease: Option<(&'a str, u64)>,
+        quota: Quota,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.insert(record, Some((holder, until_ms))))
+        Box::pin(async move {
+            let row = Row::encode(record)?;
+            let id = record.id().to_owned();
+            let tenant = record.tenant.clone();
+            let holder = lease.map(|(holder, _)| holder.to_owned());
+            let until = lease.map(|(_, until_ms)| millis(until_ms));
+            let cost = row.data.len();
+            self.call(&record.tenant, cost, move |conn| {
+                // The check and the insert share the batch's transaction: one atomic step. A
+                // taken id is `Exists` whatever the quota says (an execute with a context on an
+                // existing session goes on with it).
+                if quota != Quota::UNLIMITED {
+                    let exists = conn
+                        .prepare_cached(EXISTS)
+                        .and_then(|mut statement| statement.exists(params![id, tenant]))
+                        .map_err(database)?;
+                    if exists {
+                        return Err(StoreError::Exists(id));
+                    }
+                    over_quota(
+                        &tenant,
+                        usage(conn, &tenant)?,
+                        unsigned(row.size_bytes),
+                        quota,
+                    )?;
+                }
+                let inserted = conn.prepare_cached(INSERT).and_then(|mut statement| {
+                    statement.execute(params![
+                        id,
+                        tenant,
+                        row.status,
+                        row.data,
+                        row.created_at_ms,
+                        row.updated_at_ms,
+                        holder,
+                        until,
+                        row.size_bytes
+                    ])
+                });
+                match inserted {
+                    Ok(_) => Ok(()),
+                    Err(err) if err.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                        Err(StoreError::Exists(id))
+                    }
+                    Err(err) => Err(database(err)),
+                }
+            })
+            .await
+        })
     }
 
-    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
-        let (tenant, id) = (tenant.to_owned(), id.to_owned());
-        Box::pin(self.call(move |conn| {
-            let data: Option<String> = conn
+    fn read<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, Option<Stored>> {
+        let (owner, key) = (tenant.to_owned(), id.to_owned());
+        Box::pin(self.call(tenant, SMALL, move |conn| {
+            let row: Option<(String, Option<String>, Option<i64>)> = conn
                 .prepare_cached(SELECT)
                 .and_then(|mut statement| {
                     statement
-                        .query_row(params![id, tenant], |row| row.get(0))
+                        .query_row(params![key, owner], |row| {
+                            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                        })
                         .optional()
                 })
                 .map_err(database)?;
-            data.map(|data| decode(&tenant, &id, &data)).transpose()
+            row.map(|(data, holder, until)| {
+                Ok(Stored {
+                    record: decode(&owner, &key, &data)?,
+                    lease_until_ms: holder.and(until).map(unsigned),
+                })
+            })
+            .transpose()
         }))
     }
 
-    fn delete<'a>(&'a self, tenant: &'a str, id: &'a str) -> StoreFuture<'a, bool> {
-        let (tenant, id) = (tenant.to_owned(), id.to_owned());
-        Box::pin(self.call(move |conn| {
+    fn delete<'a>(&'a self, tenant: &'a str, id: &'a str, now_ms: u64) -> StoreFuture<'a, Removal> {
+        let (owner, key) = (tenant.to_owned(), id.to_owned());
+        let now = millis(now_ms);
+        Box::pin(self.call(tenant, SMALL, move |conn| {
             let deleted = conn
                 .prepare_cached(DELETE)
-                .and_then(|mut statement| statement.execute(params![id, tenant]))
+                .and_then(|mut statement| statement.execute(params![key, owner, now]))
                 .map_err(database)?;
-            Ok(deleted > 0)
+            if deleted > 0 {
+                return Ok(Removal::Deleted);
+            }
+            let exists = conn
+                .prepare_cached(EXISTS)
+                .and_then(|mut statement| statement.exists(params![key, owner]))
+                .map_err(database)?;
+            Ok(if exists {
+                Removal::Busy
+            } else {
+                Removal::NotFound
+            })
+        }))
+    }
+
+    fn list<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<SessionSummary>> {
+        let owner = tenant.to_owned();
+        let after = after.unwrap_or("").to_owned();
+        Box::pin(self.call(tenant, SMALL, move |conn| {
+            let mut statement = conn.prepare_cached(LIST).map_err(database)?;
+            let rows = statement
+                .query_map(params![owner, after, i64::from(limit)], |row| {
+                    let holder: Option<String> = row.get(5)?;
+                    let until: Option<i64> = row.get(6)?;
+                    Ok(SessionSummary {
+                        id: row.get(0)?,
+                        status: row.get(1)?,
+                        created_at_ms: unsigned(row.get(2)?),
+                        updated_at_ms: unsigned(row.get(3)?),
+                        size_bytes: unsigned(row.get(4)?),
+                        lease_until_ms: holder.and(until).map(unsigned),
+                    })
+                })
+                .map_err(database)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(database)
+        }))
+    }
+
+    fn usage<'a>(&'a self, tenant: &'a str) -> StoreFuture<'a, TenantUsage> {
+        let owner = tenant.to_owned();
+        Box::pin(self.call(tenant, SMALL, move |conn| usage(conn, &owner)))
+    }
+
+    fn expire<'a>(
+        &'a self,
+        tenant: &'a str,
+        idle_before_ms: u64,
+        now_ms: u64,
+        limit: u32,
+    ) -> StoreFuture<'a, u64> {
+        let owner = tenant.to_owned();
+        let (before, now) = (millis(idle_before_ms), millis(now_ms));
+        Box::pin(self.call(tenant, SMALL, move |conn| {
+            let deleted = conn
+                .prepare_cached(EXPIRE)
+                .and_then(|mut statement| {
+                    statement.execute(params![owner, before, now, i64::from(limit)])
+                })
+                .map_err(database)?;
+            Ok(deleted as u64)
         }))
     }
 
@@ -326,14 +641,14 @@ impl SessionStore for SqliteStore {
         now_ms: u64,
         until_ms: u64,
     ) -> StoreFuture<'a, Lease> {
-        let (tenant, id, holder) = (tenant.to_owned(), id.to_owned(), holder.to_owned());
+        let (owner, key, holder) = (tenant.to_owned(), id.to_owned(), holder.to_owned());
         let (now, until) = (millis(now_ms), millis(until_ms));
         // The batch's transaction makes the update and the existence check one atomic step.
-        Box::pin(self.call(move |conn| {
+        Box::pin(self.call(tenant, SMALL, move |conn| {
             let taken = conn
                 .prepare_cached(ACQUIRE)
                 .and_then(|mut statement| {
-                    statement.execute(params![id, tenant, holder, now, until])
+                    statement.execute(params![key, owner, holder, now, until])
                 })
                 .map_err(database)?;
             if taken > 0 {
@@ -341,7 +656,7 @@ impl SessionStore for SqliteStore {
             }
             let exists = conn
                 .prepare_cached(EXISTS)
-                .and_then(|mut statement| statement.exists(params![id, tenant]))
+                .and_then(|mut statement| statement.exists(params![key, owner]))
                 .map_err(database)?;
             Ok(if exists { Lease::Busy } else { Lease::NotFound })
         }))
@@ -358,7 +673,8 @@ impl SessionStore for SqliteStore {
             let id = record.id().to_owned();
             let tenant = record.tenant.clone();
             let holder = holder.to_owned();
-            self.call(move |conn| {
+            let cost = row.data.len();
+            self.call(&record.tenant, cost, move |conn| {
                 let saved = conn
                     .prepare_cached(SAVE)
                     .and_then(|mut statement| {
@@ -369,7 +685,8 @@ impl SessionStore for SqliteStore {
                             row.data,
                             row.status,
                             row.updated_at_ms,
-                            release
+                            release,
+                            row.size_bytes
                         ])
                     })
                     .map_err(database)?;
@@ -383,10 +700,10 @@ impl SessionStore for SqliteStore {
     }
 
     fn release<'a>(&'a self, tenant: &'a str, id: &'a str, holder: &'a str) -> StoreFuture<'a, ()> {
-        let (tenant, id, holder) = (tenant.to_owned(), id.to_owned(), holder.to_owned());
-        Box::pin(self.call(move |conn| {
+        let (owner, key, holder) = (tenant.to_owned(), id.to_owned(), holder.to_owned());
+        Box::pin(self.call(tenant, SMALL, move |conn| {
             conn.prepare_cached(RELEASE)
-                .and_then(|mut statement| statement.execute(params![id, tenant, holder]))
+                .and_then(|mut statement| statement.execute(params![key, owner, holder]))
                 .map_err(database)?;
             Ok(())
         }))
@@ -395,4 +712,96 @@ impl SessionStore for SqliteStore {
 
 fn database(err: rusqlite::Error) -> StoreError {
     StoreError::Database(err.to_string())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn queued(tenant: &str, cost: usize) -> Queued {
+        Queued {
+            tenant: tenant.to_owned(),
+            cost,
+            job: Box::new(|_| Box::new(|_| {})),
+        }
+    }
+
+    fn tenants(batch: &[Queued]) -> Vec<&str> {
+        batch.iter().map(|queued| queued.tenant.as_str()).collect()
+    }
+
+    /// The "seen" of the issue: 100 creates of 1 MiB from one tenant queued ahead of another
+    /// tenant's small create. Before, the whole queue (up to 256 operations, 100 MiB) was one
+    /// transaction and the small create waited for its commit.
+    #[test]
+    fn a_small_write_is_not_batched_behind_another_tenants_large_ones() {
+        let mut fair = Fair::default();
+        for _ in 0..100 {
+            fair.push(queued("bulk", 1024 * 1024));
+        }
+        fair.push(queued("small", 300));
+        let first = fair.batch();
+        // The small write goes first, alone: it does not wait for a large one's commit.
+        assert_eq!(tenants(&first), ["small"]);
+        // The bulk tenant still gets everything, a bounded batch at a time.
+        let mut rest = 0;
+        while !fair.is_empty() {
+            let batch = fair.batch();
+            assert!(!batch.is_empty());
+            assert!(batch.iter().map(|queued| queued.cost).sum::<usize>() <= MAX_BATCH_BYTES);
+            rest += batch.len();
+        }
+        assert_eq!(first.len() + rest, 101);
+    }
+
+    #[test]
+    fn tenants_take_turns_and_each_keeps_its_order() {
+        let mut fair = Fair::default();
+        for n in 0..300 {
+            let mut item = queued("a", SMALL);
+            item.cost = SMALL + n;
+            fair.push(item);
+        }
+        for _ in 0..3 {
+            fair.push(queued("b", SMALL));
+        }
+        let batch = fair.batch();
+        assert_eq!(batch.len(), MAX_BATCH);
+        assert_eq!(tenants(&batch).iter().filter(|t| **t == "b").count(), 3);
+        let costs: Vec<usize> = batch
+            .iter()
+            .filter(|queued| queued.tenant == "a")
+            .map(|queued| queued.cost)
+            .collect();
+        assert!(costs.windows(2).all(|pair| pair[0] < pair[1]));
+        // A document larger than a whole batch still goes, alone.
+        let mut fair = Fair::default();
+        fair.push(queued("a", 10 * MAX_BATCH_BYTES));
+        fair.push(queued("a", SMALL));
+        assert_eq!(fair.batch().len(), 1);
+        assert_eq!(fair.batch().len(), 1);
+        assert!(fair.is_empty());
+    }
+
+    /// Small writes arriving all the time do not starve large ones: batches alternate.
+    #[test]
+    fn large_writes_get_every_other_batch_under_a_stream_of_small_ones() {
+        let mut fair = Fair::default();
+        for _ in 0..4 {
+            fair.push(queued("bulk", 1024 * 1024));
+        }
+        let mut large_batches = 0;
+        for _ in 0..8 {
+            fair.push(queued("small", SMALL));
+            let batch = fair.batch();
+            if batch.iter().any(|queued| queued.cost > LARGE) {
+                large_batches += 1;
+            }
+        }
+        assert!(large_batches >= 2, "{large_batches}");
+        while !fair.is_empty() {
+            fair.batch();
+        }
+    }
 }

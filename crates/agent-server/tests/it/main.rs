@@ -7,3 +7,4 @@ mod openai;
 mod sessions;
 mod store;
 mod support;
+mod tenancy;
