@@ -613,6 +613,10 @@ async fn unknown_routes_and_wrong_methods_answer_openai_shaped_json() {
             .await
             .unwrap();
         assert_eq!(response.status(), status, "{method} {path}");
+        if status == 405 {
+            let allow = response.headers()["allow"].to_str().unwrap();
+            assert!(allow.contains("POST") && !allow.contains(method.as_str()), "{allow}");
+        }
         assert!(
             response.headers()["content-type"]
                 .to_str()
