@@ -13,7 +13,7 @@
 //! | `user` messages | user turns; `text` and `image_url` parts (`data:` URLs inline), other parts 400 |
 //! | `assistant` messages | assistant turns: text, refusal, `tool_calls` (arguments parsed from their JSON text) |
 //! | `tool` messages | tool results; each must answer a call of the assistant message before it |
-//! | `tools` (`type: function`) | the client's tools: remote tools of the session |
+//! | `tools` (`type: function`) | the client's tools: remote tools of the session (`strict: true` is a 400: structured output is not implemented yet) |
 //! | `tool_choice` | the tool choice; see below for `required` and named functions |
 //! | `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`), `stop`, `parallel_tool_calls`, `reasoning_effort` | the generation settings |
 //! | `n` | only 1 (400 otherwise) |

@@ -175,6 +175,9 @@ struct InFunction {
     name: String,
     description: Option<String>,
     parameters: Option<Value>,
+    /// `true` asks for arguments that always match the schema (structured output), which
+    /// this server cannot promise yet: refused rather than ignored.
+    strict: Option<bool>,
 }
 
 /// `messages`, as the session's system prompt and history.
@@ -510,6 +513,15 @@ pub(crate) fn tools(tools: Option<Vec<InTool>>) -> Result<Vec<ToolSpec>, OpenAiE
                 format!("{param} needs `function`"),
             ));
         };
+        if function.strict == Some(true) {
+            return Err(OpenAiError::invalid(
+                format!("{param}.function.strict"),
+                format!(
+                    "{param}.function.strict: strict tool arguments (structured output) are not \
+                     supported yet; leave `strict` out or false"
+                ),
+            ));
+        }
         agent_tools::validate_name(&function.name).map_err(|error| {
             OpenAiError::invalid(format!("{param}.function.name"), error.to_string())
         })?;

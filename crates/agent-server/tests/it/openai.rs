@@ -615,7 +615,10 @@ async fn unknown_routes_and_wrong_methods_answer_openai_shaped_json() {
         assert_eq!(response.status(), status, "{method} {path}");
         if status == 405 {
             let allow = response.headers()["allow"].to_str().unwrap();
-            assert!(allow.contains("POST") && !allow.contains(method.as_str()), "{allow}");
+            assert!(
+                allow.contains("POST") && !allow.contains(method.as_str()),
+                "{allow}"
+            );
         }
         assert!(
             response.headers()["content-type"]
@@ -742,8 +745,25 @@ async fn accepted_but_ignored_fields_are_refused_naming_the_field() {
             );
         }
     }
+    // A strict tool asks for structured output too.
+    let mut strict = weather_tool();
+    strict["function"]["strict"] = true.into();
+    let response = server
+        .post("/v1/chat/completions", "key-acme")
+        .json(&json!({"model": "demo", "messages": opening(), "tools": [strict]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(
+        error["error"]["param"], "tools[0].function.strict",
+        "{error}"
+    );
     assert_eq!(model_calls(&server), 0.0, "no model call was made");
 
+    let mut not_strict = weather_tool();
+    not_strict["function"]["strict"] = false.into();
     let accepted = complete(
         &server,
         json!({"model": "demo", "messages": opening(),
@@ -751,14 +771,14 @@ async fn accepted_but_ignored_fields_are_refused_naming_the_field() {
                "modalities": ["text"], "frequency_penalty": 0, "presence_penalty": 0.0,
                "logit_bias": {}, "store": false, "functions": null, "audio": null,
                "user": "u-1", "seed": 7, "metadata": {"k": "v"}, "service_tier": "auto",
-               "safety_identifier": "s", "prompt_cache_key": "p"}),
+               "safety_identifier": "s", "prompt_cache_key": "p", "tools": [not_strict]}),
     )
     .await;
-    assert!(
-        accepted["choices"][0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .starts_with(ANSWER_START)
+    assert_eq!(accepted["choices"][0]["finish_reason"], "tool_calls");
+    check_weather_calls(
+        accepted["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap(),
     );
     server.shutdown().await;
 }
