@@ -893,9 +893,9 @@ fn client_program(variable: &str, script: &str) -> Option<std::ffi::OsString> {
 }
 
 /// Runs a real client's check script (`tests/<script>`) with `program` against a demo server
-/// and a budget-capped one, and checks that it passed and that its budget trip reached the
-/// capped server exactly once: no client retried it.
-async fn run_client(program: std::ffi::OsString, script: &str) {
+/// and a budget-capped one, and checks that it passed and that its `trips` budget trips
+/// reached the capped server once each: no client retried one.
+async fn run_client(program: std::ffi::OsString, script: &str, trips: u32) {
     let server = TestServer::start().await;
     let capped = capped_server().await;
     let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
@@ -921,8 +921,8 @@ async fn run_client(program: std::ffi::OsString, script: &str) {
     assert!(stderr.contains("all checks passed"), "{stderr}");
     assert_eq!(
         chat_requests(&capped),
-        1.0,
-        "{script}: exactly one request reaches the server on a budget trip:\n{}",
+        f64::from(trips),
+        "{script}: exactly one request reaches the server per budget trip:\n{}",
         capped.state.metrics().render()
     );
     capped.shutdown().await;
@@ -934,7 +934,7 @@ async fn run_client(program: std::ffi::OsString, script: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_python_client_works_unchanged() {
     if let Some(python) = client_program("AGENTRY_TEST_PYTHON", "python.sh") {
-        run_client(python, "openai_client/test_client.py").await;
+        run_client(python, "openai_client/test_client.py", 1).await;
     }
 }
 
@@ -942,7 +942,7 @@ async fn the_official_openai_python_client_works_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langchain_openai_works_unchanged() {
     if let Some(python) = client_program("AGENTRY_TEST_PYTHON", "python.sh") {
-        run_client(python, "openai_client/test_langchain.py").await;
+        run_client(python, "openai_client/test_langchain.py", 1).await;
     }
 }
 
@@ -950,7 +950,7 @@ async fn langchain_openai_works_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn litellm_works_unchanged() {
     if let Some(python) = client_program("AGENTRY_TEST_LITELLM_PYTHON", "python.sh") {
-        run_client(python, "openai_client/test_litellm.py").await;
+        run_client(python, "openai_client/test_litellm.py", 1).await;
     }
 }
 
@@ -959,7 +959,7 @@ async fn litellm_works_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_vercel_ai_sdk_works_unchanged_and_does_not_retry_a_budget_trip() {
     if let Some(node) = client_program("AGENTRY_TEST_NODE", "node.sh") {
-        run_client(node, "node_client/ai_sdk.mjs").await;
+        run_client(node, "node_client/ai_sdk.mjs", 2).await;
     }
 }
 
@@ -967,6 +967,6 @@ async fn the_vercel_ai_sdk_works_unchanged_and_does_not_retry_a_budget_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_node_client_works_unchanged() {
     if let Some(node) = client_program("AGENTRY_TEST_NODE", "node.sh") {
-        run_client(node, "node_client/openai_sdk.mjs").await;
+        run_client(node, "node_client/openai_sdk.mjs", 2).await;
     }
 }

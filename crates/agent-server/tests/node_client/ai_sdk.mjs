@@ -1,7 +1,7 @@
 // The Vercel AI SDK (`ai` with `@ai-sdk/openai-compatible`) against agentry's
 // /v1/chat/completions: plain, streaming and a tool round trip run by the SDK's own loop; the
-// three common mistakes; and a budget trip, which the SDK must not retry (the Rust side counts
-// the requests that reached the capped server).
+// three common mistakes; and a budget trip, plain and streaming, which the SDK must not retry
+// (the Rust side counts the requests that reached the capped server: two).
 //
 //   node ai_sdk.mjs <base_url> <api_key> <budget_capped_base_url>
 
@@ -139,6 +139,25 @@ const demo = provider(key)('demo');
   assert.equal(error.isRetryable, false);
   assert.equal(JSON.parse(error.responseBody).error.code, 'budget_exceeded');
   log('budget trip:', error.statusCode, JSON.stringify(error.message));
+}
+
+// A budget trip mid-stream: the text so far has gone out with a 200, so nothing is retried;
+// the error arrives as the stream's last event and the SDK hands it to onError.
+{
+  const errors = [];
+  const result = streamText({
+    model: provider(key, cappedURL)('demo'),
+    system: SYSTEM,
+    prompt: USER,
+    onError: ({ error }) => errors.push(error),
+  });
+  let text = '';
+  for await (const delta of result.textStream) text += delta;
+  assert.equal(await result.finishReason, 'error');
+  assert.equal(errors.length, 1, JSON.stringify(errors));
+  assert.equal(errors[0].code, 'budget_exceeded', JSON.stringify(errors));
+  assert.ok(text.startsWith("I'll look up both cities"), text);
+  log('streaming budget trip:', JSON.stringify(errors[0].message));
 }
 
 log('all checks passed');

@@ -1,6 +1,7 @@
 // The official `openai` npm package against agentry's /v1/chat/completions: the model list,
-// plain, streaming and a tool round trip; the three common mistakes; and a budget trip with
-// the client's default retries (the Rust side counts the requests that reached the server).
+// plain, streaming and a tool round trip; the three common mistakes; and a budget trip, plain
+// and streaming, with the client's default retries (the Rust side counts the requests that
+// reached the capped server: two).
 //
 //   node openai_sdk.mjs <base_url> <api_key> <budget_capped_base_url>
 
@@ -175,6 +176,20 @@ const weatherTool = {
   assert.equal(error.status, 402);
   assert.equal(error.code, 'budget_exceeded');
   log('budget trip:', error.constructor.name, error.status);
+}
+
+// A budget trip mid-stream: the SDK throws the error chunk as an APIError while iterating.
+{
+  const capped = new OpenAI({ baseURL: cappedURL, apiKey: key });
+  const stream = await capped.chat.completions.create({ model: 'demo', messages: opening, stream: true });
+  let text = '';
+  const error = await rejects(async () => {
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  }, 'a streaming budget trip');
+  assert.ok(error instanceof OpenAI.APIError, String(error));
+  assert.match(error.message, /tool iterations/);
+  assert.ok(text.startsWith("I'll look up both cities"), text);
+  log('streaming budget trip:', error.constructor.name, JSON.stringify(error.message));
 }
 
 log('all checks passed');
