@@ -90,8 +90,25 @@ def main():
     check("messages[0].content" in str(error), f"{error}")
     log("mistakes: AuthenticationError, NotFoundError, BadRequestError")
 
-    # litellm's default retries: a 402 is not retried.
-    error = fails("a budget trip", lambda: complete(opening(), api_base=capped_url), litellm.APIError)
+    # litellm's Router, with retries on: they key on the status alone (408, 409, 429, 5xx)
+    # and ignore `x-should-retry`, so a 429 would run the loop three times; a 402 runs once.
+    # (`completion(num_retries=N)` outside a Router retries every error, even a 400 or a
+    # 401: no status can stop that, and it is off by default, as here.)
+    router = litellm.Router(
+        model_list=[
+            {
+                "model_name": "demo",
+                "litellm_params": {"model": "openai/demo", "api_base": capped_url, "api_key": key},
+            }
+        ],
+        num_retries=2,
+        retry_after=0,
+    )
+    error = fails(
+        "a budget trip",
+        lambda: router.completion(model="demo", messages=opening(), timeout=30),
+        litellm.APIError,
+    )
     check(error.status_code == 402, f"status {error.status_code}: {type(error).__name__} {error}")
     check("tool iterations" in str(error), f"the server's message comes through: {error}")
     log("budget trip:", type(error).__name__, error.status_code)
