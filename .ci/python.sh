@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# A Python virtual environment with the official `openai` client, for the server's
-# OpenAI-compatibility tests (crates/agent-server/tests/openai_client/).
+# Python virtual environments with the real OpenAI clients, for the server's
+# OpenAI-compatibility tests (crates/agent-server/tests/openai_client/):
+#   - the main venv: the official `openai` client and `langchain-openai`;
+#   - a second venv for `litellm`, whose releases that accept openai 3.x all require a
+#     `certifi` newer than PyPI has, so it gets the openai 2.x it resolves to on its own.
 #
-#   eval "$(bash .ci/python.sh)"   # prints one line: export AGENTRY_TEST_PYTHON=<venv>/bin/python
+#   eval "$(bash .ci/python.sh)"   # prints two lines:
+#     export AGENTRY_TEST_PYTHON=<venv>/bin/python
+#     export AGENTRY_TEST_LITELLM_PYTHON=<litellm venv>/bin/python
 #
-# Creates the venv with `python3 -m venv` (installing Debian's python3-venv if the module is
-# missing and we are root) and pip-installs the pinned client into it. Running it again reuses
-# the venv and skips pip when the pinned version is already there. Only the export line goes to
-# stdout, so the output can be eval'd; everything else goes to stderr.
+# Creates the venvs with `python3 -m venv` (installing Debian's python3-venv if the module is
+# missing and we are root) and pip-installs the pinned clients into them. Running it again
+# reuses the venvs and skips pip when the pinned versions are already there. Only the export
+# lines go to stdout, so the output can be eval'd; everything else goes to stderr.
 #
 # Settings (environment):
-#   AGENTRY_CI_VENV   where the venv lives (default: $HOME/.cache/agentry-ci/venv)
+#   AGENTRY_CI_VENV          where the main venv lives (default: $HOME/.cache/agentry-ci/venv)
+#   AGENTRY_CI_LITELLM_VENV  where litellm's lives (default: $HOME/.cache/agentry-ci/venv-litellm)
 set -euo pipefail
 
 # Only the export line goes to stdout (fd 3); every command's output goes to stderr.
@@ -18,6 +24,11 @@ exec 3>&1 1>&2
 
 # The client the tests are written against; bump deliberately, the tests pin wire behaviour.
 OPENAI_VERSION=3.54.0
+# langchain-core pinned too: its newer releases need a certifi newer than PyPI has, and pip
+# would spend minutes backtracking to find that out.
+LANGCHAIN_OPENAI_VERSION=1.7.3
+LANGCHAIN_CORE_VERSION=1.7.2
+LITELLM_VERSION=1.100.5
 
 log() { echo "python.sh: $*" >&2; }
 die() {
@@ -25,7 +36,6 @@ die() {
     exit 1
 }
 
-VENV="${AGENTRY_CI_VENV:-${HOME:-/root}/.cache/agentry-ci/venv}"
 PYTHON3="$(command -v python3 || true)"
 [ -n "$PYTHON3" ] || die "python3 is not on PATH"
 
@@ -39,20 +49,40 @@ if ! "$PYTHON3" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     apt-get install -y --no-install-recommends python3-venv
 fi
 
-# A venv left half-made (or made by another interpreter that is gone) is made again.
-if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
-    log "creating the venv at $VENV"
-    rm -rf "$VENV"
-    mkdir -p "$(dirname "$VENV")"
-    "$PYTHON3" -m venv "$VENV"
-fi
+# Makes (or reuses) the venv at $1 and pip-installs the pinned requirements after it; skips pip
+# when `$2==$3` (a distribution and version) is what the venv already has.
+venv() {
+    local venv="$1" probe="$2" version="$3"
+    shift 3
+    # A venv left half-made (or made by another interpreter that is gone) is made again.
+    if ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+        log "creating the venv at $venv"
+        rm -rf "$venv"
+        mkdir -p "$(dirname "$venv")"
+        "$PYTHON3" -m venv "$venv"
+    fi
+    local installed
+    installed="$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('$probe'))" 2>/dev/null || true)"
+    if [ "$installed" != "$version" ] || ! "$venv/bin/python" -m pip check >/dev/null 2>&1; then
+        log "installing $* into $venv (found $probe ${installed:-none})"
+        local started=$SECONDS
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+        log "pip took $((SECONDS - started)) s"
+    fi
+}
 
-installed="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("openai"))' 2>/dev/null || true)"
-if [ "$installed" != "$OPENAI_VERSION" ]; then
-    log "installing openai==$OPENAI_VERSION (found: ${installed:-none})"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION"
-fi
-"$VENV/bin/python" -c 'import openai' || die "the venv's openai does not import"
-log "openai $OPENAI_VERSION ready in $VENV"
+VENV="${AGENTRY_CI_VENV:-${HOME:-/root}/.cache/agentry-ci/venv}"
+LITELLM_VENV="${AGENTRY_CI_LITELLM_VENV:-${HOME:-/root}/.cache/agentry-ci/venv-litellm}"
+
+venv "$VENV" langchain-openai "$LANGCHAIN_OPENAI_VERSION" \
+    "openai==$OPENAI_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION" \
+    "langchain-core==$LANGCHAIN_CORE_VERSION"
+"$VENV/bin/python" -c 'import openai, langchain_openai' || die "the venv's clients do not import"
+log "openai $OPENAI_VERSION and langchain-openai $LANGCHAIN_OPENAI_VERSION ready in $VENV"
+
+venv "$LITELLM_VENV" litellm "$LITELLM_VERSION" "litellm==$LITELLM_VERSION"
+LITELLM_LOCAL_MODEL_COST_MAP=True "$LITELLM_VENV/bin/python" -c 'import litellm' || die "the litellm venv's client does not import"
+log "litellm $LITELLM_VERSION ready in $LITELLM_VENV"
 
 printf 'export AGENTRY_TEST_PYTHON=%q\n' "$VENV/bin/python" >&3
+printf 'export AGENTRY_TEST_LITELLM_PYTHON=%q\n' "$LITELLM_VENV/bin/python" >&3

@@ -8,6 +8,7 @@
 //! | `GET /v1/sessions` | the caller's sessions, paginated |
 //! | `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}` | read or remove it (409 while it executes) |
 //! | `POST /v1/chat/completions` | OpenAI-compatible; server tools run in the loop, client tools come back as `tool_calls` |
+//! | `GET /v1/models`, `GET /v1/models/{id}` | the allow-list, as OpenAI lists models |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
 //!
 //! Configuration is the `[server]` section of `agentry.toml` ([`ServerConfig`]); `docs/server.md`
@@ -65,6 +66,7 @@ pub use state::{AppState, ServerBuilder};
 
 /// The server's routes.
 pub fn router(state: AppState) -> Router {
+    openai::models::start();
     Router::new()
         .route("/v1/sessions", post(sessions::create).get(sessions::list))
         .route(
@@ -73,8 +75,12 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/sessions/{id}/execute", post(sessions::execute))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models::list))
+        .route("/v1/models/{*id}", get(openai::models::retrieve))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .fallback(openai::unknown_route)
+        .method_not_allowed_fallback(openai::wrong_method)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             http::track,

@@ -13,11 +13,16 @@
 //! | `user` messages | user turns; `text` and `image_url` parts (`data:` URLs inline), other parts 400 |
 //! | `assistant` messages | assistant turns: text, refusal, `tool_calls` (arguments parsed from their JSON text) |
 //! | `tool` messages | tool results; each must answer a call of the assistant message before it |
-//! | `tools` (`type: function`) | the client's tools: remote tools of the session |
+//! | `tools` (`type: function`) | the client's tools: remote tools of the session (`strict: true` is a 400: structured output is not implemented yet) |
 //! | `tool_choice` | the tool choice; see below for `required` and named functions |
 //! | `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`), `stop`, `parallel_tool_calls`, `reasoning_effort` | the generation settings |
 //! | `n` | only 1 (400 otherwise) |
-//! | `user`, `seed`, `metadata`, … | ignored |
+//! | `user`, `safety_identifier`, `metadata`, `service_tier`, `prompt_cache_key`, `seed` | ignored: they change nothing the client gets back |
+//! | `response_format` (but `{"type": "text"}`), `logprobs`, `top_logprobs`, `functions`, `function_call`, `audio`, `modalities` (but `["text"]`), `prediction`, penalties, `logit_bias`, `store: true`, `web_search_options`, `verbosity`, unknown fields | 400 naming the field in `param` (their "off" values are accepted) |
+//!
+//! Empty input is refused: an empty `messages` (or one with only system messages) and a
+//! user message with no text (`""` or whitespace only) are 400s, before any model call.
+//! Completion ids are `chatcmpl-` and 128 random bits.
 //!
 //! Every server-side tool is offered next to the client's and run by the loop, under the
 //! same caps as a session's run (iterations, tokens, cost, result size, timeouts) and with
@@ -68,7 +73,8 @@
 //!
 //! Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code", "status"}}`),
 //! with the session endpoints' statuses: 401, 429 (rate, or too many runs: `Retry-After`),
-//! 413, 400, 404 for an unknown model, 503 while draining. A run that fails before the
+//! 413, 400, 404 for an unknown model, 503 while draining; but a run budget that ran out is
+//! 402 (see [`error`] for why not 429). A run that fails before the
 //! first chunk answers with a JSON error and its status, as OpenAI does for a stream that
 //! never started; after that, the stream ends with one `data: {"error": {...}}` chunk and no
 //! `[DONE]`. Budget trips carry `x-should-retry: false`.
@@ -76,6 +82,7 @@
 //! A client that hangs up, streaming or not, cancels the run (model call and tools).
 
 mod error;
+pub(crate) mod models;
 mod request;
 mod response;
 
@@ -210,6 +217,7 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
             format!("n = {n} is not supported: this server returns one choice (n = 1)"),
         ));
     }
+    request::unsupported(&request.rest)?;
     let settings = request::settings(&request)?;
     let client_tools = request::tools(request.tools)?;
     let client_names: HashSet<&str> = client_tools.iter().map(|spec| spec.name.as_str()).collect();
@@ -266,6 +274,16 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
                 .unwrap_or(false)
         }),
     })
+}
+
+/// The fallback for a path no route serves: an OpenAI-shaped 404, not an empty body.
+pub(crate) async fn unknown_route(request: axum::extract::Request) -> Response {
+    OpenAiError::unknown_route(request.method().as_str(), request.uri().path()).into_response()
+}
+
+/// The fallback for a known path with a method it does not serve: an OpenAI-shaped 405.
+pub(crate) async fn wrong_method(request: axum::extract::Request) -> Response {
+    OpenAiError::wrong_method(request.method().as_str(), request.uri().path()).into_response()
 }
 
 /// What a running request holds until its run ends.

@@ -4,8 +4,15 @@
 //! OpenAI's clients pick the exception class from the HTTP status alone (404 is
 //! `NotFoundError`, 429 `RateLimitError`…) and read `message`, `type`, `param` and `code`
 //! from the body, so the body is the server's usual error with two more fields. Failures a
-//! retry cannot fix (a budget that ran out) carry `x-should-retry: false`, which the official
-//! clients obey instead of retrying every 429 and 5xx.
+//! retry cannot fix carry `x-should-retry: false`, which the official clients obey instead of
+//! retrying every 429 and 5xx.
+//!
+//! A run budget that ran out is **402** `budget_exceeded` here, not the 429 of the native
+//! session API (reference 001): the Vercel AI SDK retries every 408, 409, 429 and 5xx
+//! whatever the headers say (its `APICallError.isRetryable`), as do litellm's and most
+//! hand-written retry loops, and a retried request runs the whole agent loop, and spends,
+//! again. No mainstream client retries a 402, and "payment required" says what happened: the
+//! money this request may spend is gone.
 
 use agent_types::{AgentError, ErrorKind};
 
@@ -53,6 +60,30 @@ impl OpenAiError {
         }
     }
 
+    /// 404 for a path no route serves, in OpenAI's words.
+    pub(crate) fn unknown_route(method: &str, path: &str) -> Self {
+        Self {
+            code: Some("unknown_url"),
+            ..Self::from(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("Invalid URL ({method} {path}): no such endpoint on this server"),
+            ))
+        }
+    }
+
+    /// 405 for a path served under other methods.
+    pub(crate) fn wrong_method(method: &str, path: &str) -> Self {
+        Self {
+            code: Some("method_not_allowed"),
+            ..Self::from(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                format!("{method} is not allowed on {path}"),
+            ))
+        }
+    }
+
     /// The error that ended a run, for a client that is still there.
     pub(crate) fn from_run(error: &AgentError) -> Self {
         let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -61,7 +92,7 @@ impl OpenAiError {
                 (status, "invalid_request_error", None, Some(false))
             }
             ErrorKind::BudgetExceeded { .. } => (
-                status,
+                StatusCode::PAYMENT_REQUIRED,
                 "budget_exceeded_error",
                 Some("budget_exceeded"),
                 Some(false),

@@ -13,8 +13,10 @@ use serde_json::{Value, json};
 
 use super::error::OpenAiError;
 
-/// The body of `POST /v1/chat/completions`. Fields we do not use (`user`, `seed`,
-/// `logit_bias`, `metadata`, `store`, …) are ignored, as clients send many of them.
+/// The body of `POST /v1/chat/completions`. Every field OpenAI defines is read: the ones we
+/// implement below, and the rest into [`ChatRequest::rest`], where [`unsupported`] accepts
+/// only the ones that change nothing the client gets back (see there) and refuses the others
+/// with a 400 naming the field, as OpenAI refuses a field it does not know.
 #[derive(Debug, Deserialize)]
 pub(crate) struct ChatRequest {
     pub(crate) model: String,
@@ -31,6 +33,78 @@ pub(crate) struct ChatRequest {
     pub(crate) parallel_tool_calls: Option<bool>,
     pub(crate) n: Option<u32>,
     pub(crate) reasoning_effort: Option<String>,
+    /// Every other field, checked by [`unsupported`].
+    #[serde(flatten)]
+    pub(crate) rest: serde_json::Map<String, Value>,
+}
+
+/// Fields accepted and ignored because they change nothing in the completion the client gets
+/// back: attribution and billing hints (`user`, `safety_identifier`, `metadata`,
+/// `service_tier`, `prompt_cache_key`), and `seed`, which OpenAI itself only honours "best
+/// effort" and our providers mostly do not offer.
+const IGNORED: &[&str] = &[
+    "user",
+    "safety_identifier",
+    "metadata",
+    "service_tier",
+    "prompt_cache_key",
+    "seed",
+];
+
+/// Refuses every field of the request that would change the answer if it were honoured and
+/// that this server does not implement: 400 `invalid_request_error` with `param` naming it.
+///
+/// A field sent with its "off" value (`null`, `logprobs: false`, a zero penalty,
+/// `response_format: {"type": "text"}`, `modalities: ["text"]`, an empty `logit_bias`,
+/// `store: false`) asks for nothing and is accepted, since SDKs send some of these by default.
+pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), OpenAiError> {
+    // Sorted so that the error names the same field whatever order the client sent them in.
+    let mut fields: Vec<(&String, &Value)> = rest.iter().collect();
+    fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (field, value) in fields {
+        if value.is_null() || IGNORED.contains(&field.as_str()) {
+            continue;
+        }
+        let why = match field.as_str() {
+            "response_format" if value.get("type") == Some(&json!("text")) => continue,
+            "response_format" => {
+                "structured output (`response_format` other than `{\"type\": \"text\"}`) is not \
+                 supported yet"
+            }
+            "logprobs" if value == &json!(false) => continue,
+            "logprobs" => "log probabilities are not available from this server",
+            "top_logprobs" if value == &json!(0) => continue,
+            "top_logprobs" => "log probabilities are not available from this server",
+            "functions" | "function_call" => {
+                "the deprecated `functions` and `function_call` are not supported; use `tools` \
+                 and `tool_choice`"
+            }
+            "modalities" if value == &json!(["text"]) => continue,
+            "modalities" | "audio" => "this server answers with text only",
+            "prediction" => "predicted outputs are not supported",
+            "frequency_penalty" | "presence_penalty" if value.as_f64() == Some(0.0) => continue,
+            "frequency_penalty" | "presence_penalty" => {
+                "frequency and presence penalties are not supported"
+            }
+            "logit_bias" if value.as_object().is_some_and(serde_json::Map::is_empty) => continue,
+            "logit_bias" => "`logit_bias` is not supported",
+            "store" if value == &json!(false) => continue,
+            "store" => "this server does not store completions",
+            "web_search_options" => "web search is not supported",
+            "verbosity" => "`verbosity` is not supported",
+            _ => {
+                return Err(OpenAiError::invalid(
+                    field.as_str(),
+                    format!("Unrecognized request argument supplied: {field}"),
+                ));
+            }
+        };
+        return Err(OpenAiError::invalid(
+            field.as_str(),
+            format!("{field}: {why}"),
+        ));
+    }
+    Ok(())
 }
 
 /// `stream_options`.
@@ -101,6 +175,9 @@ struct InFunction {
     name: String,
     description: Option<String>,
     parameters: Option<Value>,
+    /// `true` asks for arguments that always match the schema (structured output), which
+    /// this server cannot promise yet: refused rather than ignored.
+    strict: Option<bool>,
 }
 
 /// `messages`, as the session's system prompt and history.
@@ -174,7 +251,8 @@ pub(crate) fn conversation(messages: Vec<InMessage>) -> Result<Conversation, Ope
         None => {
             return Err(OpenAiError::invalid(
                 "messages",
-                "messages must contain at least one user message",
+                "messages must contain at least one user message (it is empty or holds only \
+                 system messages)",
             ));
         }
     }
@@ -224,7 +302,14 @@ fn text(content: &Value, param: &str) -> Result<String, OpenAiError> {
 
 /// A user turn: a string, or `text` and `image_url` parts in order.
 fn user(content: &Value, param: &str) -> Result<UserMessage, OpenAiError> {
+    let empty = || {
+        OpenAiError::invalid(
+            param,
+            format!("{param} is empty: a user message needs some text or an image"),
+        )
+    };
     let parts = match content {
+        Value::String(text) if text.trim().is_empty() => return Err(empty()),
         Value::String(text) => return Ok(UserMessage::text(text.clone())),
         Value::Array(parts) if !parts.is_empty() => parts,
         _ => {
@@ -246,6 +331,11 @@ fn user(content: &Value, param: &str) -> Result<UserMessage, OpenAiError> {
             },
             other => return Err(unsupported_part(other, &param)),
         });
+    }
+    let blank =
+        |block: &UserBlock| matches!(block, UserBlock::Text { text } if text.trim().is_empty());
+    if blocks.iter().all(blank) {
+        return Err(empty());
     }
     Ok(UserMessage { content: blocks })
 }
@@ -423,6 +513,15 @@ pub(crate) fn tools(tools: Option<Vec<InTool>>) -> Result<Vec<ToolSpec>, OpenAiE
                 format!("{param} needs `function`"),
             ));
         };
+        if function.strict == Some(true) {
+            return Err(OpenAiError::invalid(
+                format!("{param}.function.strict"),
+                format!(
+                    "{param}.function.strict: strict tool arguments (structured output) are not \
+                     supported yet; leave `strict` out or false"
+                ),
+            ));
+        }
         agent_tools::validate_name(&function.name).map_err(|error| {
             OpenAiError::invalid(format!("{param}.function.name"), error.to_string())
         })?;

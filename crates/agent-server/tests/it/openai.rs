@@ -84,6 +84,13 @@ fn tool_runs(server: &TestServer, tool: &str) -> f64 {
     )
 }
 
+fn model_calls(server: &TestServer) -> f64 {
+    server.state.metrics().value(
+        "agentry_model_calls_total",
+        &[("tenant", "acme"), ("model", "demo")],
+    )
+}
+
 async fn complete(server: &TestServer, body: Value) -> Value {
     let response = server
         .post("/v1/chat/completions", "key-acme")
@@ -456,7 +463,8 @@ async fn a_run_that_fails_answers_with_an_error_or_ends_its_stream_with_one() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 429);
+    // 402, not 429: the Vercel AI SDK retries every 429 whatever the headers say.
+    assert_eq!(response.status(), 402);
     // A retry would trip it again: the official clients are told not to.
     assert_eq!(response.headers()["x-should-retry"], "false");
     let body: Value = response.json().await.unwrap();
@@ -478,7 +486,7 @@ async fn a_run_that_fails_answers_with_an_error_or_ends_its_stream_with_one() {
     );
     let last = streamed.chunks.last().unwrap();
     assert_eq!(last["error"]["code"], "budget_exceeded", "{last}");
-    assert_eq!(last["error"]["status"], 429);
+    assert_eq!(last["error"]["status"], 402);
     assert!(streamed.finish_reasons().is_empty());
     server.shutdown().await;
 }
@@ -572,44 +580,393 @@ async fn a_tenant_at_its_concurrent_run_limit_gets_429() {
     server.shutdown().await;
 }
 
+#[tokio::test]
+async fn unknown_routes_and_wrong_methods_answer_openai_shaped_json() {
+    let server = TestServer::start().await;
+    for (method, path, status, code) in [
+        (reqwest::Method::POST, "/v1/completions", 404, "unknown_url"),
+        (
+            reqwest::Method::GET,
+            "/v1/nothing/here?x=1",
+            404,
+            "unknown_url",
+        ),
+        (reqwest::Method::GET, "/", 404, "unknown_url"),
+        (
+            reqwest::Method::GET,
+            "/v1/chat/completions",
+            405,
+            "method_not_allowed",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/sessions",
+            405,
+            "method_not_allowed",
+        ),
+    ] {
+        let response = server
+            .client
+            .request(method.clone(), format!("{}{path}", server.url))
+            .bearer_auth("key-acme")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{method} {path}");
+        if status == 405 {
+            let allow = response.headers()["allow"].to_str().unwrap();
+            assert!(
+                allow.contains("POST") && !allow.contains(method.as_str()),
+                "{allow}"
+            );
+        }
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{method} {path}"
+        );
+        let body: Value = response.json().await.unwrap();
+        let error = &body["error"];
+        assert_eq!(error["code"], code, "{body}");
+        assert_eq!(error["type"], "invalid_request_error");
+        assert_eq!(error["status"], status);
+        assert!(error["param"].is_null());
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(method.as_str()), "{message}");
+        // The path, never the query string.
+        assert!(!message.contains("x=1"), "{message}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn models_are_listed_as_openai_lists_them() {
+    let config = format!(
+        "{CONFIG}\n[[server.models]]\nname = \"team/demo-2\"\nprovider = \"replay\"\nrecording = \"anthropic\"\n"
+    );
+    let server = TestServer::with(&config, Vec::new()).await;
+    let response = server.get("/v1/models", "key-acme").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let list: Value = response.json().await.unwrap();
+    assert_eq!(list["object"], "list");
+    let data = list["data"].as_array().unwrap();
+    let ids: Vec<&str> = data.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["demo", "team/demo-2"]);
+    for model in data {
+        assert_eq!(model["object"], "model");
+        assert_eq!(model["owned_by"], "agentry");
+        assert!(
+            model["created"].as_u64().unwrap() > 1_700_000_000,
+            "{model}"
+        );
+    }
+
+    for id in ["demo", "team/demo-2"] {
+        let response = server
+            .get(&format!("/v1/models/{id}"), "key-acme")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{id}");
+        let model: Value = response.json().await.unwrap();
+        assert_eq!(model["id"], id);
+        assert_eq!(model["object"], "model");
+    }
+
+    let response = server
+        .get("/v1/models/gpt-9", "key-acme")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "model_not_found");
+    assert_eq!(body["error"]["param"], "model");
+
+    // Authenticated like every other endpoint.
+    for path in ["/v1/models", "/v1/models/demo"] {
+        let response = server.get(path, "wrong-key").send().await.unwrap();
+        assert_eq!(response.status(), 401, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_api_key");
+    }
+    server.shutdown().await;
+}
+
+/// Every field OpenAI defines that this server would otherwise have dropped is a 400 naming
+/// it; the fields' "off" values and the attribution fields pass.
+#[tokio::test]
+async fn accepted_but_ignored_fields_are_refused_naming_the_field() {
+    let server = TestServer::start().await;
+    let refused = [
+        ("response_format", json!({"type": "json_object"})),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+        ),
+        ("logprobs", json!(true)),
+        ("top_logprobs", json!(3)),
+        (
+            "functions",
+            json!([{"name": "f", "parameters": {"type": "object"}}]),
+        ),
+        ("function_call", json!("auto")),
+        ("audio", json!({"voice": "alloy", "format": "wav"})),
+        ("modalities", json!(["text", "audio"])),
+        ("prediction", json!({"type": "content", "content": "draft"})),
+        ("frequency_penalty", json!(0.5)),
+        ("presence_penalty", json!(-1)),
+        ("logit_bias", json!({"50256": -100})),
+        ("store", json!(true)),
+        ("web_search_options", json!({})),
+        ("verbosity", json!("low")),
+        ("made_up_field", json!(1)),
+    ];
+    for (field, value) in refused {
+        let mut body = json!({"model": "demo", "messages": opening()});
+        body[field] = value.clone();
+        for streaming in [false, true] {
+            body["stream"] = streaming.into();
+            let response = server
+                .post("/v1/chat/completions", "key-acme")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 400, "{field}: {value}");
+            let error: Value = response.json().await.unwrap();
+            assert_eq!(error["error"]["param"], field, "{error}");
+            assert_eq!(error["error"]["type"], "invalid_request_error");
+            assert!(
+                error["error"]["message"].as_str().unwrap().contains(field),
+                "{error}"
+            );
+        }
+    }
+    // A strict tool asks for structured output too.
+    let mut strict = weather_tool();
+    strict["function"]["strict"] = true.into();
+    let response = server
+        .post("/v1/chat/completions", "key-acme")
+        .json(&json!({"model": "demo", "messages": opening(), "tools": [strict]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(
+        error["error"]["param"], "tools[0].function.strict",
+        "{error}"
+    );
+    assert_eq!(model_calls(&server), 0.0, "no model call was made");
+
+    let mut not_strict = weather_tool();
+    not_strict["function"]["strict"] = false.into();
+    let accepted = complete(
+        &server,
+        json!({"model": "demo", "messages": opening(),
+               "response_format": {"type": "text"}, "logprobs": false, "top_logprobs": null,
+               "modalities": ["text"], "frequency_penalty": 0, "presence_penalty": 0.0,
+               "logit_bias": {}, "store": false, "functions": null, "audio": null,
+               "user": "u-1", "seed": 7, "metadata": {"k": "v"}, "service_tier": "auto",
+               "safety_identifier": "s", "prompt_cache_key": "p", "tools": [not_strict]}),
+    )
+    .await;
+    assert_eq!(accepted["choices"][0]["finish_reason"], "tool_calls");
+    check_weather_calls(
+        accepted["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap(),
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn empty_messages_and_empty_user_messages_are_refused() {
+    let server = TestServer::start().await;
+    let cases = [
+        (json!([]), "messages"),
+        (json!([{"role": "system", "content": SYSTEM}]), "messages"),
+        (
+            json!([{"role": "user", "content": ""}]),
+            "messages[0].content",
+        ),
+        (
+            json!([{"role": "system", "content": SYSTEM}, {"role": "user", "content": " \n\t "}]),
+            "messages[1].content",
+        ),
+        (
+            json!([{"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "  "}]}]),
+            "messages[0].content",
+        ),
+        (
+            json!([{"role": "user", "content": "  "}, {"role": "assistant", "content": "ok"},
+                   {"role": "user", "content": "Hi"}]),
+            "messages[0].content",
+        ),
+    ];
+    for (messages, param) in cases {
+        for streaming in [false, true] {
+            let response = server
+                .post("/v1/chat/completions", "key-acme")
+                .json(&json!({"model": "demo", "messages": messages, "stream": streaming}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 400, "{messages}");
+            let error: Value = response.json().await.unwrap();
+            assert_eq!(error["error"]["param"], param, "{error}");
+        }
+    }
+    assert_eq!(model_calls(&server), 0.0, "no model call was made");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn completion_ids_are_random() {
+    let server = TestServer::start().await;
+    let mut ids = Vec::new();
+    for _ in 0..8 {
+        let body = complete(
+            &server,
+            json!({"model": "demo", "messages": opening(), "tools": [weather_tool()]}),
+        )
+        .await;
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let hex = id.strip_prefix("chatcmpl-").unwrap();
+        assert_eq!(hex.len(), 32, "128 bits: {id}");
+        assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    }
+    // Sequential ids (a millisecond clock, the pid and a counter) share their start; 128
+    // random bits share 8 leading hex digits by chance once in 2^32 pairs.
+    let prefixes: std::collections::HashSet<&str> = ids.iter().map(|id| &id[9..17]).collect();
+    assert_eq!(prefixes.len(), ids.len(), "{ids:#?}");
+    let suffixes: std::collections::HashSet<&str> =
+        ids.iter().map(|id| &id[id.len() - 8..]).collect();
+    assert_eq!(suffixes.len(), ids.len(), "{ids:#?}");
+    server.shutdown().await;
+}
+
+/// Requests that reached `/v1/chat/completions` on `server`, whatever their status.
+fn chat_requests(server: &TestServer) -> f64 {
+    server
+        .state
+        .metrics()
+        .render()
+        .lines()
+        .filter(|line| {
+            line.starts_with("agentry_http_requests_total{")
+                && line.contains("route=\"/v1/chat/completions\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A server whose runs trip their budget: one tool round allowed, the demo needs two.
+async fn capped_server() -> TestServer {
+    TestServer::with(
+        &format!("{CONFIG}\n[server.caps]\nmax_iterations = 1\n"),
+        Vec::new(),
+    )
+    .await
+}
+
+/// The program in `$variable` (set by a `.ci` script), or `None` to skip outside CI; under
+/// `CI` a missing one fails the test.
+fn client_program(variable: &str, script: &str) -> Option<std::ffi::OsString> {
+    if let Some(program) = std::env::var_os(variable) {
+        return Some(program);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{variable} is not set: CI must run `eval \"$(bash .ci/{script})\"` first"
+    );
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("skipped: {variable} is not set (run `eval \"$(bash .ci/{script})\"`)");
+    }
+    None
+}
+
+/// Runs a real client's check script (`tests/<script>`) with `program` against a demo server
+/// and a budget-capped one, and checks that it passed and that its `trips` budget trips
+/// reached the capped server once each: no client retried one.
+async fn run_client(program: std::ffi::OsString, script: &str, trips: u32) {
+    let server = TestServer::start().await;
+    let capped = capped_server().await;
+    let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new(&program)
+            .arg(&script)
+            .arg(&server.url)
+            .arg("key-acme")
+            .arg(&capped.url)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the client finishes")
+    .expect("the client's interpreter starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stderr}\n{stdout}"
+    );
+    assert!(stderr.contains("all checks passed"), "{stderr}");
+    assert_eq!(
+        chat_requests(&capped),
+        f64::from(trips),
+        "{script}: exactly one request reaches the server per budget trip:\n{}",
+        capped.state.metrics().render()
+    );
+    capped.shutdown().await;
+    server.shutdown().await;
+}
+
 /// The official `openai` Python client, from PyPI, against this server: `.ci/python.sh`
 /// makes the venv and says where its interpreter is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_python_client_works_unchanged() {
-    let Some(python) = std::env::var_os("AGENTRY_TEST_PYTHON") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "AGENTRY_TEST_PYTHON is not set: CI must run `eval \"$(bash .ci/python.sh)\"` first"
-        );
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!(
-                "skipped: AGENTRY_TEST_PYTHON is not set (run `eval \"$(bash .ci/python.sh)\"`)"
-            );
-        }
-        return;
-    };
-    let server = TestServer::start().await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/openai_client/test_client.py"
-    );
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(python)
-            .arg(script)
-            .arg(&server.url)
-            .arg("key-acme")
-            .output(),
-    )
-    .await
-    .expect("the Python client finishes")
-    .expect("the Python interpreter starts");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the Python client failed:\n{stderr}"
-    );
-    assert!(stderr.contains("all checks passed"), "{stderr}");
-    server.shutdown().await;
+    if let Some(python) = client_program("AGENTRY_TEST_PYTHON", "python.sh") {
+        run_client(python, "openai_client/test_client.py", 1).await;
+    }
+}
+
+/// `langchain-openai`'s `ChatOpenAI`, from PyPI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langchain_openai_works_unchanged() {
+    if let Some(python) = client_program("AGENTRY_TEST_PYTHON", "python.sh") {
+        run_client(python, "openai_client/test_langchain.py", 1).await;
+    }
+}
+
+/// `litellm`, from PyPI, in its own venv.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn litellm_works_unchanged() {
+    if let Some(python) = client_program("AGENTRY_TEST_LITELLM_PYTHON", "python.sh") {
+        run_client(python, "openai_client/test_litellm.py", 1).await;
+    }
+}
+
+/// The Vercel AI SDK (`ai` with `@ai-sdk/openai-compatible`), from npm: its `generateText`
+/// retries every 429, so this is where a budget trip must be something else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vercel_ai_sdk_works_unchanged_and_does_not_retry_a_budget_trip() {
+    if let Some(node) = client_program("AGENTRY_TEST_NODE", "node.sh") {
+        run_client(node, "node_client/ai_sdk.mjs", 2).await;
+    }
+}
+
+/// The official `openai` npm package.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_node_client_works_unchanged() {
+    if let Some(node) = client_program("AGENTRY_TEST_NODE", "node.sh") {
+        run_client(node, "node_client/openai_sdk.mjs", 2).await;
+    }
 }

@@ -5,7 +5,10 @@ demo model (`demo`), whose script is: round 1 asks for get_weather(Lisbon), get_
 and clock; round 2 for calculator("19 - 4"); round 3 answers. Here `get_weather` is the
 client's tool, while clock and calculator run on the server.
 
-    python test_client.py <base_url> <api_key>
+    python test_client.py <base_url> <api_key> <budget_capped_base_url>
+
+The third server trips its run budget on the demo; the Rust side checks that the budget trip
+reached it exactly once (the client's default retries left on).
 
 Exits 0 when every check passes; a failed check raises, which exits non-zero with a traceback.
 Progress goes to stderr.
@@ -194,10 +197,10 @@ def streaming(client):
 
 
 def stream_helper(client):
-    """The client's own accumulating stream helper, which checks the chunk sequence itself and
-    parses strict tools' arguments."""
+    """The client's own accumulating stream helper, which checks the chunk sequence itself.
+    A strict tool (structured output, not supported yet) is refused naming the field."""
     with client.chat.completions.stream(
-        model="demo", messages=opening(), tools=[weather_tool(strict=True)]
+        model="demo", messages=opening(), tools=[weather_tool()]
     ) as stream:
         for _ in stream:
             pass
@@ -206,9 +209,16 @@ def stream_helper(client):
     check(choice.finish_reason == "tool_calls", f"finish_reason: {choice.finish_reason}")
     calls = choice.message.tool_calls
     check_calls([(c.id, c.function.name, c.function.arguments) for c in calls])
-    parsed = sorted(c.function.parsed_arguments["city"] for c in calls)
-    check(parsed == ["Lisbon", "Oslo"], f"parsed arguments: {parsed}")
-    log("stream helper: parsed", parsed)
+    try:
+        with client.chat.completions.stream(
+            model="demo", messages=opening(), tools=[weather_tool(strict=True)]
+        ) as stream:
+            for _ in stream:
+                pass
+        raise AssertionError("a strict tool must fail")
+    except openai.BadRequestError as error:
+        check(error.param == "tools[0].function.strict", f"param {error.param}")
+    log("stream helper: tool calls; strict refused")
 
 
 def errors(client, base_url):
@@ -229,12 +239,50 @@ def errors(client, base_url):
         raise AssertionError("a wrong key must fail")
     except openai.AuthenticationError as error:
         check(error.status_code == 401, f"status {error.status_code}")
+    for messages, param in (([], "messages"), ([{"role": "user", "content": "  "}], "messages[0].content")):
+        try:
+            client.chat.completions.create(model="demo", messages=messages)
+            raise AssertionError(f"messages={messages} must fail")
+        except openai.BadRequestError as error:
+            check(error.status_code == 400, f"status {error.status_code}")
+            check(error.param == param, f"param {error.param}")
+    try:
+        client.chat.completions.create(
+            model="demo", messages=opening(), response_format={"type": "json_object"}
+        )
+        raise AssertionError("response_format must fail")
+    except openai.BadRequestError as error:
+        check(error.param == "response_format", f"param {error.param}")
     log("errors: NotFoundError, BadRequestError, AuthenticationError")
 
 
+def models(client):
+    ids = [model.id for model in client.models.list()]
+    check(ids == ["demo"], f"the models: {ids}")
+    check(client.models.retrieve("demo").object == "model", "a model")
+    try:
+        client.models.retrieve("gpt-9")
+        raise AssertionError("an unknown model must fail")
+    except openai.NotFoundError as error:
+        check(error.code == "model_not_found", f"code {error.code}")
+    log("models:", ids)
+
+
+def budget_trip(capped_url, api_key):
+    """With the default retries: a 402 that is not retried (the Rust side counts requests)."""
+    capped = OpenAI(base_url=capped_url, api_key=api_key, timeout=30)
+    try:
+        capped.chat.completions.create(model="demo", messages=opening())
+        raise AssertionError("a budget trip must fail")
+    except openai.APIStatusError as error:
+        check(error.status_code == 402, f"status {error.status_code}")
+        check(error.code == "budget_exceeded", f"code {error.code}")
+    log("budget trip: 402 budget_exceeded")
+
+
 def main():
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: test_client.py <base_url> <api_key>")
+    if len(sys.argv) != 4:
+        raise SystemExit("usage: test_client.py <base_url> <api_key> <budget_capped_base_url>")
     base_url = sys.argv[1].rstrip("/") + "/v1"
     client = OpenAI(base_url=base_url, api_key=sys.argv[2], max_retries=0, timeout=30)
     log("openai", openai.__version__, "against", base_url)
@@ -242,6 +290,8 @@ def main():
     streaming(client)
     stream_helper(client)
     errors(client, base_url)
+    models(client)
+    budget_trip(sys.argv[3].rstrip("/") + "/v1", sys.argv[2])
     log("all checks passed")
 
 
