@@ -9,6 +9,10 @@
 //! - `FILE.state.json` is the rest of the session: provider, model, system prompt, tools,
 //!   status, pending remote calls and the budgets a suspended run has used. It is replaced
 //!   atomically (write, sync, rename) before and after each run.
+//!
+//! Both are created readable by the user alone (0600). Each state file written is recorded in
+//! the user's trust store ([`crate::trust`]) with its hash, so that a state file agentry did not
+//! write (planted beside a log, or edited since) cannot route a key or widen tool access.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +28,7 @@ use agent_backends::Api;
 
 use crate::args::BuiltinTool;
 use crate::error::Error;
+use crate::trust::{self, Kind, Verdict};
 
 /// The state file's format version.
 const STATE_FORMAT: u32 = 1;
@@ -59,6 +64,9 @@ pub(crate) struct SessionState {
     pub(crate) root: Option<PathBuf>,
     /// The session; its messages live in the log, not here.
     pub(crate) session: Session,
+    /// Whether the state file read was the one agentry last wrote there (never stored).
+    #[serde(skip)]
+    pub(crate) verdict: Verdict,
 }
 
 impl SessionState {
@@ -71,6 +79,8 @@ impl SessionState {
             tools: Vec::new(),
             root: None,
             session,
+            // A state made now is the user's own.
+            verdict: Verdict::Trusted,
         }
     }
 }
@@ -105,8 +115,8 @@ impl SessionFile {
     /// file exists yet.
     pub(crate) async fn load(&self) -> Result<Option<SessionState>, Error> {
         let state_path = self.state_path();
-        let text = match tokio::fs::read_to_string(&state_path).await {
-            Ok(text) => text,
+        let bytes = match tokio::fs::read(&state_path).await {
+            Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 if self.has_log().await {
                     return Err(Error::session(
@@ -127,9 +137,15 @@ impl SessionFile {
                 ));
             }
         };
-        let mut state: SessionState = serde_json::from_str(&text).map_err(|error| {
+        let mut state: SessionState = serde_json::from_slice(&bytes).map_err(|error| {
             Error::session(&state_path, format!("not a session state file: {error}"))
         })?;
+        // The verdict is for exactly the bytes just parsed.
+        state.verdict = trust::check(&state_path, &bytes, Kind::State)?;
+        if let Some(url) = &state.base_url {
+            crate::endpoint::check_base_url(url)
+                .map_err(|message| Error::session(&state_path, format!("base_url: {message}")))?;
+        }
         if state.agentry_session_state != STATE_FORMAT {
             return Err(Error::session(
                 &state_path,
@@ -183,6 +199,16 @@ impl SessionFile {
         &self,
         session: &Session,
     ) -> Result<Arc<dyn ConversationAppender>, Error> {
+        // Created private before the store opens it; SQLite gives its journal and WAL files
+        // the database file's permissions.
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || match trust::create_private(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => Err(error),
+            _ => Ok(()),
+        })
+        .await
+        .map_err(|error| Error::session(&self.path, error))?
+        .map_err(|error| Error::session(&self.path, format!("cannot create it: {error}")))?;
         Ok(match self.store {
             Store::Jsonl => Arc::new(
                 JsonlAppender::open(&self.path)
@@ -206,25 +232,17 @@ impl SessionFile {
         let mut json = json.map_err(|error| Error::session(&self.path, error))?;
         json.push(b'\n');
         let path = self.state_path();
-        tokio::task::spawn_blocking(move || write_atomically(&path, &json))
-            .await
-            .map_err(|error| Error::session(&self.path, error))?
-            .map_err(|error| Error::session(self.state_path(), format!("cannot write it: {error}")))
+        tokio::task::spawn_blocking(move || {
+            trust::write_private_atomically(&path, &json)
+                .map_err(|error| format!("cannot write it: {error}"))?;
+            // Recorded as ours, so the next command may honour its base URL and tools.
+            trust::record(&path, &json, Kind::State).map_err(|error| error.to_string())
+        })
+        .await
+        .map_err(|error| Error::session(&self.path, error))?
+        .map(|_| ())
+        .map_err(|message| Error::session(self.state_path(), message))
     }
-}
-
-/// Writes `bytes` to a temporary file next to `path`, syncs it and renames it over `path`, so
-/// a crash leaves either the old state or the new one, never half of either.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_data()?;
-    drop(file);
-    std::fs::rename(&temporary, path)
 }
 
 /// An error with its causes, on one line.
