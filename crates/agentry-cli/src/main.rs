@@ -119,9 +119,10 @@ enum Command {
     /// Serve agent sessions over HTTP + SSE and an OpenAI-compatible endpoint, from the
     /// [server] section of agentry.toml (docs/server.md); SIGTERM or Ctrl-C drains and stops.
     Serve {
-        /// The configuration file
-        #[arg(long, value_name = "FILE", default_value = "agentry.toml")]
-        config: PathBuf,
+        /// The configuration file [default: ./agentry.toml, only when you have trusted it
+        /// with `agentry trust`]
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Listen here instead of [server].listen (e.g. 127.0.0.1:0 for any free port)
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
@@ -187,9 +188,17 @@ fn main() -> ExitCode {
             Command::Trust { file, list, remove } => {
                 trust::command(file, list, remove).map(|()| ExitCode::SUCCESS)
             }
-            Command::Serve { config, listen } => serve::run(&config, listen.as_deref())
-                .await
-                .map(|()| ExitCode::SUCCESS),
+            Command::Serve { config, listen } => {
+                // The [server] section names the endpoints the operator's keys go to: a file
+                // found in the working directory is used only when the user trusted it.
+                let config = match config {
+                    Some(path) => path,
+                    None => trust::require_trusted(std::path::Path::new("agentry.toml"))?,
+                };
+                serve::run(&config, listen.as_deref())
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
+            }
             Command::Demo {
                 provider,
                 loop_args,

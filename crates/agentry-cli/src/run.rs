@@ -569,6 +569,61 @@ fn status_name(status: SessionStatus) -> String {
 mod tests {
     use super::*;
 
+    fn state(provider: Api, base_url: Option<&str>, tools: &[BuiltinTool]) -> SessionState {
+        let mut state = SessionState::new(provider, Session::new("m"));
+        state.base_url = base_url.map(str::to_owned);
+        state.tools = tools.to_vec();
+        state
+    }
+
+    fn say(provider: Api, base_url: Option<&str>, tools: &[BuiltinTool]) -> Say {
+        Say {
+            provider,
+            base_url: base_url.map(str::to_owned),
+            tools: tools.to_vec(),
+            root: None,
+        }
+    }
+
+    #[test]
+    fn a_doubted_base_url_or_read_file_is_refused_unless_the_user_says_the_same() {
+        let mut planted = state(Api::Openai, Some("http://evil.example/v1?k=1"), &[]);
+        let refused = vet(&mut planted, &say(Api::Openai, None, &[]));
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(refused[0].contains("OPENAI_API_KEY"), "{refused:?}");
+        assert!(
+            !refused[0].contains("k=1"),
+            "the query is never shown: {refused:?}"
+        );
+
+        let mut confirmed = state(Api::Openai, Some("http://proxy:8000/v1"), &[]);
+        let user = say(Api::Openai, Some("http://proxy:8000/v1"), &[]);
+        assert!(vet(&mut confirmed, &user).is_empty());
+
+        // The user's proxy with another provider's key: refused.
+        let mut switched = state(Api::Anthropic, Some("http://proxy:8000/v1"), &[]);
+        let refused = vet(&mut switched, &user);
+        assert!(refused[0].contains("ANTHROPIC_API_KEY"), "{refused:?}");
+        // Without a base URL a provider's key goes to that provider: not refused.
+        let mut official = state(Api::Anthropic, None, &[]);
+        assert!(vet(&mut official, &say(Api::Openai, None, &[])).is_empty());
+
+        let mut reads = state(Api::Openai, None, &[BuiltinTool::ReadFile]);
+        reads.root = Some(PathBuf::from("/"));
+        let refused = vet(&mut reads, &say(Api::Openai, None, &[]));
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        let mut harmless = state(Api::Openai, None, &[BuiltinTool::Calculator]);
+        assert!(vet(&mut harmless, &say(Api::Openai, None, &[])).is_empty());
+    }
+
+    #[test]
+    fn a_doubted_root_without_read_file_is_dropped_not_kept() {
+        let mut planted = state(Api::Openai, None, &[]);
+        planted.root = Some(PathBuf::from("/"));
+        assert!(vet(&mut planted, &say(Api::Openai, None, &[])).is_empty());
+        assert_eq!(planted.root, None);
+    }
+
     fn pending() -> Vec<ToolCall> {
         vec![
             ToolCall::new("call_1", "lookup", json!({"q": "a"})),

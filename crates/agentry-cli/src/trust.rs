@@ -192,7 +192,10 @@ pub(crate) fn remove(path: &Path) -> Result<bool, Error> {
     let Some(store) = store_path() else {
         return Ok(false);
     };
-    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    // A file deleted since is still forgotten by the absolute path it had.
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| {
+        std::env::current_dir().map_or_else(|_| path.to_path_buf(), |dir| dir.join(path))
+    });
     let mut removed = false;
     update(&store, |entries| {
         let before = entries.len();
@@ -315,6 +318,27 @@ impl Drop for Lock {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// `path` when the user trusts its current bytes as a configuration (for `agentry serve`,
+/// whose `[server]` section says where every key goes); else the refusal.
+pub(crate) fn require_trusted(path: &Path) -> Result<PathBuf, Error> {
+    let bytes = std::fs::read(path).map_err(|error| Error::Config {
+        path: path.to_path_buf(),
+        message: format!("cannot read it: {error}; name the configuration with --config FILE"),
+    })?;
+    let why = match check(path, &bytes, Kind::Config)? {
+        Verdict::Trusted => return Ok(path.to_path_buf()),
+        Verdict::Changed => "has changed since it was trusted",
+        Verdict::Unknown => "is not trusted",
+    };
+    Err(Error::Untrusted(format!(
+        "refused: {} was found in the directory agentry serve runs in and {why}; its [server] \
+         section names the endpoints your keys go to. Name the file with --config FILE, or, if \
+         you wrote it or have read it, run `agentry trust {}`.",
+        path.display(),
+        path.display()
+    )))
 }
 
 /// `agentry trust [FILE]`, `--list`, `--remove FILE`.

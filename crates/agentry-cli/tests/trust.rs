@@ -616,3 +616,53 @@ fn the_session_log_and_state_file_are_created_private() {
         }
     }
 }
+
+#[test]
+fn agentry_serve_uses_a_found_agentry_toml_only_when_trusted() {
+    let user = User::new();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(
+        project.path().join("agentry.toml"),
+        r#"
+[server]
+listen = "127.0.0.1:0"
+[server.store]
+kind = "sqlite"
+path = "sessions.db"
+[[server.models]]
+name = "demo"
+provider = "replay"
+recording = "anthropic"
+[[server.tenants]]
+name = "demo"
+api_keys = ["sk-agentry-test-key-0123456789abcdef"]
+"#,
+    )
+    .unwrap();
+    let (code, _, stderr) =
+        run(user
+            .agentry(project.path())
+            .args(["serve", "--listen", "127.0.0.1:0"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("is not trusted") && stderr.contains("agentry trust agentry.toml"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening"), "{stderr}");
+    assert!(!project.path().join("sessions.db").exists());
+
+    let (code, _, stderr) = run(user.agentry(project.path()).args(["trust"]));
+    assert_eq!(code, 0, "{stderr}");
+    let mut child = user
+        .agentry(project.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first.starts_with("agentry serve: listening on "), "{first}");
+}
