@@ -37,7 +37,7 @@ use agent_backends::Api;
 
 use crate::args::{BuiltinTool, LoopArgs, OnToolError, Validation};
 use crate::error::Error;
-use crate::trust::{self, Kind, Verdict};
+use crate::trust::{self, Kind, Store, Verdict};
 
 /// The file's contents; every key is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -84,16 +84,6 @@ pub(crate) struct FileConfig {
     pub(crate) server: Option<toml::Table>,
 }
 
-/// Where a configuration file came from, which decides whether it may route a key or widen
-/// tool access (see [`crate::trust`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Origin {
-    /// The user's own file, `--config FILE` or `$AGENTRY_CONFIG`: the user's say.
-    User(PathBuf),
-    /// `./agentry.toml`, found in the directory the command runs in, with its trust verdict.
-    Project(PathBuf, Verdict),
-}
-
 /// The configuration of one command: every layer merged, and the layers the user vouches
 /// for merged on their own.
 #[derive(Debug, Clone, Default)]
@@ -105,8 +95,6 @@ pub(crate) struct Config {
     pub(crate) trusted: FileConfig,
     /// The project file when it is not trusted (its settings are in `merged` only).
     pub(crate) untrusted: Option<(PathBuf, Verdict)>,
-    /// Every file read, in order.
-    pub(crate) files: Vec<Origin>,
 }
 
 impl Config {
@@ -122,27 +110,24 @@ impl Config {
             let (file, _) = FileConfig::read(&path)?;
             config.trusted = file.clone();
             config.merged = file;
-            config.files.push(Origin::User(path));
         }
         let from_env = std::env::var_os("AGENTRY_CONFIG").map(PathBuf::from);
         if let Some(path) = explicit.map(Path::to_path_buf).or(from_env) {
             let (file, _) = FileConfig::read(&path)?;
             config.trusted = file.clone().over(std::mem::take(&mut config.trusted));
             config.merged = file.over(std::mem::take(&mut config.merged));
-            config.files.push(Origin::User(path));
             return Ok(config);
         }
         let path = PathBuf::from("agentry.toml");
         if path.is_file() {
             let (file, bytes) = FileConfig::read(&path)?;
-            let verdict = trust::check(&path, &bytes, Kind::Config)?;
+            let verdict = trust::check(Store::user().as_ref(), &path, &bytes, Kind::Config)?;
             if verdict == Verdict::Trusted {
                 config.trusted = file.clone().over(std::mem::take(&mut config.trusted));
             } else {
                 config.untrusted = Some((path.clone(), verdict));
             }
             config.merged = file.over(std::mem::take(&mut config.merged));
-            config.files.push(Origin::Project(path, verdict));
         }
         Ok(config)
     }

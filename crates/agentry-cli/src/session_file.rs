@@ -28,7 +28,7 @@ use agent_backends::Api;
 
 use crate::args::BuiltinTool;
 use crate::error::Error;
-use crate::trust::{self, Kind, Verdict};
+use crate::trust::{self, Kind, Store, Verdict};
 
 /// The state file's format version.
 const STATE_FORMAT: u32 = 1;
@@ -37,11 +37,13 @@ const STATE_FORMAT: u32 = 1;
 #[derive(Debug, Clone)]
 pub(crate) struct SessionFile {
     path: PathBuf,
-    store: Store,
+    store: Backing,
+    /// Where the state files written are recorded (the user's trust store).
+    trust: Option<Store>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Store {
+enum Backing {
     Jsonl,
     Sqlite,
 }
@@ -95,8 +97,21 @@ impl SessionFile {
             .is_some_and(|extension| matches!(extension, "db" | "sqlite" | "sqlite3"));
         Self {
             path,
-            store: if sqlite { Store::Sqlite } else { Store::Jsonl },
+            store: if sqlite {
+                Backing::Sqlite
+            } else {
+                Backing::Jsonl
+            },
+            trust: Store::user(),
         }
+    }
+
+    /// The same session, its state files recorded in (and checked against) `trust` instead
+    /// of the user's store.
+    #[cfg(test)]
+    fn with_trust(mut self, trust: Option<Store>) -> Self {
+        self.trust = trust;
+        self
     }
 
     /// The conversation log.
@@ -141,7 +156,7 @@ impl SessionFile {
             Error::session(&state_path, format!("not a session state file: {error}"))
         })?;
         // The verdict is for exactly the bytes just parsed.
-        state.verdict = trust::check(&state_path, &bytes, Kind::State)?;
+        state.verdict = trust::check(self.trust.as_ref(), &state_path, &bytes, Kind::State)?;
         if let Some(url) = &state.base_url {
             crate::endpoint::check_base_url(url)
                 .map_err(|message| Error::session(&state_path, format!("base_url: {message}")))?;
@@ -169,7 +184,7 @@ impl SessionFile {
     /// The messages in the log, in order.
     async fn history(&self, session: &Session) -> Result<Vec<Message>, Error> {
         let turns = match self.store {
-            Store::Jsonl => {
+            Backing::Jsonl => {
                 if !self.has_log().await {
                     return Ok(Vec::new());
                 }
@@ -178,7 +193,7 @@ impl SessionFile {
                     .map_err(|error| Error::session(&self.path, describe(&error)))?
                     .turns
             }
-            Store::Sqlite => self
+            Backing::Sqlite => self
                 .sqlite()
                 .await?
                 .load(&ConversationId::from(&session.id))
@@ -210,12 +225,12 @@ impl SessionFile {
         .map_err(|error| Error::session(&self.path, error))?
         .map_err(|error| Error::session(&self.path, format!("cannot create it: {error}")))?;
         Ok(match self.store {
-            Store::Jsonl => Arc::new(
+            Backing::Jsonl => Arc::new(
                 JsonlAppender::open(&self.path)
                     .await
                     .map_err(|error| Error::session(&self.path, describe(&error)))?,
             ),
-            Store::Sqlite => Arc::new(
+            Backing::Sqlite => Arc::new(
                 self.sqlite()
                     .await?
                     .appender(ConversationId::from(&session.id)),
@@ -232,11 +247,13 @@ impl SessionFile {
         let mut json = json.map_err(|error| Error::session(&self.path, error))?;
         json.push(b'\n');
         let path = self.state_path();
+        let store = self.trust.clone();
         tokio::task::spawn_blocking(move || {
             trust::write_private_atomically(&path, &json)
                 .map_err(|error| format!("cannot write it: {error}"))?;
             // Recorded as ours, so the next command may honour its base URL and tools.
-            trust::record(&path, &json, Kind::State).map_err(|error| error.to_string())
+            trust::record(store.as_ref(), &path, &json, Kind::State)
+                .map_err(|error| error.to_string())
         })
         .await
         .map_err(|error| Error::session(&self.path, error))?
@@ -273,10 +290,10 @@ mod tests {
 
     #[test]
     fn the_store_follows_the_extension() {
-        assert_eq!(SessionFile::new("a.jsonl").store, Store::Jsonl);
-        assert_eq!(SessionFile::new("chat").store, Store::Jsonl);
-        assert_eq!(SessionFile::new("a.db").store, Store::Sqlite);
-        assert_eq!(SessionFile::new("x/a.sqlite3").store, Store::Sqlite);
+        assert_eq!(SessionFile::new("a.jsonl").store, Backing::Jsonl);
+        assert_eq!(SessionFile::new("chat").store, Backing::Jsonl);
+        assert_eq!(SessionFile::new("a.db").store, Backing::Sqlite);
+        assert_eq!(SessionFile::new("x/a.sqlite3").store, Backing::Sqlite);
         assert_eq!(
             SessionFile::new("x/a.jsonl").state_path(),
             PathBuf::from("x/a.jsonl.state.json")
@@ -288,7 +305,8 @@ mod tests {
         runtime().block_on(async {
             let dir = tempfile::tempdir().unwrap();
             for name in ["s.jsonl", "s.db"] {
-                let file = SessionFile::new(dir.path().join(name));
+                let store = Store::in_dir(&dir.path().join("config"));
+                let file = SessionFile::new(dir.path().join(name)).with_trust(Some(store));
                 assert!(file.load().await.unwrap().is_none());
                 let session = Session::new("m").with_system("be brief");
                 let mut state = SessionState::new(Api::Anthropic, session);
@@ -308,6 +326,10 @@ mod tests {
                 assert_eq!(loaded.session.messages.len(), 2, "{name}");
                 assert_eq!(loaded.session.system.as_deref(), Some("be brief"));
                 assert_eq!(loaded.tools, vec![BuiltinTool::Clock]);
+                // The state just written is the one recorded; another store never saw it.
+                assert_eq!(loaded.verdict, Verdict::Trusted, "{name}");
+                let elsewhere = file.clone().with_trust(None).load().await.unwrap().unwrap();
+                assert_eq!(elsewhere.verdict, Verdict::Unknown, "{name}");
                 let text = std::fs::read_to_string(file.state_path()).unwrap();
                 assert!(
                     !text.contains("hello"),
@@ -321,7 +343,7 @@ mod tests {
     fn a_log_without_state_and_a_foreign_state_are_refused() {
         runtime().block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let file = SessionFile::new(dir.path().join("s.jsonl"));
+            let file = SessionFile::new(dir.path().join("s.jsonl")).with_trust(None);
             std::fs::write(file.path(), "{}\n").unwrap();
             let error = file.load().await.unwrap_err().to_string();
             assert!(error.contains("state file"), "{error}");

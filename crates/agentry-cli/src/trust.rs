@@ -104,9 +104,24 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
         })
 }
 
-/// The store's path, when there is a configuration directory.
-fn store_path() -> Option<PathBuf> {
-    config_dir().map(|dir| dir.join(STORE_FILE))
+/// A trust store: `trust.json` in a configuration directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Store {
+    path: PathBuf,
+}
+
+impl Store {
+    /// The user's store, when the environment names a configuration directory.
+    pub(crate) fn user() -> Option<Self> {
+        config_dir().map(|dir| Self::in_dir(&dir))
+    }
+
+    /// The store in `dir`.
+    pub(crate) fn in_dir(dir: &Path) -> Self {
+        Self {
+            path: dir.join(STORE_FILE),
+        }
+    }
 }
 
 fn store_error(path: &Path, message: impl fmt::Display) -> Error {
@@ -139,15 +154,20 @@ fn read_store(path: &Path) -> Result<Vec<Entry>, Error> {
 
 /// Whether `bytes`, read from `path`, are trusted as `kind`. Callers hash the bytes they
 /// parse, so a file swapped between the check and the read cannot slip through.
-pub(crate) fn check(path: &Path, bytes: &[u8], kind: Kind) -> Result<Verdict, Error> {
-    let Some(store) = store_path() else {
+pub(crate) fn check(
+    store: Option<&Store>,
+    path: &Path,
+    bytes: &[u8],
+    kind: Kind,
+) -> Result<Verdict, Error> {
+    let Some(store) = store.map(|store| &store.path) else {
         return Ok(Verdict::Unknown);
     };
     let Ok(canonical) = std::fs::canonicalize(path) else {
         return Ok(Verdict::Unknown);
     };
     let hash = sha256_hex(bytes);
-    let entries = read_store(&store)?;
+    let entries = read_store(store)?;
     Ok(
         match entries
             .iter()
@@ -162,8 +182,13 @@ pub(crate) fn check(path: &Path, bytes: &[u8], kind: Kind) -> Result<Verdict, Er
 
 /// Records `bytes` as the trusted content of `path`, replacing what was recorded for it.
 /// Returns the entry, or `None` when there is no configuration directory to keep it in.
-pub(crate) fn record(path: &Path, bytes: &[u8], kind: Kind) -> Result<Option<Entry>, Error> {
-    let Some(store) = store_path() else {
+pub(crate) fn record(
+    store: Option<&Store>,
+    path: &Path,
+    bytes: &[u8],
+    kind: Kind,
+) -> Result<Option<Entry>, Error> {
+    let Some(store) = store.map(|store| &store.path) else {
         return Ok(None);
     };
     let canonical = std::fs::canonicalize(path).map_err(|error| Error::Config {
@@ -178,7 +203,7 @@ pub(crate) fn record(path: &Path, bytes: &[u8], kind: Kind) -> Result<Option<Ent
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_secs()),
     };
-    update(&store, |entries| {
+    update(store, |entries| {
         entries.retain(|old| old.path != entry.path);
         // State files of deleted sessions are dropped, so the store does not grow forever.
         entries.retain(|old| old.kind == Kind::Config || old.path.exists());
@@ -188,16 +213,13 @@ pub(crate) fn record(path: &Path, bytes: &[u8], kind: Kind) -> Result<Option<Ent
 }
 
 /// Forgets `path`; whether it was recorded.
-pub(crate) fn remove(path: &Path) -> Result<bool, Error> {
-    let Some(store) = store_path() else {
-        return Ok(false);
-    };
+pub(crate) fn remove(store: &Store, path: &Path) -> Result<bool, Error> {
     // A file deleted since is still forgotten by the absolute path it had.
     let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| {
         std::env::current_dir().map_or_else(|_| path.to_path_buf(), |dir| dir.join(path))
     });
     let mut removed = false;
-    update(&store, |entries| {
+    update(&store.path, |entries| {
         let before = entries.len();
         entries.retain(|entry| entry.path != canonical);
         removed = entries.len() != before;
@@ -205,15 +227,9 @@ pub(crate) fn remove(path: &Path) -> Result<bool, Error> {
     Ok(removed)
 }
 
-/// Every recorded entry, and the store's path.
-pub(crate) fn list() -> Result<(Option<PathBuf>, Vec<Entry>), Error> {
-    match store_path() {
-        Some(store) => {
-            let entries = read_store(&store)?;
-            Ok((Some(store), entries))
-        }
-        None => Ok((None, Vec::new())),
-    }
+/// Every recorded entry.
+pub(crate) fn list(store: &Store) -> Result<Vec<Entry>, Error> {
+    read_store(&store.path)
 }
 
 /// Read, change and write the store under its lock.
@@ -327,7 +343,7 @@ pub(crate) fn require_trusted(path: &Path) -> Result<PathBuf, Error> {
         path: path.to_path_buf(),
         message: format!("cannot read it: {error}; name the configuration with --config FILE"),
     })?;
-    let why = match check(path, &bytes, Kind::Config)? {
+    let why = match check(Store::user().as_ref(), path, &bytes, Kind::Config)? {
         Verdict::Trusted => return Ok(path.to_path_buf()),
         Verdict::Changed => "has changed since it was trusted",
         Verdict::Unknown => "is not trusted",
@@ -347,16 +363,16 @@ pub(crate) fn command(
     list_them: bool,
     forget: Option<PathBuf>,
 ) -> Result<(), Error> {
+    let no_dir = || {
+        Error::Usage(
+            "no configuration directory to keep the trust in: set HOME or XDG_CONFIG_HOME".into(),
+        )
+    };
+    let store = Store::user().ok_or_else(no_dir)?;
     if list_them {
-        let (store, entries) = list()?;
-        let Some(store) = store else {
-            println!(
-                "no configuration directory (set HOME or XDG_CONFIG_HOME): nothing is trusted"
-            );
-            return Ok(());
-        };
+        let entries = list(&store)?;
         if entries.is_empty() {
-            println!("nothing is trusted ({})", store.display());
+            println!("nothing is trusted ({})", store.path.display());
         }
         for entry in entries {
             let status = match std::fs::read(&entry.path) {
@@ -377,7 +393,7 @@ pub(crate) fn command(
         return Ok(());
     }
     if let Some(path) = forget {
-        if remove(&path)? {
+        if remove(&store, &path)? {
             println!("{} is no longer trusted", path.display());
             return Ok(());
         }
@@ -387,11 +403,6 @@ pub(crate) fn command(
         )));
     }
     let path = file.unwrap_or_else(|| PathBuf::from("agentry.toml"));
-    if config_dir().is_none() {
-        return Err(Error::Usage(
-            "no configuration directory to keep the trust in: set HOME or XDG_CONFIG_HOME".into(),
-        ));
-    }
     let is_state = path
         .file_name()
         .and_then(|name| name.to_str())
@@ -423,12 +434,8 @@ pub(crate) fn command(
         );
         (Kind::Config, bytes, sets)
     };
-    let before = check(&path, &bytes, kind)?;
-    let Some(entry) = record(&path, &bytes, kind)? else {
-        return Err(Error::Usage(
-            "no configuration directory to keep the trust in: set HOME or XDG_CONFIG_HOME".into(),
-        ));
-    };
+    let before = check(Some(&store), &path, &bytes, kind)?;
+    let entry = record(Some(&store), &path, &bytes, kind)?.ok_or_else(no_dir)?;
     let again = match before {
         Verdict::Changed => " again (it had changed since you last trusted it)",
         Verdict::Trusted => " (it already was)",
@@ -482,6 +489,32 @@ mod tests {
             sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn a_recorded_file_is_trusted_until_its_bytes_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::in_dir(&dir.path().join("config"));
+        let file = dir.path().join("agentry.toml");
+        std::fs::write(&file, "model = \"m\"\n").unwrap();
+        let verdict = |bytes: &[u8]| check(Some(&store), &file, bytes, Kind::Config).unwrap();
+        assert_eq!(verdict(b"model = \"m\"\n"), Verdict::Unknown);
+        record(Some(&store), &file, b"model = \"m\"\n", Kind::Config).unwrap();
+        assert_eq!(verdict(b"model = \"m\"\n"), Verdict::Trusted);
+        assert_eq!(verdict(b"model = \"n\"\n"), Verdict::Changed);
+        // Trusted as a configuration is not trusted as a state file.
+        assert_eq!(
+            check(Some(&store), &file, b"model = \"m\"\n", Kind::State).unwrap(),
+            Verdict::Unknown
+        );
+        assert!(remove(&store, &file).unwrap());
+        assert_eq!(verdict(b"model = \"m\"\n"), Verdict::Unknown);
+        // No configuration directory: nothing is trusted and nothing is recorded.
+        assert_eq!(
+            check(None, &file, b"", Kind::Config).unwrap(),
+            Verdict::Unknown
+        );
+        assert!(record(None, &file, b"", Kind::Config).unwrap().is_none());
     }
 
     #[cfg(unix)]
