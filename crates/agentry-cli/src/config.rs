@@ -124,10 +124,13 @@ impl Config {
             let verdict = trust::check(Store::user().as_ref(), &path, &bytes, Kind::Config)?;
             if verdict == Verdict::Trusted {
                 config.trusted = file.clone().over(std::mem::take(&mut config.trusted));
+                config.merged = file.over(std::mem::take(&mut config.merged));
             } else {
                 config.untrusted = Some((path.clone(), verdict));
+                config.merged = file
+                    .over(std::mem::take(&mut config.merged))
+                    .within(&config.trusted);
             }
-            config.merged = file.over(std::mem::take(&mut config.merged));
         }
         Ok(config)
     }
@@ -165,6 +168,32 @@ impl FileConfig {
             })?;
         }
         Ok((config, bytes))
+    }
+
+    /// These settings with every cap `user` sets kept: an untrusted file may tighten the
+    /// user's budgets, never loosen them (flags still can).
+    fn within(mut self, user: &Self) -> Self {
+        fn stricter<T: Ord + Copy>(theirs: Option<T>, ours: Option<T>) -> Option<T> {
+            match (theirs, ours) {
+                (Some(theirs), Some(ours)) => Some(theirs.min(ours)),
+                (theirs, ours) => ours.or(theirs),
+            }
+        }
+        self.max_iterations = stricter(self.max_iterations, user.max_iterations);
+        self.token_budget = stricter(self.token_budget, user.token_budget);
+        self.max_output_tokens = stricter(self.max_output_tokens, user.max_output_tokens);
+        self.tool_result_max_bytes =
+            stricter(self.tool_result_max_bytes, user.tool_result_max_bytes);
+        self.max_cost_usd = match (self.max_cost_usd, user.max_cost_usd) {
+            (Some(theirs), Some(ours)) => Some(theirs.min(ours)),
+            (theirs, ours) => ours.or(theirs),
+        };
+        // 0 turns cycle detection off: the loosest setting.
+        self.max_repeated_calls = match (self.max_repeated_calls, user.max_repeated_calls) {
+            (Some(0), Some(ours)) | (Some(ours), Some(0)) => Some(ours),
+            (theirs, ours) => stricter(theirs, ours),
+        };
+        self
     }
 
     /// This file's settings over `lower`'s: a key set here wins, prices are added.
@@ -355,6 +384,24 @@ mod tests {
         let price = FileConfig::parse("[prices.m]\ninput_per_mtok = -1.0\noutput_per_mtok = 1.0\n")
             .unwrap_err();
         assert!(price.contains("prices.\"m\""), "{price}");
+    }
+
+    #[test]
+    fn an_untrusted_file_tightens_the_users_budgets_but_never_loosens_them() {
+        let user = FileConfig::parse(
+            "max_iterations = 5\nmax_cost_usd = 0.5\nmax_repeated_calls = 3\ntoken_budget = 1000\n",
+        )
+        .unwrap();
+        let project = FileConfig::parse(
+            "max_iterations = 50\nmax_cost_usd = 0.1\nmax_repeated_calls = 0\nmax_output_tokens = 64\n",
+        )
+        .unwrap();
+        let merged = project.over(user.clone()).within(&user);
+        assert_eq!(merged.max_iterations, Some(5));
+        assert_eq!(merged.max_cost_usd, Some(0.1));
+        assert_eq!(merged.max_repeated_calls, Some(3));
+        assert_eq!(merged.token_budget, Some(1000));
+        assert_eq!(merged.max_output_tokens, Some(64));
     }
 
     #[test]
