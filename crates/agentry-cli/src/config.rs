@@ -1,8 +1,14 @@
 //! `agentry.toml`: provider, model, prices and defaults for the flags.
 //!
-//! Precedence is flags, then the file, then the built-in defaults. The file is optional:
-//! `--config FILE` names it (and it must exist), else `$AGENTRY_CONFIG`, else `./agentry.toml`
-//! when there is one. Unknown keys are refused so a typo cannot silently fall back to a default.
+//! Precedence is flags, then the file, then the user's own file, then the built-in defaults.
+//! The user's file is `config.toml` in the user's configuration directory
+//! ([`trust::config_dir`]); the file over it is optional: `--config FILE` names it (and it must
+//! exist), else `$AGENTRY_CONFIG`, else `./agentry.toml` when there is one. Unknown keys are
+//! refused so a typo cannot silently fall back to a default.
+//!
+//! A `./agentry.toml` found in the directory the command runs in is somebody else's until the
+//! user trusts it (`agentry trust`): its settings that route a key or widen tool access are
+//! kept apart ([`Config::trusted`] has none of them) and refused if they would take effect.
 //!
 //! ```toml
 //! provider = "anthropic"
@@ -31,6 +37,7 @@ use agent_backends::Api;
 
 use crate::args::{BuiltinTool, LoopArgs, OnToolError, Validation};
 use crate::error::Error;
+use crate::trust::{self, Kind, Store, Verdict};
 
 /// The file's contents; every key is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -77,27 +84,72 @@ pub(crate) struct FileConfig {
     pub(crate) server: Option<toml::Table>,
 }
 
-impl FileConfig {
-    /// The configuration to use: `explicit` (which must exist), else `$AGENTRY_CONFIG`, else
-    /// `./agentry.toml` if present, else nothing.
+/// The configuration of one command: every layer merged, and the layers the user vouches
+/// for merged on their own.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Config {
+    /// Every file, the nearer over the further: what the run uses for harmless settings.
+    pub(crate) merged: FileConfig,
+    /// The files the user vouches for: the only source of settings that send a key somewhere
+    /// or widen tool access.
+    pub(crate) trusted: FileConfig,
+    /// The project file when it is not trusted (its settings are in `merged` only).
+    pub(crate) untrusted: Option<(PathBuf, Verdict)>,
+}
+
+impl Config {
+    /// The user's file (`config.toml` in the user's configuration directory) when present,
+    /// under `explicit` (which must exist), else `$AGENTRY_CONFIG`, else `./agentry.toml` when
+    /// present. The first three are the user's own; `./agentry.toml` is trusted only when
+    /// `agentry trust` recorded its current bytes.
     pub(crate) fn load(explicit: Option<&Path>) -> Result<Self, Error> {
+        let mut config = Self::default();
+        if let Some(path) = trust::config_dir().map(|dir| dir.join(trust::USER_CONFIG_FILE))
+            && path.is_file()
+        {
+            let (file, _) = FileConfig::read(&path)?;
+            config.trusted = file.clone();
+            config.merged = file;
+        }
         let from_env = std::env::var_os("AGENTRY_CONFIG").map(PathBuf::from);
-        let path = match explicit.map(Path::to_path_buf).or(from_env) {
-            Some(path) => path,
-            None => {
-                let default = PathBuf::from("agentry.toml");
-                if !default.is_file() {
-                    return Ok(Self::default());
-                }
-                default
+        if let Some(path) = explicit.map(Path::to_path_buf).or(from_env) {
+            let (file, _) = FileConfig::read(&path)?;
+            config.trusted = file.clone().over(std::mem::take(&mut config.trusted));
+            config.merged = file.over(std::mem::take(&mut config.merged));
+            return Ok(config);
+        }
+        let path = PathBuf::from("agentry.toml");
+        if path.is_file() {
+            let (file, bytes) = FileConfig::read(&path)?;
+            let verdict = trust::check(Store::user().as_ref(), &path, &bytes, Kind::Config)?;
+            if verdict == Verdict::Trusted {
+                config.trusted = file.clone().over(std::mem::take(&mut config.trusted));
+                config.merged = file.over(std::mem::take(&mut config.merged));
+            } else {
+                config.untrusted = Some((path.clone(), verdict));
+                config.merged = file
+                    .over(std::mem::take(&mut config.merged))
+                    .within(&config.trusted);
             }
-        };
-        let text = std::fs::read_to_string(&path).map_err(|error| Error::Config {
-            path: path.clone(),
+        }
+        Ok(config)
+    }
+}
+
+impl FileConfig {
+    /// Reads and parses one file; the bytes are returned so that the trust check hashes
+    /// exactly what was parsed.
+    pub(crate) fn read(path: &Path) -> Result<(Self, Vec<u8>), Error> {
+        let bytes = std::fs::read(path).map_err(|error| Error::Config {
+            path: path.to_path_buf(),
             message: format!("cannot read it: {error}"),
         })?;
-        let mut config = Self::parse(&text).map_err(|message| Error::Config {
-            path: path.clone(),
+        let text = std::str::from_utf8(&bytes).map_err(|error| Error::Config {
+            path: path.to_path_buf(),
+            message: format!("not UTF-8: {error}"),
+        })?;
+        let mut config = Self::parse(text).map_err(|message| Error::Config {
+            path: path.to_path_buf(),
             message,
         })?;
         // A relative root means "next to the config file", wherever the command runs from.
@@ -109,7 +161,65 @@ impl FileConfig {
                 root
             });
         }
-        Ok(config)
+        if let Some(url) = &config.base_url {
+            crate::endpoint::check_base_url(url).map_err(|message| Error::Config {
+                path: path.to_path_buf(),
+                message: format!("base_url: {message}"),
+            })?;
+        }
+        Ok((config, bytes))
+    }
+
+    /// These settings with every cap `user` sets kept: an untrusted file may tighten the
+    /// user's budgets, never loosen them (flags still can).
+    fn within(mut self, user: &Self) -> Self {
+        fn stricter<T: Ord + Copy>(theirs: Option<T>, ours: Option<T>) -> Option<T> {
+            match (theirs, ours) {
+                (Some(theirs), Some(ours)) => Some(theirs.min(ours)),
+                (theirs, ours) => ours.or(theirs),
+            }
+        }
+        self.max_iterations = stricter(self.max_iterations, user.max_iterations);
+        self.token_budget = stricter(self.token_budget, user.token_budget);
+        self.max_output_tokens = stricter(self.max_output_tokens, user.max_output_tokens);
+        self.tool_result_max_bytes =
+            stricter(self.tool_result_max_bytes, user.tool_result_max_bytes);
+        self.max_cost_usd = match (self.max_cost_usd, user.max_cost_usd) {
+            (Some(theirs), Some(ours)) => Some(theirs.min(ours)),
+            (theirs, ours) => ours.or(theirs),
+        };
+        // 0 turns cycle detection off: the loosest setting.
+        self.max_repeated_calls = match (self.max_repeated_calls, user.max_repeated_calls) {
+            (Some(0), Some(ours)) | (Some(ours), Some(0)) => Some(ours),
+            (theirs, ours) => stricter(theirs, ours),
+        };
+        self
+    }
+
+    /// This file's settings over `lower`'s: a key set here wins, prices are added.
+    pub(crate) fn over(self, lower: Self) -> Self {
+        let mut prices = lower.prices;
+        prices.extend(self.prices);
+        Self {
+            provider: self.provider.or(lower.provider),
+            model: self.model.or(lower.model),
+            base_url: self.base_url.or(lower.base_url),
+            system: self.system.or(lower.system),
+            max_output_tokens: self.max_output_tokens.or(lower.max_output_tokens),
+            tools: self.tools.or(lower.tools),
+            root: self.root.or(lower.root),
+            max_iterations: self.max_iterations.or(lower.max_iterations),
+            token_budget: self.token_budget.or(lower.token_budget),
+            max_cost_usd: self.max_cost_usd.or(lower.max_cost_usd),
+            parallel: self.parallel.or(lower.parallel),
+            tool_result_max_bytes: self.tool_result_max_bytes.or(lower.tool_result_max_bytes),
+            validation: self.validation.or(lower.validation),
+            on_tool_error: self.on_tool_error.or(lower.on_tool_error),
+            max_repeated_calls: self.max_repeated_calls.or(lower.max_repeated_calls),
+            tool_timeout_secs: self.tool_timeout_secs.or(lower.tool_timeout_secs),
+            prices,
+            server: self.server.or(lower.server),
+        }
     }
 
     /// Parses the file's text.
@@ -274,6 +384,24 @@ mod tests {
         let price = FileConfig::parse("[prices.m]\ninput_per_mtok = -1.0\noutput_per_mtok = 1.0\n")
             .unwrap_err();
         assert!(price.contains("prices.\"m\""), "{price}");
+    }
+
+    #[test]
+    fn an_untrusted_file_tightens_the_users_budgets_but_never_loosens_them() {
+        let user = FileConfig::parse(
+            "max_iterations = 5\nmax_cost_usd = 0.5\nmax_repeated_calls = 3\ntoken_budget = 1000\n",
+        )
+        .unwrap();
+        let project = FileConfig::parse(
+            "max_iterations = 50\nmax_cost_usd = 0.1\nmax_repeated_calls = 0\nmax_output_tokens = 64\n",
+        )
+        .unwrap();
+        let merged = project.over(user.clone()).within(&user);
+        assert_eq!(merged.max_iterations, Some(5));
+        assert_eq!(merged.max_cost_usd, Some(0.1));
+        assert_eq!(merged.max_repeated_calls, Some(3));
+        assert_eq!(merged.token_budget, Some(1000));
+        assert_eq!(merged.max_output_tokens, Some(64));
     }
 
     #[test]

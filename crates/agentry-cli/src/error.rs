@@ -38,6 +38,11 @@ pub(crate) enum Error {
         /// What went wrong.
         message: String,
     },
+    /// A file the user has not trusted (a project's `agentry.toml`, a state file agentry did
+    /// not write) would send a key elsewhere or widen tool access; the message lists what was
+    /// refused and how to trust the file.
+    #[error("{0}")]
+    Untrusted(String),
     /// A tool could not be set up (e.g. `--root` is not a directory).
     #[error("{0}")]
     Tools(String),
@@ -50,9 +55,11 @@ impl Error {
     /// The exit status this error ends the process with.
     pub(crate) fn exit(&self) -> Exit {
         match self {
-            Self::Usage(_) | Self::Config { .. } | Self::MissingKey { .. } | Self::Tools(_) => {
-                Exit::Usage
-            }
+            Self::Usage(_)
+            | Self::Config { .. }
+            | Self::MissingKey { .. }
+            | Self::Untrusted(_)
+            | Self::Tools(_) => Exit::Usage,
             Self::Session { .. } | Self::Other(_) => Exit::Error,
         }
     }

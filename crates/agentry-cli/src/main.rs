@@ -6,6 +6,8 @@
 //!   remote tools and an optional session file; `agentry resume` continues a session that
 //!   stopped for remote tool results.
 //! - `agentry replay` decodes one recorded provider response through the real adapter.
+//! - `agentry trust` records a project's `agentry.toml` as the user's, so that it may set
+//!   where the key goes and what tools reach (see `trust`).
 //!
 //! Output formats, exit codes and `agentry.toml` are documented in `docs/cli.md`.
 
@@ -16,6 +18,7 @@ mod agent;
 mod args;
 mod config;
 mod demo;
+mod endpoint;
 mod error;
 mod exit;
 mod render;
@@ -23,6 +26,7 @@ mod replay;
 mod run;
 mod serve;
 mod session_file;
+mod trust;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,18 +39,22 @@ use crate::args::{LoopArgs, ModelArgs, OutputArgs, parse_api};
 use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
-Exit status: 0 done, 1 error, 2 usage (bad flags, configuration or missing key), 3 budget \
-exceeded, 4 awaiting remote tool results, 130 aborted (Ctrl-C).";
+Exit status: 0 done, 1 error, 2 usage (bad flags, configuration, missing key, or settings \
+refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results, 130 aborted \
+(Ctrl-C).";
 
 const RUN_HELP: &str = "\
 Keys come from OPENAI_API_KEY (openai, openai-responses, openai-compatible), ANTHROPIC_API_KEY, \
 GEMINI_API_KEY (or GOOGLE_API_KEY); Ollama needs none and honours OLLAMA_HOST.
 Default models: openai and openai-responses gpt-5-mini, anthropic claude-sonnet-4-5, gemini \
 gemini-2.5-flash, ollama qwen3; openai-compatible needs --model.
-Flags win over agentry.toml, which wins over the defaults.
+Flags win over agentry.toml, which wins over your own config.toml (in $XDG_CONFIG_HOME/agentry \
+or ~/.config/agentry), which wins over the defaults. A ./agentry.toml you have not trusted \
+(`agentry trust`) may not set base_url, a provider paired with a base URL, read_file or root.
 
-Exit status: 0 done, 1 error, 2 usage (bad flags, configuration or missing key), 3 budget \
-exceeded, 4 awaiting remote tool results, 130 aborted (Ctrl-C).";
+Exit status: 0 done, 1 error, 2 usage (bad flags, configuration, missing key, or settings \
+refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results, 130 aborted \
+(Ctrl-C).";
 
 /// Run LLM tool-calling agents, offline or against real providers.
 #[derive(Debug, Parser)]
@@ -111,12 +119,28 @@ enum Command {
     /// Serve agent sessions over HTTP + SSE and an OpenAI-compatible endpoint, from the
     /// [server] section of agentry.toml (docs/server.md); SIGTERM or Ctrl-C drains and stops.
     Serve {
-        /// The configuration file
-        #[arg(long, value_name = "FILE", default_value = "agentry.toml")]
-        config: PathBuf,
+        /// The configuration file [default: ./agentry.toml, only when you have trusted it
+        /// with `agentry trust`]
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Listen here instead of [server].listen (e.g. 127.0.0.1:0 for any free port)
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+    },
+    /// Trust a project's agentry.toml (or a session state file) to set where your key goes
+    /// and what tools may read: records its path and SHA-256 in your configuration directory.
+    /// A file that changes afterwards is untrusted again.
+    #[command(after_help = EXIT_CODES)]
+    Trust {
+        /// The file to trust [default: ./agentry.toml]
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// List the trusted files and whether each is unchanged
+        #[arg(long, conflicts_with_all = ["file", "remove"])]
+        list: bool,
+        /// Forget a trusted file
+        #[arg(long, value_name = "FILE", conflicts_with = "file")]
+        remove: Option<PathBuf>,
     },
     /// Decode a recorded provider response body through the real adapter and print the
     /// normalized assistant message as one JSON object.
@@ -161,9 +185,20 @@ fn main() -> ExitCode {
                 status,
                 file,
             } => Ok(replay::run(provider, status, &file).await),
-            Command::Serve { config, listen } => serve::run(&config, listen.as_deref())
-                .await
-                .map(|()| ExitCode::SUCCESS),
+            Command::Trust { file, list, remove } => {
+                trust::command(file, list, remove).map(|()| ExitCode::SUCCESS)
+            }
+            Command::Serve { config, listen } => {
+                // The [server] section names the endpoints the operator's keys go to: a file
+                // found in the working directory is used only when the user trusted it.
+                let config = match config {
+                    Some(path) => path,
+                    None => trust::require_trusted(std::path::Path::new("agentry.toml"))?,
+                };
+                serve::run(&config, listen.as_deref())
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
+            }
             Command::Demo {
                 provider,
                 loop_args,

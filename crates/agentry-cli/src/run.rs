@@ -13,11 +13,13 @@ use crate::agent;
 use agent_backends::Api;
 
 use crate::args::{BuiltinTool, LoopArgs, ModelArgs};
-use crate::config::{FileConfig, LoopSettings, rate_card};
+use crate::config::{Config, FileConfig, LoopSettings, rate_card};
+use crate::endpoint;
 use crate::error::Error;
 use crate::exit::Exit;
 use crate::render::Renderer;
 use crate::session_file::{SessionFile, SessionState};
+use crate::trust::Verdict;
 
 /// What `agentry run` was asked.
 pub(crate) struct RunRequest<'a> {
@@ -33,7 +35,7 @@ pub(crate) async fn run<O: Write, E: Write>(
     request: RunRequest<'_>,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
-    let config = FileConfig::load(request.model.config.as_deref())?;
+    let config = Config::load(request.model.config.as_deref())?;
     let file = request.session.map(SessionFile::new);
     let stored = match &file {
         Some(file) => file.load().await?,
@@ -52,7 +54,7 @@ pub(crate) async fn run<O: Write, E: Write>(
                 .map_or_else(String::new, |path| path.display().to_string())
         )));
     }
-    let mut state = settle(stored, request.model, &config)?;
+    let mut state = settle(stored, request.model, &config, file.as_ref())?;
     for name in request.remote_tools {
         add_remote_tool(&mut state.session, name)?;
     }
@@ -61,7 +63,7 @@ pub(crate) async fn run<O: Write, E: Write>(
         state,
         file,
         SessionInput::User(UserMessage::text(prompt)),
-        &config,
+        &config.merged,
         request.loop_args,
         renderer,
     )
@@ -76,7 +78,7 @@ pub(crate) async fn resume<O: Write, E: Write>(
     loop_args: &LoopArgs,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
-    let config = FileConfig::load(model.config.as_deref())?;
+    let config = Config::load(model.config.as_deref())?;
     let file = SessionFile::new(session);
     let Some(stored) = file.load().await? else {
         return Err(Error::session(
@@ -96,12 +98,12 @@ pub(crate) async fn resume<O: Write, E: Write>(
     let text = read_results(results)?;
     let results = parse_results(&text, &stored.session.pending_tool_calls)
         .map_err(|message| Error::Usage(format!("{}: {message}", results.display())))?;
-    let state = settle(Some(stored), model, &config)?;
+    let state = settle(Some(stored), model, &config, Some(&file))?;
     go(
         state,
         Some(file),
         SessionInput::ToolResults(results),
-        &config,
+        &config.merged,
         loop_args,
         renderer,
     )
@@ -109,14 +111,27 @@ pub(crate) async fn resume<O: Write, E: Write>(
 }
 
 /// The session to run: the stored one (flags may change its model and tools) or a new one
-/// from flags, the file and the defaults.
+/// from flags, the files and the defaults; refused when a file the user has not trusted would
+/// route the key or widen tool access (see [`vet`]).
 fn settle(
     stored: Option<SessionState>,
     flags: &ModelArgs,
-    config: &FileConfig,
+    config: &Config,
+    file: Option<&SessionFile>,
 ) -> Result<SessionState, Error> {
+    if let Some(url) = &flags.base_url {
+        endpoint::check_base_url(url)
+            .map_err(|message| Error::Usage(format!("--base-url: {message}")))?;
+    }
+    let merged = &config.merged;
+    // Whose settings the routing and access settings of the state come from, when that is a
+    // file the user has not vouched for.
+    let mut doubted = None;
     let mut state = match stored {
         Some(mut state) => {
+            if state.verdict != Verdict::Trusted {
+                doubted = file.map(|file| Doubted::State(file.state_path(), state.verdict));
+            }
             if let Some(provider) = flags.provider {
                 state.provider = provider;
             }
@@ -129,11 +144,14 @@ fn settle(
             state
         }
         None => {
-            let provider = flags.provider.or(config.provider).unwrap_or(Api::Openai);
+            if let Some((path, verdict)) = &config.untrusted {
+                doubted = Some(Doubted::Project(path.clone(), *verdict));
+            }
+            let provider = flags.provider.or(merged.provider).unwrap_or(Api::Openai);
             let model = flags
                 .model
                 .clone()
-                .or_else(|| config.model.clone())
+                .or_else(|| merged.model.clone())
                 .or_else(|| provider.default_model().map(str::to_owned))
                 .ok_or_else(|| {
                     Error::Usage(format!(
@@ -142,11 +160,11 @@ fn settle(
                     ))
                 })?;
             let mut session = Session::new(model);
-            session.system = flags.system.clone().or_else(|| config.system.clone());
+            session.system = flags.system.clone().or_else(|| merged.system.clone());
             let mut state = SessionState::new(provider, session);
-            state.base_url.clone_from(&config.base_url);
-            state.tools = config.tools.clone().unwrap_or_default();
-            state.root.clone_from(&config.root);
+            state.base_url.clone_from(&merged.base_url);
+            state.tools = merged.tools.clone().unwrap_or_default();
+            state.root.clone_from(&merged.root);
             state
         }
     };
@@ -161,10 +179,180 @@ fn settle(
     if let Some(root) = &flags.root {
         state.root = Some(root.clone());
     }
-    if let Some(max) = flags.max_output_tokens.or(config.max_output_tokens) {
+    if let Some(max) = flags.max_output_tokens.or(merged.max_output_tokens) {
         state.session.settings.max_output_tokens = Some(max);
     }
+    if let Some(doubted) = doubted {
+        let mut refused = vet(&mut state, &Say::of(flags, &config.trusted));
+        if matches!(doubted, Doubted::Project(..)) {
+            refused.extend(cheaper_price(&state.session.model, config));
+        }
+        if !refused.is_empty() {
+            return Err(Error::Untrusted(refusal(&doubted, &refused)));
+        }
+    }
+    if let Some((path, verdict)) = &config.untrusted
+        && let Some(price) = cheaper_price(&state.session.model, config)
+    {
+        let doubted = Doubted::Project(path.clone(), *verdict);
+        return Err(Error::Untrusted(refusal(&doubted, &[price])));
+    }
     Ok(state)
+}
+
+/// A file whose routing and access settings the user has not vouched for.
+enum Doubted {
+    /// `./agentry.toml`, not trusted or changed since.
+    Project(PathBuf, Verdict),
+    /// A state file agentry did not write here, or one changed since.
+    State(PathBuf, Verdict),
+}
+
+/// What the user says about the settings that route a key or widen tool access: the flags
+/// over the files the user vouches for, with the defaults beneath.
+struct Say {
+    provider: Api,
+    base_url: Option<String>,
+    tools: Vec<BuiltinTool>,
+    root: Option<PathBuf>,
+}
+
+impl Say {
+    fn of(flags: &ModelArgs, trusted: &FileConfig) -> Self {
+        Self {
+            provider: flags.provider.or(trusted.provider).unwrap_or(Api::Openai),
+            base_url: flags.base_url.clone().or_else(|| trusted.base_url.clone()),
+            tools: if flags.tools.is_empty() {
+                trusted.tools.clone().unwrap_or_default()
+            } else {
+                flags.tools.clone()
+            },
+            root: flags.root.clone().or_else(|| trusted.root.clone()),
+        }
+    }
+}
+
+/// The settings of `state` that came from a doubted file and would send the key (or the
+/// conversation) somewhere the user did not say, or let a tool read what the user did not
+/// open; each with why. A root that is not in effect (no `read_file`) is replaced by the
+/// user's, so it is not carried into the session's state file either.
+fn vet(state: &mut SessionState, say: &Say) -> Vec<String> {
+    let mut refused = Vec::new();
+    let key = match state.provider.key_variables().first() {
+        Some(variable) => format!("your prompts and {variable}"),
+        None => "your prompts".to_owned(),
+    };
+    if let Some(url) = &state.base_url {
+        if say.base_url.as_ref() != Some(url) {
+            refused.push(format!(
+                "base_url = \"{}\" ({key} would be sent there)",
+                endpoint::display(url)
+            ));
+        } else if state.provider != say.provider {
+            refused.push(format!(
+                "provider = \"{}\" ({key} would be sent to {}, which you set for {})",
+                state.provider.name(),
+                endpoint::display(url),
+                say.provider.name()
+            ));
+        }
+    }
+    let reads = state.tools.contains(&BuiltinTool::ReadFile);
+    if reads && !say.tools.contains(&BuiltinTool::ReadFile) {
+        refused.push("tools = [\"read_file\"] (the model could read files on this machine)".into());
+    }
+    if !same_dir(state.root.as_deref(), say.root.as_deref()) {
+        if reads && let Some(root) = &state.root {
+            refused.push(format!(
+                "root = \"{}\" (read_file could read everything under it)",
+                root.display()
+            ));
+        } else if !reads {
+            state.root.clone_from(&say.root);
+        }
+    }
+    refused
+}
+
+/// Whether two roots name the same directory.
+fn same_dir(a: Option<&Path>, b: Option<&Path>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a == b
+                || matches!(
+                    (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+                    (Ok(a), Ok(b)) if a == b
+                )
+        }
+        _ => false,
+    }
+}
+
+/// A price an untrusted project sets for `model` below what the user's own files (or the
+/// built-in card) say: it would let a run spend past `--max-cost-usd`.
+fn cheaper_price(model: &str, config: &Config) -> Option<String> {
+    let theirs = rate_card(&config.merged).price(model).copied()?;
+    let ours = rate_card(&config.trusted).price(model).copied()?;
+    let fields = |price: agent_types::ModelPrice| {
+        let input = price.input_per_mtok;
+        [
+            input,
+            price.output_per_mtok,
+            price.cache_read_per_mtok.unwrap_or(input),
+            price.cache_write_5m_per_mtok.unwrap_or(input),
+            price.cache_write_1h_per_mtok.unwrap_or(input),
+        ]
+    };
+    let lower = fields(theirs)
+        .iter()
+        .zip(fields(ours))
+        .any(|(theirs, ours)| *theirs < ours);
+    lower.then(|| format!("prices.\"{model}\" (below the price your cost budget counts with)"))
+}
+
+/// The message for refused settings: what, why, and how to trust the file.
+fn refusal(doubted: &Doubted, refused: &[String]) -> String {
+    let (path, what, verdict) = match doubted {
+        Doubted::Project(path, verdict) => (path, "the project configuration", verdict),
+        Doubted::State(path, verdict) => (path, "the session state file", verdict),
+    };
+    let why = match (doubted, verdict) {
+        (_, Verdict::Changed) => "has changed since it was trusted",
+        (Doubted::Project(..), _) => {
+            "is not trusted (a file in the directory you run in is not yours until you say so)"
+        }
+        (Doubted::State(..), _) => "was not written by agentry for this user",
+    };
+    let mut message = format!(
+        "refused: {what} {} {why}, and it sets what only you may set:\n",
+        path.display()
+    );
+    for line in refused {
+        message.push_str(&format!("  - {line}\n"));
+    }
+    message.push_str("Nothing was sent. ");
+    let user_file = crate::trust::config_dir()
+        .map(|dir| {
+            dir.join(crate::trust::USER_CONFIG_FILE)
+                .display()
+                .to_string()
+        })
+        .unwrap_or_else(|| "your configuration directory".to_owned());
+    match doubted {
+        Doubted::Project(..) => message.push_str(&format!(
+            "If you wrote this file or have read it, trust it with `agentry trust {}`; or give \
+             these settings as flags (--base-url, --provider, --tool, --root) or in {user_file}.",
+            path.display()
+        )),
+        Doubted::State(..) => message.push_str(&format!(
+            "To continue the session, give these settings again as flags (--base-url, \
+             --provider, --tool, --root); or, if you have read the file and trust it, run \
+             `agentry trust {}`.",
+            path.display()
+        )),
+    }
+    message
 }
 
 /// Runs the prepared session and keeps the state file in step.
@@ -193,14 +381,22 @@ async fn go<O: Write, E: Write>(
         // Written first so that even a run killed mid-way leaves a loadable session.
         file.save(&mut state).await?;
     }
+    // Where the prompts (and the key) go and what read_file may read, before anything goes.
     let mut header = format!(
-        "agentry run · {} · {}",
+        "agentry run · {} · {} · {}",
         state.provider.name(),
-        state.session.model
+        state.session.model,
+        endpoint::endpoint(state.provider, state.base_url.as_deref())
     );
     if !state.tools.is_empty() {
         let names: Vec<&str> = state.tools.iter().map(|tool| tool.name()).collect();
         header.push_str(&format!(" · tools: {}", names.join(", ")));
+    }
+    if state.tools.contains(&BuiltinTool::ReadFile)
+        && let Some(root) = &state.root
+    {
+        let shown = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+        header.push_str(&format!(" · read_file root {}", shown.display()));
     }
     if let Some(file) = &file {
         header.push_str(&format!(" · session {}", file.path().display()));
@@ -372,6 +568,61 @@ fn status_name(status: SessionStatus) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn state(provider: Api, base_url: Option<&str>, tools: &[BuiltinTool]) -> SessionState {
+        let mut state = SessionState::new(provider, Session::new("m"));
+        state.base_url = base_url.map(str::to_owned);
+        state.tools = tools.to_vec();
+        state
+    }
+
+    fn say(provider: Api, base_url: Option<&str>, tools: &[BuiltinTool]) -> Say {
+        Say {
+            provider,
+            base_url: base_url.map(str::to_owned),
+            tools: tools.to_vec(),
+            root: None,
+        }
+    }
+
+    #[test]
+    fn a_doubted_base_url_or_read_file_is_refused_unless_the_user_says_the_same() {
+        let mut planted = state(Api::Openai, Some("http://evil.example/v1?k=1"), &[]);
+        let refused = vet(&mut planted, &say(Api::Openai, None, &[]));
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(refused[0].contains("OPENAI_API_KEY"), "{refused:?}");
+        assert!(
+            !refused[0].contains("k=1"),
+            "the query is never shown: {refused:?}"
+        );
+
+        let mut confirmed = state(Api::Openai, Some("http://proxy:8000/v1"), &[]);
+        let user = say(Api::Openai, Some("http://proxy:8000/v1"), &[]);
+        assert!(vet(&mut confirmed, &user).is_empty());
+
+        // The user's proxy with another provider's key: refused.
+        let mut switched = state(Api::Anthropic, Some("http://proxy:8000/v1"), &[]);
+        let refused = vet(&mut switched, &user);
+        assert!(refused[0].contains("ANTHROPIC_API_KEY"), "{refused:?}");
+        // Without a base URL a provider's key goes to that provider: not refused.
+        let mut official = state(Api::Anthropic, None, &[]);
+        assert!(vet(&mut official, &say(Api::Openai, None, &[])).is_empty());
+
+        let mut reads = state(Api::Openai, None, &[BuiltinTool::ReadFile]);
+        reads.root = Some(PathBuf::from("/"));
+        let refused = vet(&mut reads, &say(Api::Openai, None, &[]));
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        let mut harmless = state(Api::Openai, None, &[BuiltinTool::Calculator]);
+        assert!(vet(&mut harmless, &say(Api::Openai, None, &[])).is_empty());
+    }
+
+    #[test]
+    fn a_doubted_root_without_read_file_is_dropped_not_kept() {
+        let mut planted = state(Api::Openai, None, &[]);
+        planted.root = Some(PathBuf::from("/"));
+        assert!(vet(&mut planted, &say(Api::Openai, None, &[])).is_empty());
+        assert_eq!(planted.root, None);
+    }
 
     fn pending() -> Vec<ToolCall> {
         vec![

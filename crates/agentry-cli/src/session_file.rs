@@ -9,6 +9,10 @@
 //! - `FILE.state.json` is the rest of the session: provider, model, system prompt, tools,
 //!   status, pending remote calls and the budgets a suspended run has used. It is replaced
 //!   atomically (write, sync, rename) before and after each run.
+//!
+//! Both are created readable by the user alone (0600). Each state file written is recorded in
+//! the user's trust store ([`crate::trust`]) with its hash, so that a state file agentry did not
+//! write (planted beside a log, or edited since) cannot route a key or widen tool access.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +28,7 @@ use agent_backends::Api;
 
 use crate::args::BuiltinTool;
 use crate::error::Error;
+use crate::trust::{self, Kind, Store, Verdict};
 
 /// The state file's format version.
 const STATE_FORMAT: u32 = 1;
@@ -32,11 +37,13 @@ const STATE_FORMAT: u32 = 1;
 #[derive(Debug, Clone)]
 pub(crate) struct SessionFile {
     path: PathBuf,
-    store: Store,
+    store: Backing,
+    /// Where the state files written are recorded (the user's trust store).
+    trust: Option<Store>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Store {
+enum Backing {
     Jsonl,
     Sqlite,
 }
@@ -59,6 +66,9 @@ pub(crate) struct SessionState {
     pub(crate) root: Option<PathBuf>,
     /// The session; its messages live in the log, not here.
     pub(crate) session: Session,
+    /// Whether the state file read was the one agentry last wrote there (never stored).
+    #[serde(skip)]
+    pub(crate) verdict: Verdict,
 }
 
 impl SessionState {
@@ -71,6 +81,8 @@ impl SessionState {
             tools: Vec::new(),
             root: None,
             session,
+            // A state made now is the user's own.
+            verdict: Verdict::Trusted,
         }
     }
 }
@@ -85,8 +97,21 @@ impl SessionFile {
             .is_some_and(|extension| matches!(extension, "db" | "sqlite" | "sqlite3"));
         Self {
             path,
-            store: if sqlite { Store::Sqlite } else { Store::Jsonl },
+            store: if sqlite {
+                Backing::Sqlite
+            } else {
+                Backing::Jsonl
+            },
+            trust: Store::user(),
         }
+    }
+
+    /// The same session, its state files recorded in (and checked against) `trust` instead
+    /// of the user's store.
+    #[cfg(test)]
+    fn with_trust(mut self, trust: Option<Store>) -> Self {
+        self.trust = trust;
+        self
     }
 
     /// The conversation log.
@@ -105,8 +130,8 @@ impl SessionFile {
     /// file exists yet.
     pub(crate) async fn load(&self) -> Result<Option<SessionState>, Error> {
         let state_path = self.state_path();
-        let text = match tokio::fs::read_to_string(&state_path).await {
-            Ok(text) => text,
+        let bytes = match tokio::fs::read(&state_path).await {
+            Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 if self.has_log().await {
                     return Err(Error::session(
@@ -127,9 +152,15 @@ impl SessionFile {
                 ));
             }
         };
-        let mut state: SessionState = serde_json::from_str(&text).map_err(|error| {
+        let mut state: SessionState = serde_json::from_slice(&bytes).map_err(|error| {
             Error::session(&state_path, format!("not a session state file: {error}"))
         })?;
+        // The verdict is for exactly the bytes just parsed.
+        state.verdict = trust::check(self.trust.as_ref(), &state_path, &bytes, Kind::State)?;
+        if let Some(url) = &state.base_url {
+            crate::endpoint::check_base_url(url)
+                .map_err(|message| Error::session(&state_path, format!("base_url: {message}")))?;
+        }
         if state.agentry_session_state != STATE_FORMAT {
             return Err(Error::session(
                 &state_path,
@@ -153,7 +184,7 @@ impl SessionFile {
     /// The messages in the log, in order.
     async fn history(&self, session: &Session) -> Result<Vec<Message>, Error> {
         let turns = match self.store {
-            Store::Jsonl => {
+            Backing::Jsonl => {
                 if !self.has_log().await {
                     return Ok(Vec::new());
                 }
@@ -162,7 +193,7 @@ impl SessionFile {
                     .map_err(|error| Error::session(&self.path, describe(&error)))?
                     .turns
             }
-            Store::Sqlite => self
+            Backing::Sqlite => self
                 .sqlite()
                 .await?
                 .load(&ConversationId::from(&session.id))
@@ -183,13 +214,23 @@ impl SessionFile {
         &self,
         session: &Session,
     ) -> Result<Arc<dyn ConversationAppender>, Error> {
+        // Created private before the store opens it; SQLite gives its journal and WAL files
+        // the database file's permissions.
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || match trust::create_private(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => Err(error),
+            _ => Ok(()),
+        })
+        .await
+        .map_err(|error| Error::session(&self.path, error))?
+        .map_err(|error| Error::session(&self.path, format!("cannot create it: {error}")))?;
         Ok(match self.store {
-            Store::Jsonl => Arc::new(
+            Backing::Jsonl => Arc::new(
                 JsonlAppender::open(&self.path)
                     .await
                     .map_err(|error| Error::session(&self.path, describe(&error)))?,
             ),
-            Store::Sqlite => Arc::new(
+            Backing::Sqlite => Arc::new(
                 self.sqlite()
                     .await?
                     .appender(ConversationId::from(&session.id)),
@@ -206,25 +247,19 @@ impl SessionFile {
         let mut json = json.map_err(|error| Error::session(&self.path, error))?;
         json.push(b'\n');
         let path = self.state_path();
-        tokio::task::spawn_blocking(move || write_atomically(&path, &json))
-            .await
-            .map_err(|error| Error::session(&self.path, error))?
-            .map_err(|error| Error::session(self.state_path(), format!("cannot write it: {error}")))
+        let store = self.trust.clone();
+        tokio::task::spawn_blocking(move || {
+            trust::write_private_atomically(&path, &json)
+                .map_err(|error| format!("cannot write it: {error}"))?;
+            // Recorded as ours, so the next command may honour its base URL and tools.
+            trust::record(store.as_ref(), &path, &json, Kind::State)
+                .map_err(|error| error.to_string())
+        })
+        .await
+        .map_err(|error| Error::session(&self.path, error))?
+        .map(|_| ())
+        .map_err(|message| Error::session(self.state_path(), message))
     }
-}
-
-/// Writes `bytes` to a temporary file next to `path`, syncs it and renames it over `path`, so
-/// a crash leaves either the old state or the new one, never half of either.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_data()?;
-    drop(file);
-    std::fs::rename(&temporary, path)
 }
 
 /// An error with its causes, on one line.
@@ -255,10 +290,10 @@ mod tests {
 
     #[test]
     fn the_store_follows_the_extension() {
-        assert_eq!(SessionFile::new("a.jsonl").store, Store::Jsonl);
-        assert_eq!(SessionFile::new("chat").store, Store::Jsonl);
-        assert_eq!(SessionFile::new("a.db").store, Store::Sqlite);
-        assert_eq!(SessionFile::new("x/a.sqlite3").store, Store::Sqlite);
+        assert_eq!(SessionFile::new("a.jsonl").store, Backing::Jsonl);
+        assert_eq!(SessionFile::new("chat").store, Backing::Jsonl);
+        assert_eq!(SessionFile::new("a.db").store, Backing::Sqlite);
+        assert_eq!(SessionFile::new("x/a.sqlite3").store, Backing::Sqlite);
         assert_eq!(
             SessionFile::new("x/a.jsonl").state_path(),
             PathBuf::from("x/a.jsonl.state.json")
@@ -270,7 +305,8 @@ mod tests {
         runtime().block_on(async {
             let dir = tempfile::tempdir().unwrap();
             for name in ["s.jsonl", "s.db"] {
-                let file = SessionFile::new(dir.path().join(name));
+                let store = Store::in_dir(&dir.path().join("config"));
+                let file = SessionFile::new(dir.path().join(name)).with_trust(Some(store));
                 assert!(file.load().await.unwrap().is_none());
                 let session = Session::new("m").with_system("be brief");
                 let mut state = SessionState::new(Api::Anthropic, session);
@@ -290,6 +326,10 @@ mod tests {
                 assert_eq!(loaded.session.messages.len(), 2, "{name}");
                 assert_eq!(loaded.session.system.as_deref(), Some("be brief"));
                 assert_eq!(loaded.tools, vec![BuiltinTool::Clock]);
+                // The state just written is the one recorded; another store never saw it.
+                assert_eq!(loaded.verdict, Verdict::Trusted, "{name}");
+                let elsewhere = file.clone().with_trust(None).load().await.unwrap().unwrap();
+                assert_eq!(elsewhere.verdict, Verdict::Unknown, "{name}");
                 let text = std::fs::read_to_string(file.state_path()).unwrap();
                 assert!(
                     !text.contains("hello"),
@@ -303,7 +343,7 @@ mod tests {
     fn a_log_without_state_and_a_foreign_state_are_refused() {
         runtime().block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let file = SessionFile::new(dir.path().join("s.jsonl"));
+            let file = SessionFile::new(dir.path().join("s.jsonl")).with_trust(None);
             std::fs::write(file.path(), "{}\n").unwrap();
             let error = file.load().await.unwrap_err().to_string();
             assert!(error.contains("state file"), "{error}");

@@ -37,8 +37,25 @@ fn agentry() -> Command {
     ] {
         command.env_remove(key);
     }
-    command.env("NO_COLOR", "1").stdin(Stdio::null());
+    // The user's configuration directory (and trust store) is this test process's own.
     command
+        .env("HOME", home())
+        .env("XDG_CONFIG_HOME", home().join(".config"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A home directory for this test process, under the target directory.
+fn home() -> &'static Path {
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let home =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-home-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).unwrap();
+        home
+    })
 }
 
 fn run(command: &mut Command) -> (i32, String, String) {
@@ -406,6 +423,12 @@ fn agentry_toml_sets_defaults_that_flags_override() {
         ),
     )
     .unwrap();
+    // The file sends the conversation elsewhere: only once the user trusts it.
+    let (code, _, stderr) = run(agentry().current_dir(dir.path()).args(["run", "hi"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("agentry trust"), "{stderr}");
+    let (code, _, stderr) = run(agentry().current_dir(dir.path()).args(["trust"]));
+    assert_eq!(code, 0, "{stderr}");
     let (code, _, stderr) = run(agentry().current_dir(dir.path()).args(["run", "hi"]));
     assert_eq!(code, 0, "{stderr}");
     let (code, _, stderr) =
