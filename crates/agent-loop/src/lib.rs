@@ -62,6 +62,7 @@
 //! ```
 
 mod dispatch;
+mod estimate;
 mod events;
 mod hooks;
 mod options;
@@ -72,6 +73,7 @@ mod session;
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
 
+pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use hooks::{Hooks, ModelCallGate};
 pub use options::{ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism};

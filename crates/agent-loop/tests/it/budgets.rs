@@ -126,7 +126,7 @@ async fn a_run_that_answers_within_the_iteration_limit_succeeds() {
 // Tokens
 
 #[tokio::test]
-async fn the_token_budget_is_cumulative_over_model_calls_and_tool_output() {
+async fn the_token_budget_is_cumulative_over_model_calls() {
     let (options, runs) = auto_with_echo();
     let options = options.with_token_budget(1_000);
     // 350 tokens a call: each call fits on its own, the third one crosses the budget.
@@ -137,16 +137,17 @@ async fn the_token_budget_is_cumulative_over_model_calls_and_tool_output() {
     let error = run(&backend, &options).await;
 
     assert_eq!(error.status(), 429);
-    // 3 calls x 350, plus 1 token for each of the two `ok` results sent back.
+    // 3 calls x 350: what the provider reported, the same number as the error's usage.
     assert_eq!(
         error.budget_exceeded(),
         Some(&Budget::Tokens {
-            used: 3 * 350 + 2,
+            used: 3 * 350,
             max: 1_000
         })
     );
+    assert_eq!(error.usage, usage(900, 150));
     assert!(
-        error.message.contains("token budget: 1052 of 1000 tokens"),
+        error.message.contains("token budget: 1050 of 1000 tokens"),
         "{}",
         error.message
     );
@@ -173,7 +174,7 @@ async fn a_final_answer_that_crosses_the_token_budget_is_an_error_that_keeps_the
     assert_eq!(
         error.budget_exceeded(),
         Some(&Budget::Tokens {
-            used: 410 + 1 + 610,
+            used: 410 + 610,
             max: 1_000
         })
     );
@@ -204,7 +205,7 @@ async fn one_huge_model_call_trips_the_token_budget_before_its_tools_run() {
 }
 
 #[tokio::test]
-async fn tool_output_alone_can_trip_the_token_budget() {
+async fn tool_output_that_cannot_fit_the_next_request_is_never_sent() {
     let big = Tool::from_json_fn(
         "dump",
         "Returns a lot of text.",
@@ -221,16 +222,29 @@ async fn tool_output_alone_can_trip_the_token_budget() {
 
     let error = run(&backend, &options).await;
 
-    // 20 model tokens, and 8,000 bytes of result at 4 bytes a token.
-    assert_eq!(
-        error.budget_exceeded(),
-        Some(&Budget::Tokens {
-            used: 20 + 2_000,
-            max: 1_000
-        })
+    // 20 model tokens used; the next request carries 8,000 bytes of result (2,000 tokens
+    // at 4 letters a token), more than the 980 left: refused before it was sent.
+    let Some(&Budget::RequestTokens {
+        used,
+        estimated_input,
+        max,
+    }) = error.budget_exceeded()
+    else {
+        panic!("expected the next request to be refused, got {error:?}");
+    };
+    assert_eq!((used, max), (20, 1_000));
+    assert!(
+        (2_000..2_100).contains(&estimated_input),
+        "{estimated_input}"
     );
-    // It tripped after the round, before the next model call.
+    assert_eq!(error.status(), 429);
+    assert!(
+        error.message.contains("nothing was sent"),
+        "{}",
+        error.message
+    );
     assert_eq!(backend.calls(), 1);
+    assert_eq!(error.usage, usage(10, 10));
     assert_eq!(error.partial_trace.len(), 1);
     assert_eq!(error.partial_trace[0].result_bytes, 8_000);
     assert_eq!(error.partial_messages.len(), 2);
@@ -498,13 +512,13 @@ async fn without_usage_the_token_budget_cannot_trip_but_iterations_still_count()
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let (options, runs) = auto_with_echo();
-    // Tool output still counts (one token a round here), so the token budget sits just above
-    // three rounds of it. Both budgets are tiny: a loop that guessed what the model calls
-    // consumed, instead of leaving them uncounted, would trip one of them first.
+    // Each request's estimate (about 30 to 100 tokens here) fits both budgets, but four
+    // calls' worth would not: a loop that added its estimates to what was spent, instead of
+    // leaving unreported calls uncounted, would trip one of them first.
     let options = options
-        .with_token_budget(10)
+        .with_token_budget(250)
         .with_rate_card(rate_card())
-        .with_max_cost_usd(0.000_001)
+        .with_max_cost_usd(0.000_25)
         .with_max_tool_iterations(3);
     let backend = ScriptedBackend::new((1..=6).map(|i| echo_call(&format!("call_{i}"), i)));
 
