@@ -362,12 +362,17 @@ impl Round<'_> {
         let mut result = self.options.hooks.transform(result).await;
         let mut truncated = cut.truncated;
         // The round's results together stay under `max_round_result_bytes`: once they reach
-        // it, each later result is replaced (and freed) by a short error saying so.
+        // it, each later result is replaced (and freed) by a short error saying so. Calls
+        // that did not run carry only their short reason and are not counted.
         let cap = self.options.max_round_result_bytes;
-        let before = self
-            .round_bytes
-            .fetch_add(result.content.len(), Ordering::Relaxed);
-        if before.saturating_add(result.content.len()) > cap {
+        let counted = !matches!(failure, Some(Failure::NotRun));
+        let before = if counted {
+            self.round_bytes
+                .fetch_add(result.content.len(), Ordering::Relaxed)
+        } else {
+            0
+        };
+        if counted && before.saturating_add(result.content.len()) > cap {
             result.content = format!(
                 "This result was dropped: the results of this round reached {cap} bytes \
                  (max_round_result_bytes), so later results of the round are not sent. Ask \

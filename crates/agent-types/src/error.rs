@@ -166,13 +166,22 @@ pub struct AgentError {
     /// The messages the loop produced before the failure.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partial_messages: Vec<Message>,
-    /// Tokens the run's model calls consumed before the failure (what was spent and paid
-    /// for, the same sum a successful run reports as its `usage`). Empty when no call
-    /// reported usage.
+    /// What the run spent before the failure, in JSON as `usage` and `cost_usd` beside the
+    /// other fields (each left out when unknown). Boxed: it is rarely read, and keeping
+    /// `AgentError` small keeps every `Result` that carries it cheap to move.
+    #[serde(flatten, default)]
+    pub spent: Box<Spend>,
+}
+
+/// What a run spent: the same two numbers a successful run reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spend {
+    /// Tokens the run's model calls consumed (input + output as the provider reported them).
+    /// Empty when no call reported usage.
     #[serde(default, skip_serializing_if = "Usage::is_unknown")]
     pub usage: Usage,
-    /// Dollars the run spent before the failure (model calls priced by the rate card plus
-    /// what handlers reported); `None` when nothing could be priced.
+    /// Dollars: model calls priced by the rate card plus what handlers reported; `None` when
+    /// nothing could be priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
 }
@@ -185,8 +194,7 @@ impl AgentError {
             message: message.into(),
             partial_trace: Vec::new(),
             partial_messages: Vec::new(),
-            usage: Usage::default(),
-            cost_usd: None,
+            spent: Box::default(),
         }
     }
 
@@ -211,8 +219,7 @@ impl AgentError {
     /// Attaches what the run spent before it failed.
     #[must_use]
     pub fn with_spend(mut self, usage: Usage, cost_usd: Option<f64>) -> Self {
-        self.usage = usage;
-        self.cost_usd = cost_usd;
+        *self.spent = Spend { usage, cost_usd };
         self
     }
 

@@ -980,7 +980,7 @@ async fn tokens_reported_by_a_handler_count_against_the_token_budget() {
         "{}",
         error.message
     );
-    assert_eq!(error.usage.total_tokens(), Some(20));
+    assert_eq!(error.spent.usage.total_tokens(), Some(20));
     assert_eq!(backend.calls(), 1);
 
     // The same round without the report fits.
