@@ -380,7 +380,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             return Err(aborted("the run was cancelled before the model call"));
         }
         let iteration = self.state.iterations;
-        let estimated_input_tokens = self.estimate_input();
+        // Estimated only when something reads it: a run without budgets or a gate pays
+        // nothing for it.
+        let options = self.options;
+        let estimated_input_tokens = if options.token_budget.is_some()
+            || options.max_cost_usd.is_some()
+            || options.hooks.has_gate()
+        {
+            self.estimate_input()
+        } else {
+            0
+        };
         let max_output_tokens = self.admit(estimated_input_tokens)?;
         self.request.settings.max_output_tokens = max_output_tokens;
         if self.options.hooks.has_gate() {
