@@ -31,7 +31,8 @@ pub struct ModelCallGate {
     /// checked with).
     pub estimated_input_tokens: u64,
     /// The call's output-token limit as it will be sent: the session's `max_output_tokens`
-    /// clamped to what the run's budgets leave. `None` when neither sets one.
+    /// clamped to what the run's budgets leave (without a session limit, only a clamp below
+    /// 4,096 tokens is sent). `None` when neither sets one.
     pub max_output_tokens: Option<u32>,
 }
 

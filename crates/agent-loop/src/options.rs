@@ -93,7 +93,10 @@ pub type ModelCallSink = Arc<dyn Fn(&ModelCallRecord) + Send + Sync>;
 ///   `request_cost_usd` budget, naming the estimate and what was left);
 /// - otherwise clamps the call's `max_output_tokens` to what is left: tokens left minus the
 ///   estimate, and dollars left after the input, at the model's output price. The session's
-///   own `max_output_tokens` stays the upper bound.
+///   own `max_output_tokens` stays the upper bound. Without one, a clamp is sent only below
+///   4,096 tokens (an output limit every current model accepts): a larger limit than the
+///   model's maximum would be a 400 from the provider. Set the session's
+///   `max_output_tokens` to bound every call's output.
 ///
 /// After every call, the usage the provider reported is added and the budgets are checked
 /// again (an estimate can be low), so `token_budget` is also a hard cap on what was reported.

@@ -27,6 +27,11 @@ use crate::options::{Options, ToolMode};
 use crate::result::{GenerateResult, ModelCallRecord};
 use crate::session::{RepeatedCall, RunState, Session, SessionInput, SessionStatus};
 
+/// An output limit every current model accepts (the smallest maximum output among them, and
+/// Anthropic's adapter default): a budget's clamp below it is always sent; above it, only to
+/// lower a limit the session set itself.
+const SAFE_OUTPUT_LIMIT: u64 = 4_096;
+
 /// Whether the session outlives the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scope {
@@ -585,9 +590,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     /// Refuses a call whose estimated input leaves no room for output within the budgets,
     /// before anything is sent; otherwise returns the call's output limit: the session's
     /// `max_output_tokens` clamped to what the budgets leave.
+    ///
+    /// Without a limit of the session's own, a room of [`SAFE_OUTPUT_LIMIT`] tokens or more is
+    /// not sent: a limit above the model's maximum output is a 400 from the provider, and
+    /// the loop does not know each model's maximum.
     fn admit(&self, estimate: u64) -> Result<Option<u32>, AgentError> {
         let mut limit = self.session.settings.max_output_tokens.map(u64::from);
-        let mut clamp = |room: u64| limit = Some(limit.map_or(room, |limit| limit.min(room)));
+        let mut clamp = |room: u64| match limit {
+            Some(current) => limit = Some(current.min(room)),
+            None if room < SAFE_OUTPUT_LIMIT => limit = Some(room),
+            None => {}
+        };
         if let Some(max) = self.options.token_budget {
             let left = max.saturating_sub(self.state.tokens);
             if estimate >= left {

@@ -716,8 +716,7 @@ async fn the_output_limit_is_clamped_to_what_the_budgets_leave() {
 
 #[tokio::test]
 async fn an_explicit_output_limit_stays_the_upper_bound_and_no_budget_sends_it_unchanged() {
-    let backend =
-        ScriptedBackend::new([ScriptedTurn::text("a"), ScriptedTurn::text("b")]).recording();
+    let backend = ScriptedBackend::cycle([ScriptedTurn::text("a")]).recording();
     let settings = GenerationSettings {
         max_output_tokens: Some(50),
         ..GenerationSettings::default()
@@ -731,9 +730,16 @@ async fn an_explicit_output_limit_stays_the_upper_bound_and_no_budget_sends_it_u
     execute(&mut session, "go", &backend, &Options::auto())
         .await
         .unwrap();
+    // A large budget without a limit of the session's own sends none: a limit above the
+    // model's maximum output would be a 400 from the provider.
+    let mut session = Session::new("test-model");
+    execute(&mut session, "go", &backend, &budgeted)
+        .await
+        .unwrap();
     let sent = backend.requests();
     assert_eq!(sent[0].settings.max_output_tokens, Some(50));
     assert_eq!(sent[1].settings.max_output_tokens, None);
+    assert_eq!(sent[2].settings.max_output_tokens, None);
 }
 
 #[tokio::test]
