@@ -1109,3 +1109,32 @@ async fn the_per_round_caps_are_options() {
     assert!(result.trace[1].error.is_some());
     assert_eq!(result.text(), "Done.");
 }
+
+#[tokio::test]
+async fn remote_calls_beyond_the_round_cap_are_refused_not_handed_to_the_caller() {
+    let spec = ToolSpec::new("approve", "Approves.", json!({"type": "object"}));
+    let mut session = Session::new("test-model").with_remote_tool(spec);
+    let backend = ScriptedBackend::new([ScriptedTurn::tool_calls(
+        (1..=3).map(|i| ToolCall::new(format!("r{i}"), "approve", json!({}))),
+    )]);
+    let options = Options::auto().with_max_tool_calls_per_round(2);
+
+    let result = execute(&mut session, "go", &backend, &options)
+        .await
+        .unwrap();
+
+    let pending: Vec<&str> = result
+        .pending_tool_calls
+        .iter()
+        .map(|call| call.id.as_str())
+        .collect();
+    assert_eq!(pending, ["r1", "r2"]);
+    let refused = tool_result(session.messages.last().unwrap());
+    assert_eq!(refused.tool_call_id.as_str(), "r3");
+    assert!(refused.is_error);
+    assert!(
+        refused.content.contains("at most 2 run per round"),
+        "{}",
+        refused.content
+    );
+}
