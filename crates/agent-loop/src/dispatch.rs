@@ -3,7 +3,7 @@
 
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agent_tools::{
     Accounting, Registry, ToolContext, ToolError, ToolErrorKind, ToolEvent, TruncationPolicy,
@@ -24,6 +24,8 @@ use crate::options::{Options, ToolErrorMode};
 pub(crate) struct Job {
     pub(crate) call: ToolCall,
     pub(crate) iteration: u32,
+    /// Set when the call is not to be run: the error result the model sees instead.
+    pub(crate) refused: Option<String>,
 }
 
 /// Why a call's failure ends the run.
@@ -55,6 +57,8 @@ struct Round<'a> {
     accounting: &'a Accounting,
     /// Set by a call whose failure ends the run: calls not started yet are skipped.
     stopping: AtomicBool,
+    /// Bytes of the round's results so far, against `max_round_result_bytes`.
+    round_bytes: AtomicUsize,
 }
 
 /// Runs `jobs` and returns one outcome per job, in job order.
@@ -82,6 +86,7 @@ pub(crate) async fn run_batch(
         hard_stop,
         accounting,
         stopping: AtomicBool::new(false),
+        round_bytes: AtomicUsize::new(0),
     };
     let round = &round;
     let limit = options.tool_parallelism.limit();
@@ -153,6 +158,18 @@ impl Round<'_> {
         let call = &job.call;
         let started = Instant::now();
         let options = self.options;
+        if let Some(reason) = &job.refused {
+            self.announce_start(call, &call.arguments).await;
+            return self
+                .settle(
+                    job,
+                    call.arguments.clone(),
+                    Vec::new(),
+                    Err((Failure::NotRun, reason.clone())),
+                    started,
+                )
+                .await;
+        }
         if options.cancellation.is_cancelled() || self.stopping.load(Ordering::Relaxed) {
             let why = if options.cancellation.is_cancelled() {
                 "the run was cancelled before it started"
@@ -337,14 +354,36 @@ impl Round<'_> {
         if stop.is_some() {
             self.stopping.store(true, Ordering::Relaxed);
         }
-        let error = failure.is_some().then(|| cut.text.clone());
+        let mut error = failure.is_some().then(|| cut.text.clone());
         let (id, name) = (job.call.id.clone(), job.call.name.clone());
         let result = if failure.is_some() {
             ToolResult::error(id, name, cut.text)
         } else {
             ToolResult::ok(id, name, cut.text)
         };
-        let result = self.options.hooks.transform(result).await;
+        let mut result = self.options.hooks.transform(result).await;
+        let mut truncated = cut.truncated;
+        // The round's results together stay under `max_round_result_bytes`: once they reach
+        // it, each later result is replaced (and freed) by a short error saying so. Calls
+        // that did not run carry only their short reason and are not counted.
+        let cap = self.options.max_round_result_bytes;
+        let counted = !matches!(failure, Some(Failure::NotRun));
+        let before = if counted {
+            self.round_bytes
+                .fetch_add(result.content.len(), Ordering::Relaxed)
+        } else {
+            0
+        };
+        if counted && before.saturating_add(result.content.len()) > cap {
+            result.content = format!(
+                "This result was dropped: the results of this round reached {cap} bytes \
+                 (max_round_result_bytes), so later results of the round are not sent. Ask \
+                 for fewer or smaller results at once."
+            );
+            result.is_error = true;
+            truncated = true;
+            error = Some(result.content.clone());
+        }
         if self.emitter.is_on() {
             self.emitter
                 .emit(AgentEvent::ToolExecutionEnd {
@@ -352,7 +391,7 @@ impl Round<'_> {
                     tool_name: job.call.name.clone(),
                     output: result.content.clone(),
                     is_error: result.is_error,
-                    truncated: cut.truncated,
+                    truncated,
                 })
                 .await;
         }
@@ -363,7 +402,7 @@ impl Round<'_> {
             arguments,
             result_bytes: cut.original_bytes as u64,
             sent_bytes: result.content.len() as u64,
-            truncated: cut.truncated,
+            truncated,
             duration,
             error,
             repairs,

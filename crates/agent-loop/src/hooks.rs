@@ -26,6 +26,14 @@ pub struct ModelCallGate {
     pub tools: Vec<String>,
     /// Who is calling.
     pub caller: Arc<Caller>,
+    /// The request's input tokens: the backend's own count, else the run's
+    /// [`TokenCounter`](crate::TokenCounter) estimate (the same number the run's budgets were
+    /// checked with).
+    pub estimated_input_tokens: u64,
+    /// The call's output-token limit as it will be sent: the session's `max_output_tokens`
+    /// clamped to what the run's budgets leave (without a session limit, only a clamp below
+    /// 4,096 tokens is sent). `None` when neither sets one.
+    pub max_output_tokens: Option<u32>,
 }
 
 /// Plain async closures the loop calls at fixed points; not a middleware framework.

@@ -5,7 +5,10 @@
 //! mode the loop validates each call's arguments, runs the handlers (in parallel by default),
 //! feeds the results back in call order and calls the model again, until it answers, asks for
 //! a tool the caller runs itself (the run suspends), or a budget trips: tool iterations,
-//! cumulative tokens, cumulative US dollars, or the same call repeated.
+//! cumulative tokens, cumulative US dollars, or the same call repeated. The token and dollar
+//! budgets are checked before each model call too: a request whose estimated input
+//! ([`TokenCounter`]) cannot fit what is left is not sent, and one that fits has its output
+//! limit clamped to what is left.
 //!
 //! - [`generate`] runs a one-off [`Input`] and returns a [`GenerateResult`];
 //!   [`generate_stream`] is the same loop yielding [`AgentEvent`](agent_types::AgentEvent)s
@@ -62,6 +65,7 @@
 //! ```
 
 mod dispatch;
+mod estimate;
 mod events;
 mod hooks;
 mod options;
@@ -72,6 +76,7 @@ mod session;
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
 
+pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use hooks::{Hooks, ModelCallGate};
 pub use options::{ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism};

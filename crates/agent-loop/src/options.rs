@@ -9,6 +9,7 @@ use agent_tools::{Caller, Registry, ValidationMode};
 use agent_types::RateCard;
 use tokio_util::sync::CancellationToken;
 
+use crate::estimate::{ByteEstimate, TokenCounter};
 use crate::hooks::Hooks;
 use crate::result::ModelCallRecord;
 
@@ -77,9 +78,31 @@ pub type ModelCallSink = Arc<dyn Fn(&ModelCallRecord) + Send + Sync>;
 /// How a run behaves. Cheap to clone (shared parts are behind `Arc`s).
 ///
 /// Every budget is independent and off unless stated: the defaults are `return` mode, 10 tool
-/// iterations, no token or cost budget, parallel tools (16 at once), 65,536-byte results,
-/// `recover`, `strict` validation, no trace, three identical calls in a row count as a cycle,
-/// no timeouts, a one-second cancellation grace period.
+/// iterations, no token or cost budget, parallel tools (16 at once), at most 32 calls a round,
+/// 65,536-byte results and 262,144 bytes of results a round, `recover`, `strict` validation,
+/// no trace, three identical calls in a row count as a cycle, no timeouts, a one-second
+/// cancellation grace period, the [`ByteEstimate`] token counter.
+///
+/// # Budgets are checked before the money is spent
+///
+/// Before every model call the loop estimates the request's input tokens (the backend's own
+/// count when it has one, else [`token_counter`](Self::token_counter)) and
+/// - refuses the call, sending nothing, when the estimate leaves no room for output within
+///   what is left of `token_budget`, or when the estimate priced at the model's input rate
+///   leaves nothing of `max_cost_usd` (a `budget_exceeded` error with the `request_tokens` or
+///   `request_cost_usd` budget, naming the estimate and what was left);
+/// - otherwise clamps the call's `max_output_tokens` to what is left: tokens left minus the
+///   estimate, and dollars left after the input, at the model's output price. The session's
+///   own `max_output_tokens` stays the upper bound. Without one, a clamp is sent only below
+///   4,096 tokens (an output limit every current model accepts): a larger limit than the
+///   model's maximum would be a 400 from the provider. Set the session's
+///   `max_output_tokens` to bound every call's output.
+///
+/// After every call, the usage the provider reported is added and the budgets are checked
+/// again (an estimate can be low), so `token_budget` is also a hard cap on what was reported.
+///
+/// A budget of zero, a negative or non-finite `max_cost_usd`, and a zero per-round cap are
+/// configuration errors (400), never "one free call".
 ///
 /// ```
 /// use std::time::Duration;
@@ -109,15 +132,18 @@ pub struct Options {
     pub caller: Arc<Caller>,
     /// The most model → tools → model rounds.
     pub max_tool_iterations: u32,
-    /// The most tokens for the whole run: every model call's input and output tokens plus
-    /// the tool output sent back (estimated at 4 bytes a token) and tokens handlers report.
-    /// Not a model call's `max_output_tokens`. Checked after every model call and every tool
-    /// round; a budget is a hard cap, so even a complete answer that crosses it ends the run
-    /// with a budget error (the answer is in the error's partial messages).
+    /// The most tokens for the whole run: every model call's input and output tokens as the
+    /// provider reported them (the run's `usage`, input + output), plus tokens handlers
+    /// report. Tool output is not counted on its own: it is input of the next call, whose
+    /// estimate must fit what is left before it is sent. Not a model call's
+    /// `max_output_tokens`, which it clamps. Checked before and after every model call and
+    /// after every tool round; a budget is a hard cap, so even a complete answer that
+    /// crosses it ends the run with a budget error (the answer is in the error's partial
+    /// messages). At least 1.
     pub token_budget: Option<u64>,
     /// The most US dollars for the whole run, priced by `rate_card` (cache reads and writes
     /// at their own prices) plus dollars handlers report. The rate card must price the
-    /// session's model, or the run is refused as a configuration error.
+    /// session's model, or the run is refused as a configuration error. Positive and finite.
     pub max_cost_usd: Option<f64>,
     /// Prices per model.
     pub rate_card: Arc<RateCard>,
@@ -126,6 +152,18 @@ pub struct Options {
     /// The cap on each serialized tool result the model sees; longer results are cut with a
     /// marker stating the full size.
     pub tool_result_max_bytes: usize,
+    /// The most tool calls one round runs (default 32, at least 1). Calls beyond it, in call
+    /// order, are not run: each gets an error result the model sees, saying so.
+    pub max_tool_calls_per_round: usize,
+    /// The most bytes of tool results one round sends back, together (default 262,144 =
+    /// 256 KiB, at least 1). Results are counted as they finish (in call order when calls
+    /// run serially); once the round's results would pass the cap, each later result is
+    /// replaced by a short error result saying so (those stand-ins are not counted). Each
+    /// result is first capped by `tool_result_max_bytes`.
+    pub max_round_result_bytes: usize,
+    /// Estimates each request's input tokens for the budget check before each model call,
+    /// when the backend has no count of its own. [`ByteEstimate`] by default.
+    pub token_counter: Arc<dyn TokenCounter>,
     /// What a failed tool call does.
     pub tool_error_mode: ToolErrorMode,
     /// How tool arguments are checked against the tool's schema.
@@ -168,6 +206,9 @@ impl Default for Options {
             rate_card: Arc::new(RateCard::new()),
             tool_parallelism: ToolParallelism::default(),
             tool_result_max_bytes: 65_536,
+            max_tool_calls_per_round: Self::DEFAULT_MAX_TOOL_CALLS_PER_ROUND,
+            max_round_result_bytes: Self::DEFAULT_MAX_ROUND_RESULT_BYTES,
+            token_counter: Arc::new(ByteEstimate),
             tool_error_mode: ToolErrorMode::Recover,
             tool_arg_validation: ValidationMode::Strict,
             include_tool_trace: false,
@@ -200,6 +241,11 @@ macro_rules! setters {
 }
 
 impl Options {
+    /// The default [`max_tool_calls_per_round`](Self::max_tool_calls_per_round).
+    pub const DEFAULT_MAX_TOOL_CALLS_PER_ROUND: usize = 32;
+    /// The default [`max_round_result_bytes`](Self::max_round_result_bytes): 256 KiB.
+    pub const DEFAULT_MAX_ROUND_RESULT_BYTES: usize = 262_144;
+
     /// The defaults in `auto` mode.
     pub fn auto() -> Self {
         Self {
@@ -227,6 +273,10 @@ impl Options {
         with_tool_parallelism(tool_parallelism: ToolParallelism);
         /// Sets the cap on each tool result.
         with_tool_result_max_bytes(tool_result_max_bytes: usize);
+        /// Sets the most tool calls one round runs.
+        with_max_tool_calls_per_round(max_tool_calls_per_round: usize);
+        /// Sets the most bytes of results one round sends back.
+        with_max_round_result_bytes(max_round_result_bytes: usize);
         /// Sets what a failed tool call does.
         with_tool_error_mode(tool_error_mode: ToolErrorMode);
         /// Sets how arguments are validated.
@@ -274,6 +324,60 @@ impl Options {
         self
     }
 
+    /// Counts each request's input tokens with `counter` for the budget check before each
+    /// model call (a backend's own count still comes first).
+    #[must_use]
+    pub fn with_token_counter(mut self, counter: impl TokenCounter + 'static) -> Self {
+        self.token_counter = Arc::new(counter);
+        self
+    }
+
+    /// Checks the budgets and caps: a zero token budget, a cost budget that is not a positive
+    /// finite number, and a zero per-round cap are refused, so no setting means "one free
+    /// call". The loop calls it before every run; a server can call it to answer 400 early.
+    ///
+    /// # Errors
+    ///
+    /// A configuration error (400) naming the option and the value.
+    pub fn validate(&self) -> Result<(), agent_types::AgentError> {
+        let invalid = |what: &str, value: String, rule: &str| {
+            Err(agent_types::AgentError::config(format!(
+                "{what} = {value} is invalid: {rule}"
+            )))
+        };
+        if self.token_budget == Some(0) {
+            return invalid(
+                "token_budget",
+                "0".into(),
+                "it must be at least 1 (leave it unset for no token budget)",
+            );
+        }
+        if let Some(max) = self.max_cost_usd
+            && !(max.is_finite() && max > 0.0)
+        {
+            return invalid(
+                "max_cost_usd",
+                max.to_string(),
+                "it must be a positive number of dollars (leave it unset for no cost budget)",
+            );
+        }
+        if self.max_tool_calls_per_round == 0 {
+            return invalid(
+                "max_tool_calls_per_round",
+                "0".into(),
+                "it must be at least 1",
+            );
+        }
+        if self.max_round_result_bytes == 0 {
+            return invalid(
+                "max_round_result_bytes",
+                "0".into(),
+                "it must be at least 1",
+            );
+        }
+        Ok(())
+    }
+
     /// Sends one record per model call to `sink`.
     #[must_use]
     pub fn on_model_call(
@@ -297,6 +401,9 @@ impl fmt::Debug for Options {
             .field("max_cost_usd", &self.max_cost_usd)
             .field("tool_parallelism", &self.tool_parallelism)
             .field("tool_result_max_bytes", &self.tool_result_max_bytes)
+            .field("max_tool_calls_per_round", &self.max_tool_calls_per_round)
+            .field("max_round_result_bytes", &self.max_round_result_bytes)
+            .field("token_counter", &self.token_counter)
             .field("tool_error_mode", &self.tool_error_mode)
             .field("tool_arg_validation", &self.tool_arg_validation)
             .field("include_tool_trace", &self.include_tool_trace)

@@ -20,11 +20,17 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
 
 use crate::dispatch::{Job, Outcome};
+use crate::estimate::CountCache;
 use crate::events::Emitter;
 use crate::hooks::ModelCallGate;
 use crate::options::{Options, ToolMode};
 use crate::result::{GenerateResult, ModelCallRecord};
 use crate::session::{RepeatedCall, RunState, Session, SessionInput, SessionStatus};
+
+/// An output limit every current model accepts (the smallest maximum output among them, and
+/// Anthropic's adapter default): a budget's clamp below it is always sent; above it, only to
+/// lower a limit the session set itself.
+const SAFE_OUTPUT_LIMIT: u64 = 4_096;
 
 /// Whether the session outlives the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +149,10 @@ struct Run<'s, 'o, B: ?Sized> {
     /// Whether this run's usage and cost were added to the session.
     settled: bool,
     scope: Scope,
+    /// Each history message's estimated tokens, so a call counts only the new ones.
+    counts: CountCache,
+    /// The estimated tokens of the system prompt and tool specs.
+    preamble_tokens: u64,
 }
 
 impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
@@ -156,6 +166,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         emitter: Emitter,
         scope: Scope,
     ) -> Result<Self, AgentError> {
+        options.validate()?;
         check_input(session, &input)?;
         let tools = effective_tools(options, session)?;
         if !tools.is_empty() && !backend.capabilities().tools {
@@ -176,7 +187,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             )));
         }
 
-        let mut state = match input {
+        let state = match input {
             SessionInput::ToolResults(_) => session.suspended.take().unwrap_or_default(),
             _ => RunState::default(),
         };
@@ -196,16 +207,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         match input {
             SessionInput::User(user) => messages.push(Message::User(user)),
             SessionInput::ToolResults(results) => {
-                let results = order_results(results, &pending, &policy);
-                // Remote results are tool output the next call sends, like local ones.
-                for result in &results {
-                    if let Message::Tool(result) = result {
-                        state.tokens = state
-                            .tokens
-                            .saturating_add(estimate_tokens(result.content.len()));
-                    }
-                }
-                messages.extend(results);
+                // Remote results count against the budgets as input of the next call.
+                messages.extend(order_results(results, &pending, &policy));
             }
             SessionInput::Continue => {}
         }
@@ -225,6 +228,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             extras: session.extras.clone(),
             stream: true,
         };
+        let preamble_tokens = options
+            .token_counter
+            .preamble_tokens(request.system.as_deref(), &request.tools);
         Ok(Self {
             session,
             backend,
@@ -245,6 +251,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             accounting: Accounting::default(),
             settled: false,
             scope,
+            counts: CountCache::default(),
+            preamble_tokens,
         })
     }
 
@@ -319,7 +327,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     tracing::warn!(error = %appender.message, "could not store the results closing an interrupted round");
                 }
                 let messages = self.take_new_messages();
-                Err(error.with_partial(std::mem::take(&mut self.trace), messages))
+                Err(error
+                    .with_partial(std::mem::take(&mut self.trace), messages)
+                    .with_spend(self.usage, self.cost_usd))
             }
         }
     }
@@ -375,6 +385,19 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             return Err(aborted("the run was cancelled before the model call"));
         }
         let iteration = self.state.iterations;
+        // Estimated only when something reads it: a run without budgets or a gate pays
+        // nothing for it.
+        let options = self.options;
+        let estimated_input_tokens = if options.token_budget.is_some()
+            || options.max_cost_usd.is_some()
+            || options.hooks.has_gate()
+        {
+            self.estimate_input()
+        } else {
+            0
+        };
+        let max_output_tokens = self.admit(estimated_input_tokens)?;
+        self.request.settings.max_output_tokens = max_output_tokens;
         if self.options.hooks.has_gate() {
             let gate = ModelCallGate {
                 model: self.request.model.clone(),
@@ -387,6 +410,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     .map(|spec| spec.name.clone())
                     .collect(),
                 caller: self.options.caller.clone(),
+                estimated_input_tokens,
+                max_output_tokens,
             };
             self.options
                 .hooks
@@ -550,15 +575,93 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         cost
     }
 
+    /// The next request's input tokens: the backend's own count, else the counter's
+    /// estimate (each message counted once per run).
+    fn estimate_input(&mut self) -> u64 {
+        if let Some(tokens) = self.backend.count_input_tokens(&self.request) {
+            return tokens;
+        }
+        let history = self
+            .counts
+            .history(&*self.options.token_counter, &self.request.messages);
+        self.preamble_tokens.saturating_add(history)
+    }
+
+    /// Refuses a call whose estimated input leaves no room for output within the budgets,
+    /// before anything is sent; otherwise returns the call's output limit: the session's
+    /// `max_output_tokens` clamped to what the budgets leave.
+    ///
+    /// Without a limit of the session's own, a room of [`SAFE_OUTPUT_LIMIT`] tokens or more is
+    /// not sent: a limit above the model's maximum output is a 400 from the provider, and
+    /// the loop does not know each model's maximum.
+    fn admit(&self, estimate: u64) -> Result<Option<u32>, AgentError> {
+        let mut limit = self.session.settings.max_output_tokens.map(u64::from);
+        let mut clamp = |room: u64| match limit {
+            Some(current) => limit = Some(current.min(room)),
+            None if room < SAFE_OUTPUT_LIMIT => limit = Some(room),
+            None => {}
+        };
+        if let Some(max) = self.options.token_budget {
+            let left = max.saturating_sub(self.state.tokens);
+            if estimate >= left {
+                return Err(AgentError::budget(Budget::RequestTokens {
+                    used: self.state.tokens,
+                    estimated_input: estimate,
+                    max,
+                }));
+            }
+            clamp(left - estimate);
+        }
+        if let Some(max) = self.options.max_cost_usd
+            && let Some(price) = self.options.rate_card.price(&self.request.model)
+        {
+            let left = max - self.state.cost_usd;
+            // Priced as uncached input: a cache hit only makes the call cheaper.
+            let input_usd = estimate as f64 * price.input_per_mtok / 1e6;
+            let room_usd = left - input_usd;
+            let room = if price.output_per_mtok > 0.0 {
+                (room_usd.max(0.0) / price.output_per_mtok * 1e6).floor()
+            } else {
+                f64::INFINITY
+            };
+            if room_usd <= 0.0 || room < 1.0 {
+                return Err(AgentError::budget(Budget::RequestCostUsd {
+                    used: self.state.cost_usd,
+                    estimated_input: estimate,
+                    estimated_usd: input_usd,
+                    max,
+                }));
+            }
+            if room.is_finite() {
+                // `as` saturates: a room beyond u64 is no limit worth sending anyway.
+                clamp(room as u64);
+            }
+        }
+        Ok(limit.map(|limit| u32::try_from(limit).unwrap_or(u32::MAX)))
+    }
+
     /// The token and cost budgets, checked after every model call and every tool round.
     fn check_spend(&self) -> Result<(), AgentError> {
         if let Some(max) = self.options.token_budget
             && self.state.tokens > max
         {
-            return Err(AgentError::budget(Budget::Tokens {
+            let budget = Budget::Tokens {
                 used: self.state.tokens,
                 max,
-            }));
+            };
+            // The budget also counts what handlers reported, which the run's usage does
+            // not: say so, so the two numbers are not mistaken for one.
+            return Err(match self.state.tool_tokens {
+                0 => AgentError::budget(budget),
+                reported => {
+                    let message = format!(
+                        "{budget} ({} by model calls, {reported} reported by tools); raise the \
+                         limit or narrow the task",
+                        self.state.tokens - reported
+                    );
+                    AgentError::new(ErrorKind::BudgetExceeded { budget }, message)
+                }
+            });
         }
         if let Some(max) = self.options.max_cost_usd
             && self.state.cost_usd > max
@@ -634,8 +737,23 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     async fn run_tools(&mut self, calls: Vec<ToolCall>) -> Result<Vec<ToolCall>, AgentError> {
         let iteration = self.state.iterations;
         let mut pending = Vec::new();
-        let mut jobs = Vec::with_capacity(calls.len());
-        for mut call in calls {
+        let cap = self.options.max_tool_calls_per_round;
+        let asked = calls.len();
+        let mut jobs = Vec::with_capacity(asked.min(cap.saturating_add(1)));
+        for (at, mut call) in calls.into_iter().enumerate() {
+            if at >= cap {
+                let refused = format!(
+                    "This call was not run: the model asked for {asked} tool calls in one round \
+                     and at most {cap} run per round (max_tool_calls_per_round). Ask for fewer \
+                     at once."
+                );
+                jobs.push(Job {
+                    call,
+                    iteration,
+                    refused: Some(refused),
+                });
+                continue;
+            }
             // A remote call with valid arguments waits for the caller; with invalid ones it is
             // refused here like a local call, so the model can fix it without a round trip.
             let remote = match self.tools.get(&call.name) {
@@ -653,7 +771,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             if remote {
                 pending.push(call);
             } else {
-                jobs.push(Job { call, iteration });
+                jobs.push(Job {
+                    call,
+                    iteration,
+                    refused: None,
+                });
             }
         }
         let outcomes = crate::dispatch::run_batch(
@@ -668,26 +790,23 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         .await;
 
         let mut stop = None;
-        let mut tool_tokens = 0_u64;
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             let Outcome {
                 result,
                 trace,
                 stop: stops,
             } = outcome;
-            tool_tokens = tool_tokens.saturating_add(estimate_tokens(result.content.len()));
             if stop.is_none() {
                 stop = stops.map(|kind| stop_error(kind, &job.call, &result.content));
             }
             self.trace.push(trace);
             self.push_message(Message::Tool(result), None).await?;
         }
+        // Tool output is not counted here: it is input of the next call, whose estimate must
+        // fit the budgets before it is sent. What handlers spent themselves is.
         let reported = self.accounting.take();
-        self.state.tokens = self
-            .state
-            .tokens
-            .saturating_add(tool_tokens)
-            .saturating_add(reported.tokens);
+        self.state.tokens = self.state.tokens.saturating_add(reported.tokens);
+        self.state.tool_tokens = self.state.tool_tokens.saturating_add(reported.tokens);
         if reported.cost_usd > 0.0 {
             self.state.cost_usd += reported.cost_usd;
             *self.cost_usd.get_or_insert(0.0) += reported.cost_usd;
@@ -829,11 +948,6 @@ fn stop_error(kind: crate::dispatch::Stop, call: &ToolCall, content: &str) -> Ag
             format!("`{}` (call {}) failed: {content}", call.name, call.id),
         ),
     }
-}
-
-/// Tokens a tool result will cost when sent back: about 4 bytes a token.
-fn estimate_tokens(bytes: usize) -> u64 {
-    u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX)
 }
 
 fn record_usage(span: &tracing::Span, usage: &Usage, cost_usd: Option<f64>) {

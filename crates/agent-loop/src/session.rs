@@ -227,13 +227,21 @@ impl Session {
 pub(crate) struct RunState {
     /// Tool rounds run.
     pub(crate) iterations: u32,
-    /// Tokens counted against the token budget.
+    /// Tokens counted against the token budget: model calls' input + output, plus
+    /// `tool_tokens`.
     pub(crate) tokens: u64,
+    /// Of `tokens`, those handlers reported (not in the run's usage).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) tool_tokens: u64,
     /// Dollars counted against the cost budget.
     pub(crate) cost_usd: f64,
     /// The last call, for cycle detection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) last_call: Option<RepeatedCall>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// The most recent tool call and how many times in a row it was made.

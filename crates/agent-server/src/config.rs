@@ -133,6 +133,13 @@ pub struct Caps {
     /// Bytes of each tool result the model sees [default: 65536].
     #[serde(default = "defaults::tool_result_max_bytes")]
     pub tool_result_max_bytes: usize,
+    /// Tool calls one round runs; the rest get an error result [default: 32].
+    #[serde(default = "defaults::max_tool_calls_per_round")]
+    pub max_tool_calls_per_round: usize,
+    /// Bytes of one round's results together; later results are replaced by an error
+    /// [default: 262144].
+    #[serde(default = "defaults::max_round_result_bytes")]
+    pub max_round_result_bytes: usize,
     /// Seconds one tool call may take [default: 60].
     #[serde(default = "defaults::tool_timeout_secs")]
     pub tool_timeout_secs: u64,
@@ -145,6 +152,8 @@ impl Default for Caps {
             token_budget: None,
             max_cost_usd: None,
             tool_result_max_bytes: defaults::tool_result_max_bytes(),
+            max_tool_calls_per_round: defaults::max_tool_calls_per_round(),
+            max_round_result_bytes: defaults::max_round_result_bytes(),
             tool_timeout_secs: defaults::tool_timeout_secs(),
         }
     }
@@ -368,6 +377,20 @@ impl ServerConfig {
         if self.quotas.sweep_interval_secs == 0 {
             return fail("quotas.sweep_interval_secs must be at least 1".into());
         }
+        // A zero or negative budget is a mistake, never "one free call".
+        if let Some(problem) = budget_problem(
+            self.caps.token_budget,
+            self.caps.max_cost_usd,
+            &[
+                (
+                    "max_tool_calls_per_round",
+                    self.caps.max_tool_calls_per_round,
+                ),
+                ("max_round_result_bytes", self.caps.max_round_result_bytes),
+            ],
+        ) {
+            return fail(format!("[server.caps] {problem}"));
+        }
         if let StoreConfig::Postgres {
             url: None,
             url_env: None,
@@ -462,6 +485,28 @@ impl Quotas {
     }
 }
 
+/// What is wrong with a set of budgets, if anything: a zero token budget, a cost budget that
+/// is not a positive finite number, a zero cap.
+pub(crate) fn budget_problem(
+    token_budget: Option<u64>,
+    max_cost_usd: Option<f64>,
+    caps: &[(&str, usize)],
+) -> Option<String> {
+    if token_budget == Some(0) {
+        return Some("token_budget = 0 is invalid: it must be at least 1".into());
+    }
+    if let Some(max) = max_cost_usd
+        && !(max.is_finite() && max > 0.0)
+    {
+        return Some(format!(
+            "max_cost_usd = {max} is invalid: it must be a positive number of dollars"
+        ));
+    }
+    caps.iter()
+        .find(|(_, value)| *value == 0)
+        .map(|(name, _)| format!("{name} = 0 is invalid: it must be at least 1"))
+}
+
 mod defaults {
     use std::path::PathBuf;
 
@@ -488,6 +533,12 @@ mod defaults {
     }
     pub(super) fn tool_result_max_bytes() -> usize {
         65_536
+    }
+    pub(super) fn max_tool_calls_per_round() -> usize {
+        agent_loop::Options::DEFAULT_MAX_TOOL_CALLS_PER_ROUND
+    }
+    pub(super) fn max_round_result_bytes() -> usize {
+        agent_loop::Options::DEFAULT_MAX_ROUND_RESULT_BYTES
     }
     pub(super) fn tool_timeout_secs() -> u64 {
         60
@@ -539,6 +590,8 @@ mod tests {
         assert_eq!(config.limits.concurrent_executes, 16);
         assert_eq!(config.quotas.max_sessions, 1000);
         assert_eq!(config.quotas.session_ttl_secs, 30 * 24 * 3600);
+        assert_eq!(config.caps.max_tool_calls_per_round, 32);
+        assert_eq!(config.caps.max_round_result_bytes, 262_144);
         assert_eq!(
             config.models[0].source().unwrap(),
             ModelSource::Replay(Provider::Anthropic)
@@ -563,6 +616,18 @@ mod tests {
                 "root",
             ),
             (&MINIMAL.replace("api_keys = [\"k1\"]", ""), "no API key"),
+            (
+                &format!("{MINIMAL}\n[server.caps]\ntoken_budget = 0"),
+                "[server.caps] token_budget = 0 is invalid",
+            ),
+            (
+                &format!("{MINIMAL}\n[server.caps]\nmax_cost_usd = -1.0"),
+                "[server.caps] max_cost_usd = -1 is invalid",
+            ),
+            (
+                &format!("{MINIMAL}\n[server.caps]\nmax_round_result_bytes = 0"),
+                "[server.caps] max_round_result_bytes = 0 is invalid",
+            ),
             ("provider = \"x\"", "no [server] section"),
             (
                 &MINIMAL.replace("[server]", "[server]\nquotas = { max_session = 1 }"),

@@ -217,6 +217,18 @@ pub(crate) fn options(
                 .unwrap_or(caps.tool_result_max_bytes)
                 .min(caps.tool_result_max_bytes),
         )
+        .with_max_tool_calls_per_round(
+            chosen
+                .max_tool_calls_per_round
+                .unwrap_or(caps.max_tool_calls_per_round)
+                .min(caps.max_tool_calls_per_round),
+        )
+        .with_max_round_result_bytes(
+            chosen
+                .max_round_result_bytes
+                .unwrap_or(caps.max_round_result_bytes)
+                .min(caps.max_round_result_bytes),
+        )
         .with_tool_timeout(Duration::from_secs(caps.tool_timeout_secs))
         .with_cancellation(cancel)
         .with_tool_trace(true);
@@ -322,9 +334,10 @@ fn complete_event<'a>(
     outcome: &'a Result<GenerateResult, AgentError>,
     error: Option<&'a AgentError>,
 ) -> ExecuteComplete<'a> {
+    // What the run spent, on every path: a failed run's error carries it too.
     let (usage, cost_usd) = match outcome {
         Ok(result) => (result.usage, result.cost_usd),
-        Err(_) => (Usage::default(), None),
+        Err(error) => (error.spent.usage, error.spent.cost_usd),
     };
     ExecuteComplete {
         kind: "execute_complete",

@@ -539,6 +539,38 @@ fn check_caps(state: &AppState, options: &SessionOptions) -> Result<(), ApiError
             caps.tool_result_max_bytes.to_string(),
         );
     }
+    for (what, asked, cap) in [
+        (
+            "max_tool_calls_per_round",
+            options.max_tool_calls_per_round,
+            caps.max_tool_calls_per_round,
+        ),
+        (
+            "max_round_result_bytes",
+            options.max_round_result_bytes,
+            caps.max_round_result_bytes,
+        ),
+    ] {
+        if let Some(asked) = asked
+            && asked > cap
+        {
+            return over(what, asked.to_string(), cap.to_string());
+        }
+    }
+    // Zero or negative budgets are refused here, before any model call.
+    let zero = [
+        ("max_tool_calls_per_round", options.max_tool_calls_per_round),
+        ("max_round_result_bytes", options.max_round_result_bytes),
+    ];
+    let zero: Vec<(&str, usize)> = zero
+        .into_iter()
+        .filter_map(|(what, asked)| asked.map(|asked| (what, asked)))
+        .collect();
+    if let Some(problem) =
+        crate::config::budget_problem(options.token_budget, options.max_cost_usd, &zero)
+    {
+        return Err(ApiError::bad_request(format!("options.{problem}")));
+    }
     Ok(())
 }
 

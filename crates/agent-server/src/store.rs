@@ -84,6 +84,12 @@ pub struct SessionOptions {
     /// The cap on each tool result the model sees, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_result_max_bytes: Option<usize>,
+    /// The most tool calls one round runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_calls_per_round: Option<usize>,
+    /// The most bytes of one round's results together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_round_result_bytes: Option<usize>,
 }
 
 /// The storage a tenant may use; `None` is no limit. Checked in the same atomic step as the

@@ -47,6 +47,15 @@ pub trait Backend: Send + Sync {
 
     /// Starts one model call. The request is borrowed for the life of the stream.
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a>;
+
+    /// The request's input tokens as this provider counts them, when the backend can tell
+    /// locally and cheaply (a tokenizer it ships, a count it cached). The loop calls it before
+    /// every model call to check the request against the run's budgets, so it must not make
+    /// a network call. `None` (the default) lets the loop use its own estimate.
+    fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
+        let _ = request;
+        None
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for &B {
@@ -56,6 +65,9 @@ impl<B: Backend + ?Sized> Backend for &B {
 
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         (**self).stream(request)
+    }
+    fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
+        (**self).count_input_tokens(request)
     }
 }
 
@@ -67,6 +79,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         (**self).stream(request)
     }
+    fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
+        (**self).count_input_tokens(request)
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -76,5 +91,8 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         (**self).stream(request)
+    }
+    fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
+        (**self).count_input_tokens(request)
     }
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::message::{AssistantMessage, Message};
 use crate::trace::TraceEntry;
+use crate::usage::Usage;
 
 /// Which budget ran out, with what was used and what was allowed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,10 +20,21 @@ pub enum Budget {
         /// Rounds allowed.
         max: u32,
     },
-    /// Cumulative tokens (input + output + tool output) across the loop.
+    /// Cumulative tokens across the run: every model call's input and output tokens (the
+    /// run's `usage`, input + output) plus tokens tool handlers reported.
     Tokens {
         /// Tokens spent.
         used: u64,
+        /// Tokens allowed.
+        max: u64,
+    },
+    /// A model call refused before it was sent: its request's estimated input tokens do not
+    /// leave room for any output within what is left of the token budget. Nothing was sent.
+    RequestTokens {
+        /// Tokens spent before the call (as in [`Budget::Tokens`]).
+        used: u64,
+        /// The request's estimated input tokens.
+        estimated_input: u64,
         /// Tokens allowed.
         max: u64,
     },
@@ -30,6 +42,19 @@ pub enum Budget {
     CostUsd {
         /// Dollars spent.
         used: f64,
+        /// Dollars allowed.
+        max: f64,
+    },
+    /// A model call refused before it was sent: its request's estimated input, priced at the
+    /// model's input rate, does not leave room for any output within what is left of the cost
+    /// budget. Nothing was sent.
+    RequestCostUsd {
+        /// Dollars spent before the call.
+        used: f64,
+        /// The request's estimated input tokens.
+        estimated_input: u64,
+        /// What those input tokens cost.
+        estimated_usd: f64,
         /// Dollars allowed.
         max: f64,
     },
@@ -48,6 +73,28 @@ impl fmt::Display for Budget {
             Self::Iterations { used, max } => write!(f, "tool iterations: {used} of {max}"),
             Self::Tokens { used, max } => write!(f, "token budget: {used} of {max} tokens"),
             Self::CostUsd { used, max } => write!(f, "cost budget: ${used:.6} of ${max:.6}"),
+            Self::RequestTokens {
+                used,
+                estimated_input,
+                max,
+            } => write!(
+                f,
+                "token budget: the next request's input is estimated at {estimated_input} tokens \
+                 but {} of {max} tokens are left ({used} used); nothing was sent",
+                max.saturating_sub(*used)
+            ),
+            Self::RequestCostUsd {
+                used,
+                estimated_input,
+                estimated_usd,
+                max,
+            } => write!(
+                f,
+                "cost budget: the next request's input is estimated at {estimated_input} tokens \
+                 (${estimated_usd:.6}) but ${:.6} of ${max:.6} is left (${used:.6} used); \
+                 nothing was sent",
+                (max - used).max(0.0)
+            ),
             Self::RepeatedCall { tool, times } => write!(
                 f,
                 "`{tool}` was called {times} times in a row with the same arguments"
@@ -119,6 +166,24 @@ pub struct AgentError {
     /// The messages the loop produced before the failure.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partial_messages: Vec<Message>,
+    /// What the run spent before the failure, in JSON as `usage` and `cost_usd` beside the
+    /// other fields (each left out when unknown). Boxed: it is rarely read, and keeping
+    /// `AgentError` small keeps every `Result` that carries it cheap to move.
+    #[serde(flatten, default)]
+    pub spent: Box<Spend>,
+}
+
+/// What a run spent: the same two numbers a successful run reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spend {
+    /// Tokens the run's model calls consumed (input + output as the provider reported them).
+    /// Empty when no call reported usage.
+    #[serde(default, skip_serializing_if = "Usage::is_unknown")]
+    pub usage: Usage,
+    /// Dollars: model calls priced by the rate card plus what handlers reported; `None` when
+    /// nothing could be priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 impl AgentError {
@@ -129,6 +194,7 @@ impl AgentError {
             message: message.into(),
             partial_trace: Vec::new(),
             partial_messages: Vec::new(),
+            spent: Box::default(),
         }
     }
 
@@ -147,6 +213,13 @@ impl AgentError {
     pub fn with_partial(mut self, trace: Vec<TraceEntry>, messages: Vec<Message>) -> Self {
         self.partial_trace = trace;
         self.partial_messages = messages;
+        self
+    }
+
+    /// Attaches what the run spent before it failed.
+    #[must_use]
+    pub fn with_spend(mut self, usage: Usage, cost_usd: Option<f64>) -> Self {
+        *self.spent = Spend { usage, cost_usd };
         self
     }
 
@@ -423,6 +496,27 @@ mod tests {
             "cost budget: $0.012500 of $0.010000"
         );
         assert_eq!(
+            Budget::RequestTokens {
+                used: 1_200,
+                estimated_input: 5_800_000,
+                max: 100_000
+            }
+            .to_string(),
+            "token budget: the next request's input is estimated at 5800000 tokens but 98800 \
+             of 100000 tokens are left (1200 used); nothing was sent"
+        );
+        assert_eq!(
+            Budget::RequestCostUsd {
+                used: 0.5,
+                estimated_input: 5_800_000,
+                estimated_usd: 17.4,
+                max: 1.0
+            }
+            .to_string(),
+            "cost budget: the next request's input is estimated at 5800000 tokens ($17.400000) \
+             but $0.500000 of $1.000000 is left ($0.500000 used); nothing was sent"
+        );
+        assert_eq!(
             Budget::RepeatedCall {
                 tool: "search_docs".into(),
                 times: 3
@@ -477,5 +571,29 @@ mod tests {
         );
         assert_eq!(error.partial_messages.len(), 2);
         assert!(error.partial_trace.is_empty());
+    }
+
+    #[test]
+    fn spend_is_carried_and_serialized_only_when_known() {
+        let bare = serde_json::to_value(AgentError::config("x")).unwrap();
+        assert!(
+            bare.get("usage").is_none() && bare.get("cost_usd").is_none(),
+            "{bare}"
+        );
+        let usage = Usage {
+            input_tokens: Some(1_000),
+            output_tokens: Some(28),
+            ..Usage::default()
+        };
+        let error = AgentError::budget(Budget::Tokens {
+            used: 1_028,
+            max: 1_000,
+        })
+        .with_spend(usage, Some(0.25));
+        let json = serde_json::to_value(&error).unwrap();
+        assert_eq!(json["usage"]["input_tokens"], 1_000);
+        assert_eq!(json["cost_usd"], 0.25);
+        let back: AgentError = serde_json::from_value(json).unwrap();
+        assert_eq!(back, error);
     }
 }

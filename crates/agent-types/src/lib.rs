@@ -68,7 +68,7 @@ mod usage;
 
 pub use assemble::MessageAssembler;
 pub use backend::{Backend, BackendStream, Capabilities};
-pub use error::{AgentError, BackendError, BackendErrorKind, Budget, ErrorKind};
+pub use error::{AgentError, BackendError, BackendErrorKind, Budget, ErrorKind, Spend};
 pub use event::AgentEvent;
 pub use id::{SessionId, ToolCallId};
 pub use message::{

@@ -66,8 +66,8 @@ pub(crate) struct LoopArgs {
     /// The most model → tools → model rounds [default: 10]
     #[arg(long, value_name = "N")]
     pub(crate) max_iterations: Option<u32>,
-    /// The most tokens for the whole run, every call's input and output plus tool output
-    /// [default: none]
+    /// The most tokens for the whole run, every call's input and output; each request must
+    /// fit what is left before it is sent [default: none]
     #[arg(long, value_name = "TOKENS")]
     pub(crate) token_budget: Option<u64>,
     /// The most US dollars for the whole run, priced by the rate card [default: none]

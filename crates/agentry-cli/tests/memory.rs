@@ -139,6 +139,14 @@ fn config(root: &Path, model_url: &str) -> String {
 tools = ["read_file"]
 root = "{root}"
 
+# Let the whole hostile round through, so the bound holds on the results' own caps.
+[server.caps]
+max_tool_calls_per_round = 300
+max_round_result_bytes = 33554432
+
+[server.quotas]
+max_session_bytes = 67108864
+
 [server.store]
 kind = "sqlite"
 path = "sessions.db"

@@ -68,10 +68,6 @@ fn assert_close(actual: Option<f64>, expected: f64) {
 /// What the loop sends back for a `get_weather` result, and its token estimate.
 const DENVER: &str = r#"{"city":"Denver","sky":"sunny","temp_c":21}"#;
 
-fn estimated_tokens(content: &str) -> u64 {
-    (content.len() as u64).div_ceil(4)
-}
-
 fn user(text: &str) -> Message {
     Message::User(UserMessage::text(text))
 }
@@ -316,7 +312,8 @@ async fn a_resumed_run_continues_the_iteration_budget_of_the_suspended_one() {
 
 #[tokio::test]
 async fn a_resumed_run_continues_the_token_budget_of_the_suspended_one() {
-    let used_before = 110 + estimated_tokens(DENVER) + 220;
+    // What the first process's two calls used; the budget leaves 100 tokens on top.
+    let used_before = 110 + 220;
     let budget = used_before + 100;
     let options = || {
         Options::auto()
@@ -337,7 +334,8 @@ async fn a_resumed_run_continues_the_token_budget_of_the_suspended_one() {
         session.to_json().unwrap()
     };
 
-    // 150 tokens alone fit the budget; on top of what the first process used they do not.
+    // The history alone fits a fresh budget of 430; on top of what the first process used,
+    // it does not, so the resumed call is refused before it is sent.
     let mut session = Session::from_json(&json).unwrap();
     let backend = ScriptedBackend::new([ScriptedTurn::text("Booked.").with_usage(usage(100, 50))]);
     let error = execute(
@@ -348,20 +346,21 @@ async fn a_resumed_run_continues_the_token_budget_of_the_suspended_one() {
     )
     .await
     .unwrap_err();
-    assert_eq!(
-        error.budget_exceeded(),
-        Some(&Budget::Tokens {
-            // The remote result counts as tool output, like a local one.
-            used: used_before + estimated_tokens("approved") + 150,
-            max: budget
-        })
+    let Some(&Budget::RequestTokens {
+        used,
+        estimated_input,
+        max,
+    }) = error.budget_exceeded()
+    else {
+        panic!("expected the request to be refused, got {error:?}");
+    };
+    assert_eq!((used, max), (used_before, budget));
+    assert!(
+        (100..budget).contains(&estimated_input),
+        "{estimated_input}"
     );
-    // The answer that tripped the budget is kept, and counted on the session.
-    assert_eq!(session.usage, usage(400, 80));
-    assert_eq!(
-        assistant(session.messages.last().unwrap()).text_content(),
-        "Booked."
-    );
+    assert_eq!(backend.calls(), 0);
+    assert_eq!(session.usage, usage(300, 30));
 }
 
 #[tokio::test]
@@ -660,19 +659,19 @@ async fn return_mode_leaves_every_call_pending_and_resumes_with_their_results() 
 
 #[tokio::test]
 async fn a_user_message_on_a_completed_session_starts_a_run_with_fresh_budgets() {
-    // One round and ~250 tokens per run: each run fits, two together would not.
+    // One round and 620 tokens per run: each run fits, two together would not.
     let options = Options::auto()
         .with_tools(registry([weather_tool()]))
         .with_rate_card(rate_card())
         .with_max_tool_iterations(1)
-        .with_token_budget(300);
+        .with_token_budget(1_000);
     let backend = ScriptedBackend::new([
         ScriptedTurn::tool_call("call_1", "get_weather", json!({"city": "Denver"}))
-            .with_usage(usage(100, 10)),
-        ScriptedTurn::text("Sunny.").with_usage(usage(100, 10)),
+            .with_usage(usage(300, 10)),
+        ScriptedTurn::text("Sunny.").with_usage(usage(300, 10)),
         ScriptedTurn::tool_call("call_2", "get_weather", json!({"city": "Paris"}))
-            .with_usage(usage(100, 10)),
-        ScriptedTurn::text("Rain.").with_usage(usage(100, 10)),
+            .with_usage(usage(300, 10)),
+        ScriptedTurn::text("Rain.").with_usage(usage(300, 10)),
     ]);
     let mut session = Session::new(MODEL);
 
@@ -687,10 +686,10 @@ async fn a_user_message_on_a_completed_session_starts_a_run_with_fresh_budgets()
     assert_eq!(second.text(), "Rain.");
 
     // Each run reports its own usage; the session adds them up.
-    assert_eq!(first.usage, usage(200, 20));
-    assert_eq!(second.usage, usage(200, 20));
-    assert_eq!(session.usage, usage(400, 40));
-    assert_close(session.cost_usd, cost(400, 40));
+    assert_eq!(first.usage, usage(600, 20));
+    assert_eq!(second.usage, usage(600, 20));
+    assert_eq!(session.usage, usage(1_200, 40));
+    assert_close(session.cost_usd, cost(1_200, 40));
     assert_eq!(session.messages.len(), 8);
     assert_eq!(session.messages[4], user("And Paris?"));
 }

@@ -1003,14 +1003,23 @@ async fn tokens_reported_by_a_handler_count_against_the_token_budget() {
     let error = generate(&backend, Input::new("m").user("?"), &options)
         .await
         .unwrap_err();
-    // 20 for the model call, 1 for the `ok` sent back, 5,000 reported.
+    // 20 for the model call, 5,000 reported; the message tells the two apart, since the
+    // run's usage holds only the first.
     assert_eq!(
         error.budget_exceeded(),
         Some(&Budget::Tokens {
-            used: 20 + 1 + 5_000,
+            used: 20 + 5_000,
             max: 1_000
         })
     );
+    assert!(
+        error.message.contains(
+            "token budget: 5020 of 1000 tokens (20 by model calls, 5000 reported by tools)"
+        ),
+        "{}",
+        error.message
+    );
+    assert_eq!(error.spent.usage.total_tokens(), Some(20));
     assert_eq!(backend.calls(), 1);
 
     // The same round without the report fits.

@@ -5,6 +5,7 @@
 mod lifecycle;
 mod openai;
 mod sessions;
+mod spend;
 mod store;
 mod support;
 mod tenancy;

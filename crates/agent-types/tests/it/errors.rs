@@ -146,11 +146,43 @@ fn budgets() {
                 used: 0.5,
                 max: 0.25,
             },
+            Budget::RequestTokens {
+                used: 1_200,
+                estimated_input: 5_800_000,
+                max: 100_000,
+            },
+            Budget::RequestCostUsd {
+                used: 0.5,
+                estimated_input: 5_800_000,
+                estimated_usd: 17.4,
+                max: 1.0,
+            },
             Budget::RepeatedCall {
                 tool: "search_docs".into(),
                 times: 3,
             },
         ]
+    );
+}
+
+#[test]
+fn error_budget_with_spend() {
+    // A budget trip reports what the run spent, like a successful run's `usage` and `cost_usd`.
+    check!(
+        "error_budget_request_tokens_with_spend",
+        AgentError::budget(Budget::RequestTokens {
+            used: 1_028,
+            estimated_input: 5_800_000,
+            max: 100_000,
+        })
+        .with_spend(
+            agent_types::Usage {
+                input_tokens: Some(1_000),
+                output_tokens: Some(28),
+                ..agent_types::Usage::default()
+            },
+            Some(0.000_306)
+        )
     );
 }
 
