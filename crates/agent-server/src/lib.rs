@@ -28,6 +28,7 @@
 //! # }
 //! ```
 
+mod auth;
 mod config;
 mod error;
 mod execute;
@@ -39,7 +40,7 @@ mod sessions;
 mod state;
 pub mod store;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::time::Duration;
 
 use axum::Router;
@@ -49,16 +50,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
-pub use config::{Caps, Limits, ModelConfig, ModelSource, ServerConfig, StoreConfig, TenantConfig};
+pub use config::{
+    AuthConfig, Caps, Limits, ModelConfig, ModelSource, ServerConfig, StoreConfig, TenantConfig,
+};
 pub use error::{ApiError, Error};
 pub use execute::ExecuteComplete;
 pub use metrics::Metrics;
 pub use sessions::NewSession;
 pub use state::{AppState, ServerBuilder};
 
-/// The server's routes.
+/// The server's routes (`/metrics` among them unless `metrics_listen` moves it).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/v1/sessions", post(sessions::create))
         .route(
             "/v1/sessions/{id}",
@@ -66,7 +69,23 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/sessions/{id}/execute", post(sessions::execute))
         .route("/v1/chat/completions", post(openai::chat_completions))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(healthz));
+    let routes = if state.inner.config.metrics_listen.is_some() {
+        routes
+    } else {
+        routes.route("/metrics", get(metrics))
+    };
+    routes
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http::track,
+        ))
+        .with_state(state)
+}
+
+/// `/metrics` alone, for `metrics_listen`.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
         .route("/metrics", get(metrics))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -82,7 +101,12 @@ async fn healthz(State(state): State<AppState>) -> Response {
     axum::Json(serde_json::json!({"status": "ok", "running": state.running()})).into_response()
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(token) = &state.inner.metrics_token
+        && !http::presented_key(&headers).is_some_and(|presented| token.matches(presented))
+    {
+        return ApiError::unauthorized().into_response();
+    }
     let mut response = state.inner.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -118,13 +142,19 @@ pub async fn bind(address: &str) -> Result<TcpListener, Error> {
     Ok(socket.listen(1024)?)
 }
 
+/// After the drain deadline, how long cancelled runs get to save their sessions and
+/// connections get to close before the server stops waiting for them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Serves `state` on `listener` until `shutdown` completes, then drains: new requests get
 /// 503, running executes have `drain_secs` to finish, then are cancelled (each still ends
-/// properly and saves its session), and the call returns once every run has saved.
+/// properly and saves its session; a client that stopped reading loses its stream), and the
+/// call returns once every run has saved — at the latest a few seconds after the drain
+/// deadline, whatever the clients do. With `metrics_listen`, `/metrics` is served there.
 ///
 /// # Errors
 ///
-/// [`Error::Io`] when serving fails.
+/// [`Error::Io`] when serving fails or `metrics_listen` cannot be bound.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -132,31 +162,117 @@ pub async fn serve(
 ) -> Result<(), Error> {
     let runs = std::sync::Arc::clone(&state.inner.runs);
     let drain = Duration::from_secs(state.inner.config.drain_secs);
+    summary(&listener, &state);
+    let metrics_server = match &state.inner.config.metrics_listen {
+        None => None,
+        Some(address) => {
+            let metrics_listener = bind(address).await?;
+            if let Ok(address) = metrics_listener.local_addr() {
+                tracing::info!(address = %address, "metrics listening");
+            }
+            let app = metrics_router(state.clone());
+            Some(tokio::spawn(async move {
+                axum::serve(
+                    metrics_listener,
+                    app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                )
+                .await
+            }))
+        }
+    };
     let app = router(state);
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
+    let (deadline_tx, deadline_rx) = tokio::sync::oneshot::channel::<()>();
     let drain_runs = std::sync::Arc::clone(&runs);
     let signal = async move {
         shutdown.await;
         drain_runs.start_draining();
-        tracing::info!(running = drain_runs.count(), "draining");
+        tracing::info!(
+            running = drain_runs.count(),
+            drain_secs = drain.as_secs(),
+            "shutdown: draining"
+        );
         let deadline = drain_runs.clone();
         tokio::spawn(async move {
             if tokio::time::timeout(drain, deadline.idle()).await.is_err() {
                 tracing::warn!(
                     running = deadline.count(),
-                    "drain deadline reached; cancelling"
+                    "shutdown: drain deadline reached; cancelling the runs still going"
                 );
                 deadline.cancel_all();
             }
+            let _ = deadline_tx.send(());
         });
         let _ = stopped_tx.send(());
     };
-    // One service for every connection, not a router rebuilt per connection.
-    axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(signal)
-        .await?;
-    // The runs' tasks outlive their connections: wait for every session to be saved.
+    // One service for every connection, not a router rebuilt per connection; the peer
+    // address is what failed authentications are counted by.
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(signal)
+    .into_future();
+    // A connection whose client stopped reading never finishes its response: once the drain
+    // deadline and the grace are over, stop waiting for it.
+    let hard_stop = async {
+        let _ = deadline_rx.await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        served = served => served?,
+        () = hard_stop => {
+            tracing::warn!("shutdown: connections still open after the grace; closing them");
+        }
+    }
+    // The runs' tasks outlive their connections: wait for every session to be saved (a
+    // cancelled run abandons its stream, so this is quick; bounded all the same).
     let _ = stopped_rx.await;
-    runs.idle().await;
+    if tokio::time::timeout(drain + SHUTDOWN_GRACE, runs.idle())
+        .await
+        .is_err()
+    {
+        tracing::error!(
+            running = runs.count(),
+            "shutdown: runs did not end after cancellation; stopping without them"
+        );
+    }
+    if let Some(task) = metrics_server {
+        task.abort();
+    }
+    tracing::info!("shutdown: stopped");
     Ok(())
+}
+
+/// The start-up summary: what is served, never a key.
+fn summary(listener: &TcpListener, state: &AppState) {
+    let config = &state.inner.config;
+    let listen = listener
+        .local_addr()
+        .map_or_else(|_| config.listen.clone(), |address| address.to_string());
+    let store = match &config.store {
+        StoreConfig::Sqlite { path } => format!("sqlite ({})", path.display()),
+        StoreConfig::Postgres { .. } => "postgres".to_owned(),
+    };
+    let models: Vec<String> = config
+        .models
+        .iter()
+        .map(|model| format!("{}={}", model.name, model.provider))
+        .collect();
+    let tenants: Vec<&str> = config.tenants.iter().map(|t| t.name.as_str()).collect();
+    let tools: Vec<&str> = state.inner.tools.iter().map(|tool| tool.name()).collect();
+    tracing::info!(
+        listen = %listen,
+        store = %store,
+        models = %models.join(","),
+        tenants = %tenants.join(","),
+        tools = %tools.join(","),
+        drain_secs = config.drain_secs,
+        metrics = match (&config.metrics_listen, &config.metrics_token_env) {
+            (Some(_), _) => "separate listener",
+            (None, Some(_)) => "token required",
+            (None, None) => "open",
+        },
+        "serving"
+    );
 }

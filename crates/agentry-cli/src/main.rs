@@ -117,6 +117,10 @@ enum Command {
         /// Listen here instead of [server].listen (e.g. 127.0.0.1:0 for any free port)
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// The log's format on stderr: text (coloured on a terminal) or json, one object a
+        /// line; RUST_LOG filters it [default filter: info]
+        #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+        log_format: serve::LogFormat,
     },
     /// Decode a recorded provider response body through the real adapter and print the
     /// normalized assistant message as one JSON object.
@@ -161,7 +165,11 @@ fn main() -> ExitCode {
                 status,
                 file,
             } => Ok(replay::run(provider, status, &file).await),
-            Command::Serve { config, listen } => serve::run(&config, listen.as_deref())
+            Command::Serve {
+                config,
+                listen,
+                log_format,
+            } => serve::run(&config, listen.as_deref(), log_format)
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Demo {

@@ -93,7 +93,7 @@ recording = "anthropic"
 
 [[server.tenants]]
 name = "acme"
-api_keys = ["key-acme"]
+api_keys = ["key-acme-test-0001"]
 "#,
         model_extra = ""
     )
@@ -106,7 +106,7 @@ fn client() -> reqwest::Client {
 async fn execute(url: &str, id: &str, body: Value) -> Vec<Value> {
     let response = client()
         .post(format!("{url}/v1/sessions/{id}/execute"))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -125,7 +125,7 @@ async fn execute(url: &str, id: &str, body: Value) -> Vec<Value> {
 async fn session(url: &str, id: &str) -> Value {
     client()
         .get(format!("{url}/v1/sessions/{id}"))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -201,7 +201,7 @@ fn sigterm_lets_a_running_stream_finish_then_exits_0() {
     runtime().block_on(async {
         let mut response = client()
             .post(format!("{}/v1/sessions/drain-1/execute", served.url))
-            .bearer_auth("key-acme")
+            .bearer_auth("key-acme-test-0001")
             .json(&json!({"message": "Weather?", "context": {"model": "demo", "tools": ["calculator", "clock"]}}))
             .send()
             .await
@@ -293,7 +293,7 @@ fn a_bad_configuration_exits_2_naming_the_problem() {
         ),
         (
             config("kind = \"sqlite\"", "").replace(
-                "api_keys = [\"key-acme\"]",
+                "api_keys = [\"key-acme-test-0001\"]",
                 "api_key_env = \"AGENTRY_TEST_UNSET_KEY\"",
             ),
             "AGENTRY_TEST_UNSET_KEY",

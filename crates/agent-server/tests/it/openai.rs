@@ -86,7 +86,7 @@ fn tool_runs(server: &TestServer, tool: &str) -> f64 {
 
 async fn complete(server: &TestServer, body: Value) -> Value {
     let response = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -160,7 +160,7 @@ impl Streamed {
 
 async fn stream(server: &TestServer, body: Value) -> Streamed {
     let response = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -380,7 +380,7 @@ async fn errors_are_shaped_like_openai_ones() {
     };
 
     let (status, _, body) = send(
-        Some("key-acme"),
+        Some("key-acme-test-0001"),
         json!({"model": "gpt-9", "messages": opening(), "stream": true}),
     )
     .await;
@@ -391,7 +391,7 @@ async fn errors_are_shaped_like_openai_ones() {
     assert!(body["error"]["message"].as_str().unwrap().contains("demo"));
 
     let (status, _, body) = send(
-        Some("key-acme"),
+        Some("key-acme-test-0001"),
         json!({"model": "demo", "messages": opening(), "n": 2}),
     )
     .await;
@@ -407,14 +407,14 @@ async fn errors_are_shaped_like_openai_ones() {
     let mut messages = opening();
     messages.push(json!({"role": "tool", "tool_call_id": "call_x", "content": "{}"}));
     let (status, _, body) = send(
-        Some("key-acme"),
+        Some("key-acme-test-0001"),
         json!({"model": "demo", "messages": messages}),
     )
     .await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["param"], "messages[2].tool_call_id");
 
-    let (status, _, body) = send(Some("key-acme"), json!({"model": "demo"})).await;
+    let (status, _, body) = send(Some("key-acme-test-0001"), json!({"model": "demo"})).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["type"], "invalid_request_error");
     server.shutdown().await;
@@ -451,7 +451,7 @@ async fn a_run_that_fails_answers_with_an_error_or_ends_its_stream_with_one() {
     let config = format!("{CONFIG}\n[server.caps]\nmax_iterations = 1\n");
     let server = TestServer::with(&config, Vec::new()).await;
     let response = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&json!({"model": "demo", "messages": opening()}))
         .send()
         .await
@@ -494,7 +494,7 @@ async fn a_client_that_hangs_up_cancels_the_run() {
         )
         .await;
         let request = server
-            .post("/v1/chat/completions", "key-acme")
+            .post("/v1/chat/completions", "key-acme-test-0001")
             .json(&json!({"model": "demo", "messages": opening(), "stream": streaming}))
             .send();
         if streaming {
@@ -551,7 +551,7 @@ async fn a_tenant_at_its_concurrent_run_limit_gets_429() {
     .await;
     let body = json!({"model": "demo", "messages": opening(), "stream": true});
     let mut running = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -559,7 +559,7 @@ async fn a_tenant_at_its_concurrent_run_limit_gets_429() {
     let _ = running.chunk().await.unwrap();
     started.notified().await;
     let refused = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -599,7 +599,7 @@ async fn the_official_openai_python_client_works_unchanged() {
         tokio::process::Command::new(python)
             .arg(script)
             .arg(&server.url)
-            .arg("key-acme")
+            .arg("key-acme-test-0001")
             .output(),
     )
     .await
