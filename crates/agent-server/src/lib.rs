@@ -146,6 +146,10 @@ pub async fn bind(address: &str) -> Result<TcpListener, Error> {
 /// connections get to close before the server stops waiting for them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// After the drain deadline and the last run, how long connections get to take their last
+/// events before the server stops waiting for them.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// Serves `state` on `listener` until `shutdown` completes, then drains: new requests get
 /// 503, running executes have `drain_secs` to finish, then are cancelled (each still ends
 /// properly and saves its session; a client that stopped reading loses its stream), and the
@@ -182,10 +186,11 @@ pub async fn serve(
     };
     let app = router(state);
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
-    let (deadline_tx, deadline_rx) = tokio::sync::oneshot::channel::<()>();
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let drain_runs = std::sync::Arc::clone(&runs);
     let signal = async move {
         shutdown.await;
+        let _ = signalled_tx.send(());
         drain_runs.start_draining();
         tracing::info!(
             running = drain_runs.count(),
@@ -201,7 +206,6 @@ pub async fn serve(
                 );
                 deadline.cancel_all();
             }
-            let _ = deadline_tx.send(());
         });
         let _ = stopped_tx.send(());
     };
@@ -213,11 +217,21 @@ pub async fn serve(
     )
     .with_graceful_shutdown(signal)
     .into_future();
-    // A connection whose client stopped reading never finishes its response: once the drain
-    // deadline and the grace are over, stop waiting for it.
-    let hard_stop = async {
-        let _ = deadline_rx.await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    // A connection whose client stopped reading never finishes its response: after the
+    // drain deadline, stop waiting for it once every run has saved and its last events had
+    // a moment to go out, and at the latest after the grace.
+    let idle_runs = std::sync::Arc::clone(&runs);
+    let hard_stop = async move {
+        // From the signal, not from the runs' end: a slow reader keeps the whole drain.
+        if signalled_rx.await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(drain).await;
+        let settled = async {
+            idle_runs.idle().await;
+            tokio::time::sleep(LINGER).await;
+        };
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, settled).await;
     };
     tokio::select! {
         served = served => served?,
