@@ -187,9 +187,13 @@ pub async fn serve(
     let app = router(state);
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    // When the shutdown must be over: the signal + drain_secs + the grace.
+    let stop_by = std::sync::Arc::new(std::sync::OnceLock::<tokio::time::Instant>::new());
+    let signal_stop_by = std::sync::Arc::clone(&stop_by);
     let drain_runs = std::sync::Arc::clone(&runs);
     let signal = async move {
         shutdown.await;
+        let _ = signal_stop_by.set(tokio::time::Instant::now() + drain + SHUTDOWN_GRACE);
         let _ = signalled_tx.send(());
         drain_runs.start_draining();
         tracing::info!(
@@ -242,7 +246,13 @@ pub async fn serve(
     // The runs' tasks outlive their connections: wait for every session to be saved (a
     // cancelled run abandons its stream, so this is quick; bounded all the same).
     let _ = stopped_rx.await;
-    if tokio::time::timeout(drain + SHUTDOWN_GRACE, runs.idle())
+    // A run stuck sending to a stalled client of another endpoint gets no more time than
+    // the deadline.
+    let deadline = stop_by
+        .get()
+        .copied()
+        .unwrap_or_else(tokio::time::Instant::now);
+    if tokio::time::timeout_at(deadline, runs.idle())
         .await
         .is_err()
     {

@@ -396,13 +396,15 @@ fn sigterm_with_a_client_that_stopped_reading_exits_within_the_drain() {
         .build()
         .unwrap();
     let upstream = upstream_runtime
-        .block_on(agent_backends::replay::ReplayServer::start([
-            agent_backends::replay::Cassette::new(
-                200,
-                "text/event-stream",
-                huge_stream(30_000, 1000),
-            ),
-        ]))
+        .block_on(agent_backends::replay::ReplayServer::start([0, 1].map(
+            |_| {
+                agent_backends::replay::Cassette::new(
+                    200,
+                    "text/event-stream",
+                    huge_stream(30_000, 1000),
+                )
+            },
+        )))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agentry.toml");
@@ -431,24 +433,37 @@ fn sigterm_with_a_client_that_stopped_reading_exits_within_the_drain() {
         body.len()
     )
     .unwrap();
+    // And a streaming chat completion, never read either.
+    let body =
+        json!({"model": "flood", "stream": true, "messages": [{"role": "user", "content": "go"}]})
+            .to_string();
+    let mut chat = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        chat,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\n\
+         Authorization: Bearer key-acme-test-0001\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
     // Never read: wait until the upstream has been asked and the buffers have filled.
     let asked = std::time::Instant::now();
-    while upstream.requests().is_empty() && asked.elapsed() < Duration::from_secs(30) {
+    while upstream.requests().len() < 2 && asked.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(upstream.requests().len(), 1);
+    assert_eq!(upstream.requests().len(), 2);
     std::thread::sleep(Duration::from_secs(2));
     let signalled = std::time::Instant::now();
     served.terminate();
     // drain_secs (1) + the shutdown grace (5) + slack for a loaded machine.
-    let Some((code, lines)) = served.wait_within(Duration::from_secs(12)) else {
-        panic!("agentry serve did not exit within 12 s of SIGTERM with a stalled client");
+    let Some((code, lines)) = served.wait_within(Duration::from_secs(10)) else {
+        panic!("agentry serve did not exit within 10 s of SIGTERM with stalled clients");
     };
     let took = signalled.elapsed();
     assert_eq!(code, 0, "{lines:?}");
-    assert!(took < Duration::from_secs(12), "{took:?}");
-    eprintln!("exit {took:?} after SIGTERM with a stalled client");
-    drop(socket);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    eprintln!("exit {took:?} after SIGTERM with stalled clients");
+    drop((socket, chat));
 
     // The run was cancelled and its session saved, lease released.
     let second = Served::start(&path);
