@@ -282,15 +282,11 @@ fn split_tail(word: &str) -> (&str, &str) {
     }
 }
 
-/// [`redact`], logging the full text when something was hidden: the one call for an error
-/// path that shows a run's error to a tenant.
+/// [`redact`], with the full text in the log: the one call for an error path that shows a
+/// run's error to a tenant.
 pub(crate) fn redact_logged(text: &str) -> String {
-    let shown = redact(text);
-    if let std::borrow::Cow::Owned(shown) = shown {
-        tracing::warn!(error = %text, "an error shown to a tenant was redacted");
-        return shown;
-    }
-    text.to_owned()
+    tracing::warn!(error = %text, "the run failed");
+    redact(text).into_owned()
 }
 
 /// `error` as a tenant may see it: its messages (and its backend error's) redacted.
