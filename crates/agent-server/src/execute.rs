@@ -318,9 +318,10 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     if client {
         let error = match (&saved, &outcome) {
             (_, Err(error)) => Some(error.clone()),
-            (Err(store), Ok(_)) => Some(AgentError::new(
+            // The store's own message (hosts, paths, users) is in the log line above.
+            (Err(_), Ok(_)) => Some(AgentError::new(
                 agent_types::ErrorKind::Appender,
-                format!("the session could not be saved: {store}"),
+                "the session could not be saved; the server log has the cause",
             )),
             _ => None,
         };

@@ -60,6 +60,9 @@ pub use sessions::NewSession;
 pub use state::{AppState, ServerBuilder};
 
 /// The server's routes (`/metrics` among them unless `metrics_listen` moves it).
+///
+/// Failed authentications are limited per client address only when the router is served
+/// with `into_make_service_with_connect_info::<SocketAddr>()`, as [`serve`] does.
 pub fn router(state: AppState) -> Router {
     let routes = Router::new()
         .route("/v1/sessions", post(sessions::create))
