@@ -310,6 +310,7 @@ async fn open_store(config: &StoreConfig) -> Result<Arc<dyn SessionStore>, Error
             {
                 std::fs::create_dir_all(parent)?;
             }
+            owner_only(path)?;
             Ok(Arc::new(
                 crate::store::SqliteStore::open(path.clone()).await?,
             ))
@@ -330,6 +331,33 @@ async fn open_store(config: &StoreConfig) -> Result<Arc<dyn SessionStore>, Error
             "this build has no {other:?} store; enable its feature"
         ))),
     }
+}
+
+/// Creates the database file readable by its owner only (0600), or narrows an existing
+/// one and its `-wal`/`-shm` files to that: sessions hold every tenant's conversations.
+/// SQLite gives the `-wal` and `-shm` files it creates the database file's mode.
+#[cfg(feature = "sqlite")]
+fn owner_only(path: &std::path::Path) -> Result<(), Error> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            let file = std::path::PathBuf::from(name);
+            if file.exists() {
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// A process-unique id: host-independent, time-ordered, good enough to tell two instances'

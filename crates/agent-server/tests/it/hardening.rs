@@ -369,3 +369,35 @@ async fn an_empty_user_message_is_400() {
     }
     server.shutdown().await;
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_session_database_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data").join("sessions.db");
+    // An existing file left world-readable is narrowed too.
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut config = ServerConfig::from_toml(CONFIG).unwrap();
+    config.store = agent_server::StoreConfig::Sqlite { path: path.clone() };
+    let state = ServerBuilder::new(config).build().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(serve(listener, state, std::future::pending()));
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/sessions"))
+        .bearer_auth(ACME)
+        .json(&json!({"model": "demo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    for suffix in ["", "-wal", "-shm"] {
+        let file = format!("{}{suffix}", path.display());
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{file}: {mode:o}");
+    }
+}
