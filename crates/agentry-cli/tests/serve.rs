@@ -616,3 +616,57 @@ fn a_store_failure_answers_500_and_logs_its_cause() {
     assert!(log.contains("no such table"), "{log}");
     assert!(log.contains("request failed"), "{log}");
 }
+
+#[test]
+fn metrics_can_require_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agentry.toml");
+    std::fs::write(
+        &path,
+        config(
+            "kind = \"sqlite\"\npath = \"sessions.db\"",
+            "metrics_token_env = \"AGENTRY_TEST_METRICS_TOKEN\"",
+        ),
+    )
+    .unwrap();
+    let token = "metrics-token-0123456789";
+    let served = Served::start_with(&path, &[], &[("AGENTRY_TEST_METRICS_TOKEN", token)]);
+    runtime().block_on(async {
+        let url = format!("{}/metrics", served.url);
+        let open = client().get(&url).send().await.unwrap();
+        assert_eq!(open.status(), 401);
+        let tenant = client()
+            .get(&url)
+            .bearer_auth("key-acme-test-0001")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            tenant.status(),
+            401,
+            "a tenant key is not the metrics token"
+        );
+        let with_token = client().get(&url).bearer_auth(token).send().await.unwrap();
+        assert_eq!(with_token.status(), 200);
+        assert!(with_token.text().await.unwrap().contains("# TYPE"));
+    });
+    served.terminate();
+    let (code, lines) = served.wait();
+    assert_eq!(code, 0, "{lines:?}");
+    assert!(!lines.join("\n").contains(token), "{lines:?}");
+
+    // Without the variable the server does not start with /metrics silently open.
+    let output = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args([
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env_remove("AGENTRY_TEST_METRICS_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("AGENTRY_TEST_METRICS_TOKEN"));
+}
