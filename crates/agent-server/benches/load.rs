@@ -76,7 +76,7 @@ const STEADY_RATE: u32 = 500;
 const MODEL_CALLS: usize = 4;
 const TOOL_ROUNDS: usize = 3;
 const TOOL_CALLS: usize = 5;
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789";
 
 const TARGET_ROUNDS_PER_S: f64 = 2000.0;
 const TARGET_P99_FIRST_EVENT_MS: f64 = 50.0;

@@ -86,6 +86,44 @@ pub struct ServerConfig {
     /// Storage quotas and session expiry, for every tenant unless it overrides them.
     #[serde(default)]
     pub quotas: Quotas,
+    /// Limits on failed authentication.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// The environment variable holding a token `GET /metrics` then requires as
+    /// `Authorization: Bearer <token>` [default: none, /metrics is open].
+    #[serde(default)]
+    pub metrics_token_env: Option<String>,
+    /// Serve `/metrics` on this address only, not on `listen` [default: on `listen`].
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
+}
+
+/// Limits on failed authentication, per client address (the TCP peer: behind a proxy every
+/// client shares the proxy's address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Failed attempts an address may make in one window; the next ones get 429 until the
+    /// window ends [default: 10].
+    #[serde(default = "defaults::max_failures")]
+    pub max_failures: u32,
+    /// The window, in seconds [default: 60].
+    #[serde(default = "defaults::failure_window_secs")]
+    pub failure_window_secs: u64,
+    /// Addresses remembered at once (the memory bound; the oldest windows go first)
+    /// [default: 10000].
+    #[serde(default = "defaults::tracked_addresses")]
+    pub tracked_addresses: usize,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            max_failures: defaults::max_failures(),
+            failure_window_secs: defaults::failure_window_secs(),
+            tracked_addresses: defaults::tracked_addresses(),
+        }
+    }
 }
 
 /// Where sessions live.
@@ -269,7 +307,7 @@ impl TenantConfig {
         let mut keys = self.api_keys.clone();
         if let Some(variable) = &self.api_key_env
             && let Ok(key) = std::env::var(variable)
-            && !key.trim().is_empty()
+            && !key.is_empty()
         {
             keys.push(key);
         }
@@ -341,6 +379,9 @@ impl ServerConfig {
                 return fail(format!("model `{}` is listed twice", model.name));
             }
             model.source()?;
+            if let Some(url) = &model.base_url {
+                check_base_url(&model.name, url)?;
+            }
         }
         if self.tenants.is_empty() {
             return fail("no tenants: add at least one [[server.tenants]] with an API key".into());
@@ -350,8 +391,10 @@ impl ServerConfig {
             if !tenants.insert(&tenant.name) {
                 return fail(format!("tenant `{}` is listed twice", tenant.name));
             }
-            if tenant.api_keys.iter().any(|key| key.trim().is_empty()) {
-                return fail(format!("tenant `{}` has an empty API key", tenant.name));
+            for key in &tenant.api_keys {
+                if let Some(problem) = crate::auth::key_problem(key) {
+                    return fail(format!("an API key of tenant `{}` {problem}", tenant.name));
+                }
             }
             if tenant.api_keys.is_empty() && tenant.api_key_env.is_none() {
                 return fail(format!(
@@ -390,6 +433,12 @@ impl ServerConfig {
             ],
         ) {
             return fail(format!("[server.caps] {problem}"));
+        }
+        if self.auth.max_failures == 0
+            || self.auth.failure_window_secs == 0
+            || self.auth.tracked_addresses == 0
+        {
+            return fail("[server.auth] values must be at least 1".into());
         }
         if let StoreConfig::Postgres {
             url: None,
@@ -507,6 +556,32 @@ pub(crate) fn budget_problem(
         .map(|(name, _)| format!("{name} = 0 is invalid: it must be at least 1"))
 }
 
+/// A model's `base_url` may not carry credentials: userinfo (`user:pass@`) or a query
+/// string would be sent with every request and echoed by errors. Keys go in `api_key_env`.
+fn check_base_url(model: &str, url: &str) -> Result<(), Error> {
+    let fail = |what: &str| {
+        Err(Error::Config(format!(
+            "model `{model}`: base_url must not contain {what}; put the key in api_key_env"
+        )))
+    };
+    let Some((_, rest)) = url.split_once("://") else {
+        return Err(Error::Config(format!(
+            "model `{model}`: base_url must start with http:// or https://"
+        )));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return fail("a user name or password (user:pass@)");
+    }
+    if url.contains('?') {
+        return fail("a query string");
+    }
+    if url.contains('#') {
+        return fail("a fragment");
+    }
+    Ok(())
+}
+
 mod defaults {
     use std::path::PathBuf;
 
@@ -564,6 +639,15 @@ mod defaults {
     pub(super) fn sweep_interval_secs() -> u64 {
         60
     }
+    pub(super) fn max_failures() -> u32 {
+        10
+    }
+    pub(super) fn failure_window_secs() -> u64 {
+        60
+    }
+    pub(super) fn tracked_addresses() -> usize {
+        10_000
+    }
 }
 
 #[cfg(test)]
@@ -578,7 +662,7 @@ mod tests {
         provider = "replay"
         [[server.tenants]]
         name = "acme"
-        api_keys = ["k1"]
+        api_keys = ["key-acme-test-0001-test-0001"]
     "#;
 
     #[test]
@@ -615,7 +699,6 @@ mod tests {
                 &MINIMAL.replace("[server]", "[server]\ntools = [\"read_file\"]"),
                 "root",
             ),
-            (&MINIMAL.replace("api_keys = [\"k1\"]", ""), "no API key"),
             (
                 &format!("{MINIMAL}\n[server.caps]\ntoken_budget = 0"),
                 "[server.caps] token_budget = 0 is invalid",
@@ -627,6 +710,32 @@ mod tests {
             (
                 &format!("{MINIMAL}\n[server.caps]\nmax_round_result_bytes = 0"),
                 "[server.caps] max_round_result_bytes = 0 is invalid",
+            ),
+            (
+                &MINIMAL.replace("api_keys = [\"key-acme-test-0001-test-0001\"]", ""),
+                "no API key",
+            ),
+            (
+                &MINIMAL.replace("key-acme-test-0001-test-0001", "short-key"),
+                "shorter than 16",
+            ),
+            (
+                &MINIMAL.replace("key-acme-test-0001-test-0001", " padded-key-0123456789 "),
+                "whitespace",
+            ),
+            (
+                &MINIMAL.replace(
+                    "provider = \"replay\"",
+                    "provider = \"openai\"\nbase_url = \"http://h/v1?api_key=SECRET\"",
+                ),
+                "query string",
+            ),
+            (
+                &MINIMAL.replace(
+                    "provider = \"replay\"",
+                    "provider = \"openai\"\nbase_url = \"https://user:pw@h/v1\"",
+                ),
+                "user name or password",
             ),
             ("provider = \"x\"", "no [server] section"),
             (

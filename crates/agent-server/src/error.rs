@@ -127,9 +127,11 @@ impl From<StoreError> for ApiError {
             StoreError::Quota { quota, .. } => {
                 crate::quota::exceeded(quota.key(), error.to_string())
             }
+            // The cause goes to the log; the tenant learns only that the store failed (its
+            // errors can name hosts, paths and database users).
             other => {
-                tracing::error!(error = %other, "session store failed");
-                Self::internal(format!("the session store failed: {other}"))
+                tracing::error!(error = %other, "the session store failed");
+                Self::internal("the session store failed; the server log has the cause")
             }
         }
     }
@@ -138,9 +140,17 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = self.body();
-        json_error(self.status, &body, self.retry_after)
+        let mut response = json_error(self.status, &body, self.retry_after);
+        if self.status.is_server_error() {
+            response.extensions_mut().insert(Cause(self.message));
+        }
+        response
     }
 }
+
+/// Why a response is a 5xx, for the request's log line.
+#[derive(Debug, Clone)]
+pub(crate) struct Cause(pub(crate) String);
 
 /// An error body with its status, `Retry-After` when given, and `WWW-Authenticate` on 401:
 /// what every error response of the server carries, whatever the body's shape.
@@ -158,4 +168,168 @@ pub(crate) fn json_error(
         headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
+}
+
+/// `text` with every URL and every credential-like `name=value` pair replaced, for errors
+/// shown to tenants: an upstream error can carry the provider's URL (whose path or query may
+/// hold a secret) or echo a key. The full text goes to the server log.
+pub(crate) fn redact(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("://") && !has_secret_pair(text) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(at) = url_start(rest) {
+            out.push_str(&redact_pairs(&rest[..at]));
+            let end = rest[at..]
+                .find(|c: char| {
+                    c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | '<' | '`' | ']')
+                })
+                .map_or(rest.len(), |end| at + end);
+            out.push_str("<url redacted>");
+            rest = &rest[end..];
+        } else {
+            out.push_str(&redact_pairs(rest));
+            rest = "";
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Where a `scheme://` URL starts in `text`.
+fn url_start(text: &str) -> Option<usize> {
+    let marker = text.find("://")?;
+    let start = text[..marker]
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .map_or(0, |at| at + 1);
+    Some(start)
+}
+
+/// Names whose values are secrets, as they appear in query strings and headers.
+const SECRET_NAMES: [&str; 9] = [
+    "api_key",
+    "apikey",
+    "api-key",
+    "key",
+    "token",
+    "access_token",
+    "secret",
+    "password",
+    "authorization",
+];
+
+fn has_secret_pair(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    SECRET_NAMES
+        .iter()
+        .any(|name| lower.contains(&format!("{name}=")) || lower.contains(&format!("{name}:")))
+        || lower.contains("bearer ")
+}
+
+/// Replaces the value after `name=` / `name:` (for the names above) and after `Bearer `.
+fn redact_pairs(text: &str) -> std::borrow::Cow<'_, str> {
+    if !has_secret_pair(text) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut words =
+        text.split_inclusive(|c: char| c.is_whitespace() || matches!(c, '&' | '?' | ',' | ';'));
+    let mut hide_next = false;
+    for word in words.by_ref() {
+        let (body, tail) = split_tail(word);
+        // `Authorization: Bearer X` hides X, not the scheme.
+        if hide_next && !body.is_empty() && !body.eq_ignore_ascii_case("bearer") {
+            out.push_str("<redacted>");
+            out.push_str(tail);
+            hide_next = false;
+            continue;
+        }
+        let lower = body.to_ascii_lowercase();
+        if lower == "bearer" {
+            hide_next = true;
+            out.push_str(word);
+            continue;
+        }
+        let trimmed = lower.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
+        let secret = SECRET_NAMES.iter().find_map(|name| {
+            [format!("{name}="), format!("{name}:")]
+                .into_iter()
+                .find(|prefix| trimmed.starts_with(prefix.as_str()))
+        });
+        match secret {
+            Some(prefix) => {
+                let offset = lower.len() - trimmed.len() + prefix.len();
+                out.push_str(&body[..offset]);
+                if body.len() > offset {
+                    out.push_str("<redacted>");
+                } else {
+                    // `key: value` with the value in the next word.
+                    hide_next = true;
+                }
+                out.push_str(tail);
+            }
+            None => out.push_str(word),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A word and the separator it ends with.
+fn split_tail(word: &str) -> (&str, &str) {
+    match word.char_indices().last() {
+        Some((at, c)) if c.is_whitespace() || matches!(c, '&' | '?' | ',' | ';') => {
+            (&word[..at], &word[at..])
+        }
+        _ => (word, ""),
+    }
+}
+
+/// [`redact`], with the full text in the log: the one call for an error path that shows a
+/// run's error to a tenant.
+pub(crate) fn redact_logged(text: &str) -> String {
+    tracing::warn!(error = %text, "the run failed");
+    redact(text).into_owned()
+}
+
+/// `error` as a tenant may see it: its messages (and its backend error's) redacted.
+pub(crate) fn redact_agent_error(error: &agent_types::AgentError) -> agent_types::AgentError {
+    let mut shown = error.clone();
+    shown.message = redact(&error.message).into_owned();
+    if let agent_types::ErrorKind::Backend { error: backend } = &mut shown.kind {
+        backend.message = redact(&backend.message).into_owned();
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_credentials_are_redacted() {
+        let cases = [
+            (
+                "error sending request for url (http://10.0.0.1:9/secret/path/v1/chat): refused",
+                "error sending request for url (<url redacted>): refused",
+            ),
+            (
+                "HTTP 401: invalid key in https://api.example.com/v1?api_key=SECRET",
+                "HTTP 401: invalid key in <url redacted>",
+            ),
+            (
+                "bad request ?api_key=SECRET&x=1",
+                "bad request ?api_key=<redacted>&x=1",
+            ),
+            (
+                "header Authorization: Bearer SECRET was rejected",
+                "header Authorization: Bearer <redacted> was rejected",
+            ),
+            ("token=SECRET, then", "token=<redacted>, then"),
+            ("nothing to hide here", "nothing to hide here"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(redact(text), expected, "{text}");
+        }
+    }
 }

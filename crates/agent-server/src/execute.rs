@@ -24,7 +24,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, redact_agent_error};
 use crate::limits::Permit;
 use crate::state::{AppState, Model, Tenant, now_ms};
 use crate::store::{Lease, SessionRecord};
@@ -287,11 +287,31 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     let options = options(&state, &tenant, &record, cancel.clone());
     let metrics = &state.inner.metrics;
     let mut client = true;
+    let session_id = record.id().to_owned();
     let outcome = {
         let mut stream = execute_stream(&mut record.session, input, &*model.backend, &options);
         while let Some(event) = stream.next().await {
             count(metrics, &tenant.name, &record.model, &event);
-            if client && sender.send(frame(&event)).await.is_err() {
+            if !client {
+                continue;
+            }
+            let bytes = match &event {
+                // The tenant sees the error without upstream URLs or credentials; the log
+                // has all of it.
+                AgentEvent::Error { error } => {
+                    tracing::warn!(
+                        session = %session_id,
+                        tenant = %tenant.name,
+                        error = %error.message,
+                        "the run failed"
+                    );
+                    frame(&AgentEvent::Error {
+                        error: redact_agent_error(error),
+                    })
+                }
+                _ => frame(&event),
+            };
+            if !deliver(&sender, bytes, &cancel).await {
                 client = false;
                 cancel.cancel();
             }
@@ -318,14 +338,46 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     if client {
         let error = match (&saved, &outcome) {
             (_, Err(error)) => Some(error.clone()),
-            (Err(store), Ok(_)) => Some(AgentError::new(
+            // The store's own message (hosts, paths, users) is in the log line above.
+            (Err(_), Ok(_)) => Some(AgentError::new(
                 agent_types::ErrorKind::Appender,
-                format!("the session could not be saved: {store}"),
+                "the session could not be saved; the server log has the cause",
             )),
             _ => None,
         };
+        let error = error.as_ref().map(redact_agent_error);
         let complete = complete_event(&record, &outcome, error.as_ref());
-        let _ = sender.send(frame(&complete)).await;
+        deliver(&sender, frame(&complete), &cancel).await;
+    }
+}
+
+/// How long a send may wait for a slow client once the run is cancelled (the drain
+/// deadline passed, or the client left): a client that stopped reading cannot hold the run,
+/// and with it the shutdown, any longer than this.
+const ABANDON_AFTER: Duration = Duration::from_secs(2);
+
+/// Sends `bytes` to the client; `false` when the client is gone or, once `cancel` fired,
+/// has not made room within [`ABANDON_AFTER`].
+pub(crate) async fn deliver(
+    sender: &mpsc::Sender<Bytes>,
+    bytes: Bytes,
+    cancel: &CancellationToken,
+) -> bool {
+    let permit = tokio::select! {
+        biased;
+        permit = sender.reserve() => permit,
+        () = cancel.cancelled() => {
+            tokio::time::timeout(ABANDON_AFTER, sender.reserve())
+                .await
+                .unwrap_or(Err(mpsc::error::SendError(())))
+        }
+    };
+    match permit {
+        Ok(permit) => {
+            permit.send(bytes);
+            true
+        }
+        Err(_) => false,
     }
 }
 
@@ -403,7 +455,7 @@ pub(crate) fn count(
                 "agentry_tool_calls_total",
                 &[
                     ("tenant", tenant),
-                    ("tool", tool_name),
+                    ("tool", metrics.tool_label(tool_name)),
                     ("outcome", outcome),
                 ],
             );

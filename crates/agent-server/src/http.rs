@@ -1,15 +1,18 @@
 //! Request plumbing shared by the handlers: authentication, rate limits, bounded JSON bodies
 //! and the per-request metric.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, header};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
+use crate::auth::bearer;
 use crate::error::ApiError;
 use crate::state::{AppState, Tenant};
 
@@ -24,16 +27,11 @@ pub(crate) struct TenantName(pub(crate) String);
 /// 401 without a known key; 429 when the tenant is over its request rate; 503 while the
 /// server drains.
 pub(crate) fn admit(state: &AppState, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
-    let key = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim)
-        .ok_or_else(ApiError::unauthorized)?;
+    let key = presented_key(headers).ok_or_else(ApiError::unauthorized)?;
     let tenant = state
         .inner
         .tenants
-        .get(key)
+        .find(key)
         .cloned()
         .ok_or_else(ApiError::unauthorized)?;
     if state.inner.runs.is_draining() {
@@ -46,6 +44,14 @@ pub(crate) fn admit(state: &AppState, headers: &HeaderMap) -> Result<Arc<Tenant>
         )
     })?;
     Ok(tenant)
+}
+
+/// The bearer key of a request, if it sent one.
+pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(bearer)
 }
 
 /// Reads a JSON body of at most the configured size.
@@ -74,23 +80,97 @@ pub(crate) async fn json_body<T: DeserializeOwned>(
         .map_err(|error| ApiError::bad_request(format!("the body is not valid: {error}")))
 }
 
-/// Counts every response by tenant, route and status.
+/// Around every request: refuses an address over its failed-authentication limit, counts
+/// the failures, counts every response by tenant, route and status, and logs one line per
+/// request (never a header: the key stays out of the log).
 pub(crate) async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let response = next.run(request).await;
+    let address = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip());
+    let path_session = session_in_path(request.uri().path()).map(str::to_owned);
+    // Liveness stays open: a load balancer's probe must not be locked out by a neighbour.
+    let guarded = route != "/healthz";
+    let failures = &state.inner.auth_failures;
+    let blocked = address
+        .filter(|_| guarded)
+        .and_then(|address| failures.blocked(address));
+    let response = match blocked {
+        Some(seconds) => {
+            ApiError::rate_limited("too many failed authentications from this address", seconds)
+                .into_response()
+        }
+        None => next.run(request).await,
+    };
+    let status = response.status();
+    if status == StatusCode::UNAUTHORIZED
+        && let Some(address) = address
+    {
+        let failure = failures.fail(address);
+        state.inner.metrics.inc("agentry_auth_failures_total", &[]);
+        if failure.log || failure.blocked {
+            tracing::warn!(
+                client = %address,
+                route = %route,
+                failures = failure.count,
+                blocked = failure.blocked,
+                unlogged_since_last = failure.unlogged,
+                "authentication failed"
+            );
+        }
+    }
     let tenant = response
         .extensions()
         .get::<TenantName>()
         .map_or("none", |tenant| tenant.0.as_str());
-    let status = response.status().as_u16().to_string();
+    let session = response
+        .headers()
+        .get("x-session-id")
+        .and_then(|value| value.to_str().ok())
+        .or_else(|| {
+            response
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(session_in_path)
+        })
+        .or(path_session.as_deref());
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let code = status.as_u16();
+    if status.is_server_error() {
+        let cause = response
+            .extensions()
+            .get::<crate::error::Cause>()
+            .map_or("", |cause| cause.0.as_str());
+        tracing::error!(
+            method = %method, route = %route, tenant, status = code, latency_ms, session, cause,
+            "request failed"
+        );
+    } else {
+        tracing::info!(
+            method = %method, route = %route, tenant, status = code, latency_ms, session,
+            "request"
+        );
+    }
+    let status = code.to_string();
     state.inner.metrics.inc(
         "agentry_http_requests_total",
         &[("tenant", tenant), ("route", &route), ("status", &status)],
     );
     response
+}
+
+/// The session id in `/v1/sessions/{id}` or `/v1/sessions/{id}/execute`.
+fn session_in_path(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/sessions/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|id| !id.is_empty())
 }
 
 /// Puts the tenant's name on a response for [`track`].

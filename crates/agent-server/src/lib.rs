@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod auth;
 mod config;
 mod error;
 mod execute;
@@ -44,7 +45,7 @@ mod state;
 pub mod store;
 mod sweeper;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::time::Duration;
 
 use axum::Router;
@@ -55,8 +56,8 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
 pub use config::{
-    Caps, Limits, ModelConfig, ModelSource, QuotaOverrides, Quotas, ServerConfig, StoreConfig,
-    TenantConfig,
+    AuthConfig, Caps, Limits, ModelConfig, ModelSource, QuotaOverrides, Quotas, ServerConfig,
+    StoreConfig, TenantConfig,
 };
 pub use error::{ApiError, Error};
 pub use execute::ExecuteComplete;
@@ -64,10 +65,13 @@ pub use metrics::Metrics;
 pub use sessions::NewSession;
 pub use state::{AppState, ServerBuilder};
 
-/// The server's routes.
+/// The server's routes (`/metrics` among them unless `metrics_listen` moves it).
+///
+/// Failed authentications are limited per client address only when the router is served
+/// with `into_make_service_with_connect_info::<SocketAddr>()`, as [`serve`] does.
 pub fn router(state: AppState) -> Router {
     openai::models::start();
-    Router::new()
+    let routes = Router::new()
         .route("/v1/sessions", post(sessions::create).get(sessions::list))
         .route(
             "/v1/sessions/{id}",
@@ -77,7 +81,25 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(healthz));
+    let routes = if state.inner.config.metrics_listen.is_some() {
+        routes
+    } else {
+        routes.route("/metrics", get(metrics))
+    };
+    routes
+        .fallback(openai::unknown_route)
+        .method_not_allowed_fallback(openai::wrong_method)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http::track,
+        ))
+        .with_state(state)
+}
+
+/// `/metrics` alone, for `metrics_listen`.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
         .route("/metrics", get(metrics))
         .fallback(openai::unknown_route)
         .method_not_allowed_fallback(openai::wrong_method)
@@ -95,7 +117,12 @@ async fn healthz(State(state): State<AppState>) -> Response {
     axum::Json(serde_json::json!({"status": "ok", "running": state.running()})).into_response()
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(token) = &state.inner.metrics_token
+        && !http::presented_key(&headers).is_some_and(|presented| token.matches(presented))
+    {
+        return ApiError::unauthorized().into_response();
+    }
     let mut response = state.inner.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -131,13 +158,23 @@ pub async fn bind(address: &str) -> Result<TcpListener, Error> {
     Ok(socket.listen(1024)?)
 }
 
+/// After the drain deadline, how long cancelled runs get to save their sessions and
+/// connections get to close before the server stops waiting for them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// After the drain deadline and the last run, how long connections get to take their last
+/// events before the server stops waiting for them.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// Serves `state` on `listener` until `shutdown` completes, then drains: new requests get
 /// 503, running executes have `drain_secs` to finish, then are cancelled (each still ends
-/// properly and saves its session), and the call returns once every run has saved.
+/// properly and saves its session; a client that stopped reading loses its stream), and the
+/// call returns once every run has saved — at the latest a few seconds after the drain
+/// deadline, whatever the clients do. With `metrics_listen`, `/metrics` is served there.
 ///
 /// # Errors
 ///
-/// [`Error::Io`] when serving fails.
+/// [`Error::Io`] when serving fails or `metrics_listen` cannot be bound.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -145,33 +182,139 @@ pub async fn serve(
 ) -> Result<(), Error> {
     let runs = std::sync::Arc::clone(&state.inner.runs);
     let drain = Duration::from_secs(state.inner.config.drain_secs);
+    summary(&listener, &state);
+    let metrics_server = match &state.inner.config.metrics_listen {
+        None => None,
+        Some(address) => {
+            let metrics_listener = bind(address).await?;
+            if let Ok(address) = metrics_listener.local_addr() {
+                tracing::info!(address = %address, "metrics listening");
+            }
+            let app = metrics_router(state.clone());
+            Some(tokio::spawn(async move {
+                axum::serve(
+                    metrics_listener,
+                    app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                )
+                .await
+            }))
+        }
+    };
     // Expires idle sessions while the server runs; dropped (stopped) when serving ends.
     let _sweeper = sweeper::spawn(&state);
     let app = router(state);
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    // When the shutdown must be over: the signal + drain_secs + the grace.
+    let stop_by = std::sync::Arc::new(std::sync::OnceLock::<tokio::time::Instant>::new());
+    let signal_stop_by = std::sync::Arc::clone(&stop_by);
     let drain_runs = std::sync::Arc::clone(&runs);
     let signal = async move {
         shutdown.await;
+        let _ = signal_stop_by.set(tokio::time::Instant::now() + drain + SHUTDOWN_GRACE);
+        let _ = signalled_tx.send(());
         drain_runs.start_draining();
-        tracing::info!(running = drain_runs.count(), "draining");
+        tracing::info!(
+            running = drain_runs.count(),
+            drain_secs = drain.as_secs(),
+            "shutdown: draining"
+        );
         let deadline = drain_runs.clone();
         tokio::spawn(async move {
             if tokio::time::timeout(drain, deadline.idle()).await.is_err() {
                 tracing::warn!(
                     running = deadline.count(),
-                    "drain deadline reached; cancelling"
+                    "shutdown: drain deadline reached; cancelling the runs still going"
                 );
                 deadline.cancel_all();
             }
         });
         let _ = stopped_tx.send(());
     };
-    // One service for every connection, not a router rebuilt per connection.
-    axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(signal)
-        .await?;
-    // The runs' tasks outlive their connections: wait for every session to be saved.
+    // One service for every connection, not a router rebuilt per connection; the peer
+    // address is what failed authentications are counted by.
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(signal)
+    .into_future();
+    // A connection whose client stopped reading never finishes its response: after the
+    // drain deadline, stop waiting for it once every run has saved and its last events had
+    // a moment to go out, and at the latest after the grace.
+    let idle_runs = std::sync::Arc::clone(&runs);
+    let hard_stop = async move {
+        // From the signal, not from the runs' end: a slow reader keeps the whole drain.
+        if signalled_rx.await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(drain).await;
+        let settled = async {
+            idle_runs.idle().await;
+            tokio::time::sleep(LINGER).await;
+        };
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, settled).await;
+    };
+    tokio::select! {
+        served = served => served?,
+        () = hard_stop => {
+            tracing::warn!("shutdown: connections still open after the grace; closing them");
+        }
+    }
+    // The runs' tasks outlive their connections: wait for every session to be saved (a
+    // cancelled run abandons its stream, so this is quick; bounded all the same).
     let _ = stopped_rx.await;
-    runs.idle().await;
+    // A run stuck sending to a stalled client of another endpoint gets no more time than
+    // the deadline.
+    let deadline = stop_by
+        .get()
+        .copied()
+        .unwrap_or_else(tokio::time::Instant::now);
+    if tokio::time::timeout_at(deadline, runs.idle())
+        .await
+        .is_err()
+    {
+        tracing::error!(
+            running = runs.count(),
+            "shutdown: runs did not end after cancellation; stopping without them"
+        );
+    }
+    if let Some(task) = metrics_server {
+        task.abort();
+    }
+    tracing::info!("shutdown: stopped");
     Ok(())
+}
+
+/// The start-up summary: what is served, never a key.
+fn summary(listener: &TcpListener, state: &AppState) {
+    let config = &state.inner.config;
+    let listen = listener
+        .local_addr()
+        .map_or_else(|_| config.listen.clone(), |address| address.to_string());
+    let store = match &config.store {
+        StoreConfig::Sqlite { path } => format!("sqlite ({})", path.display()),
+        StoreConfig::Postgres { .. } => "postgres".to_owned(),
+    };
+    let models: Vec<String> = config
+        .models
+        .iter()
+        .map(|model| format!("{}={}", model.name, model.provider))
+        .collect();
+    let tenants: Vec<&str> = config.tenants.iter().map(|t| t.name.as_str()).collect();
+    let tools: Vec<&str> = state.inner.tools.iter().map(|tool| tool.name()).collect();
+    tracing::info!(
+        listen = %listen,
+        store = %store,
+        models = %models.join(","),
+        tenants = %tenants.join(","),
+        tools = %tools.join(","),
+        drain_secs = config.drain_secs,
+        metrics = match (&config.metrics_listen, &config.metrics_token_env) {
+            (Some(_), _) => "separate listener",
+            (None, Some(_)) => "token required",
+            (None, None) => "open",
+        },
+        "serving"
+    );
 }

@@ -3,9 +3,9 @@
 //! A small registry of our own: a handful of series keyed by name and labels, updated a few
 //! times per request, so one mutex over a map is plenty and needs no metrics framework.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// A series: metric name plus label pairs (in a fixed order).
 type Key = (&'static str, Vec<(&'static str, String)>);
@@ -57,15 +57,42 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Requests refused by a storage quota, by tenant and quota.",
     ),
+    (
+        "agentry_auth_failures_total",
+        "counter",
+        "Requests refused for a missing or unknown key.",
+    ),
 ];
+
+/// The `tool` label of a name the registry does not know.
+pub(crate) const UNKNOWN_TOOL: &str = "unknown";
 
 /// The server's metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
     series: Mutex<BTreeMap<Key, f64>>,
+    /// The tools the registry knows: the only values the `tool` label takes besides
+    /// `unknown`, so invented names cannot create series without bound.
+    tools: OnceLock<BTreeSet<String>>,
 }
 
 impl Metrics {
+    /// Fixes the tool names that get a series of their own.
+    pub(crate) fn with_tools(tools: impl IntoIterator<Item = String>) -> Self {
+        let metrics = Self::default();
+        let _ = metrics.tools.set(tools.into_iter().collect());
+        metrics
+    }
+
+    /// `name` when the registry knows it, else `unknown`.
+    pub(crate) fn tool_label<'a>(&self, name: &'a str) -> &'a str {
+        if self.tools.get().is_some_and(|tools| tools.contains(name)) {
+            name
+        } else {
+            UNKNOWN_TOOL
+        }
+    }
+
     /// Adds `value` to a counter (or moves a gauge by it).
     pub(crate) fn add(&self, name: &'static str, labels: &[(&'static str, &str)], value: f64) {
         let key = (
@@ -168,5 +195,13 @@ mod tests {
             ),
             2.0
         );
+    }
+
+    #[test]
+    fn tool_names_outside_the_registry_share_one_label() {
+        let metrics = Metrics::with_tools(["calculator".to_owned()]);
+        assert_eq!(metrics.tool_label("calculator"), "calculator");
+        assert_eq!(metrics.tool_label("made_up_1"), UNKNOWN_TOOL);
+        assert_eq!(Metrics::default().tool_label("calculator"), UNKNOWN_TOOL);
     }
 }

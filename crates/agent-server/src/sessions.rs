@@ -303,6 +303,16 @@ pub(crate) async fn execute(
                 ));
             }
         };
+        // An empty turn would cost a model call to answer nothing.
+        if let SessionInput::User(message) = &input
+            && message.content.iter().all(|block| {
+                matches!(block, agent_types::UserBlock::Text { text } if text.trim().is_empty())
+            })
+        {
+            return Err(ApiError::bad_request(
+                "`message` is empty: send some text (or an image)",
+            ));
+        }
         let permit = tenant.gate.enter().ok_or_else(|| {
             ApiError::rate_limited(
                 format!("tenant `{}` has too many executes running", tenant.name),

@@ -12,6 +12,7 @@ use agent_types::{Backend, RateCard};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{Failures, Keys, Token, key_problem};
 use crate::config::{ModelSource, Quotas, ServerConfig, StoreConfig};
 use crate::error::Error;
 use crate::limits::{Gate, RateLimiter};
@@ -26,8 +27,12 @@ pub struct AppState {
 
 pub(crate) struct Inner {
     pub(crate) config: ServerConfig,
-    /// Tenants by API key.
-    pub(crate) tenants: HashMap<String, Arc<Tenant>>,
+    /// Tenants by API key (digests).
+    pub(crate) tenants: Keys,
+    /// Failed authentications by client address.
+    pub(crate) auth_failures: Failures,
+    /// The token `/metrics` requires, when configured.
+    pub(crate) metrics_token: Option<Token>,
     /// Models by the name clients use.
     pub(crate) models: HashMap<String, Model>,
     /// Server-side tools.
@@ -170,7 +175,7 @@ impl ServerBuilder {
         }
         models.extend(extra_models);
 
-        let mut tenants = HashMap::new();
+        let mut tenants = Keys::default();
         for tenant in &config.tenants {
             let limits = config.limits;
             let shared = Arc::new(Tenant {
@@ -201,7 +206,13 @@ impl ServerBuilder {
                 )));
             }
             for key in keys {
-                if tenants.insert(key, Arc::clone(&shared)).is_some() {
+                if let Some(problem) = key_problem(&key) {
+                    return Err(Error::Config(format!(
+                        "an API key of tenant `{}` {problem}",
+                        tenant.name
+                    )));
+                }
+                if !tenants.insert(&key, Arc::clone(&shared)) {
                     return Err(Error::Config(format!(
                         "an API key of tenant `{}` is also another tenant's",
                         tenant.name
@@ -209,6 +220,22 @@ impl ServerBuilder {
                 }
             }
         }
+
+        let metrics_token = match &config.metrics_token_env {
+            None => None,
+            Some(variable) => {
+                let token = std::env::var(variable).map_err(|_| {
+                    Error::Config(format!("metrics_token_env: {variable} is not set"))
+                })?;
+                if let Some(problem) = key_problem(&token) {
+                    return Err(Error::Config(format!(
+                        "the metrics token in {variable} {problem}"
+                    )));
+                }
+                Some(Token::new(&token))
+            }
+        };
+        let auth_failures = Failures::new(&config.auth);
 
         let store = match store {
             Some(store) => store,
@@ -218,14 +245,17 @@ impl ServerBuilder {
         for (model, price) in &config.prices {
             rate_card.insert(model.clone(), *price);
         }
+        let metrics = Metrics::with_tools(tools.iter().map(|tool| tool.name().to_owned()));
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
                 tenants,
+                auth_failures,
+                metrics_token,
                 models,
                 tools: Arc::new(tools),
                 store,
-                metrics: Metrics::default(),
+                metrics,
                 rate_card: Arc::new(rate_card),
                 runs: Arc::default(),
                 instance: instance_id(),

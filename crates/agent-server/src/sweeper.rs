@@ -38,7 +38,7 @@ pub(crate) fn spawn(state: &AppState) -> DropGuard {
 pub(crate) async fn sweep(state: &AppState) -> u64 {
     let mut seen = HashSet::new();
     let mut deleted = 0;
-    for tenant in state.inner.tenants.values() {
+    for tenant in state.inner.tenants.tenants() {
         let ttl = tenant.quotas.session_ttl_secs;
         if ttl == 0 || !seen.insert(tenant.name.as_str()) {
             continue;

@@ -126,6 +126,10 @@ enum Command {
         /// Listen here instead of [server].listen (e.g. 127.0.0.1:0 for any free port)
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// The log's format on stderr: text (coloured on a terminal) or json, one object a
+        /// line; RUST_LOG filters it [default filter: info]
+        #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+        log_format: serve::LogFormat,
     },
     /// Trust a project's agentry.toml (or a session state file) to set where your key goes
     /// and what tools may read: records its path and SHA-256 in your configuration directory.
@@ -188,14 +192,18 @@ fn main() -> ExitCode {
             Command::Trust { file, list, remove } => {
                 trust::command(file, list, remove).map(|()| ExitCode::SUCCESS)
             }
-            Command::Serve { config, listen } => {
+            Command::Serve {
+                config,
+                listen,
+                log_format,
+            } => {
                 // The [server] section names the endpoints the operator's keys go to: a file
                 // found in the working directory is used only when the user trusted it.
                 let config = match config {
                     Some(path) => path,
                     None => trust::require_trusted(std::path::Path::new("agentry.toml"))?,
                 };
-                serve::run(&config, listen.as_deref())
+                serve::run(&config, listen.as_deref(), log_format)
                     .await
                     .map(|()| ExitCode::SUCCESS)
             }

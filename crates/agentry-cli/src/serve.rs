@@ -1,14 +1,41 @@
 //! `agentry serve`: the agent server (`agent-server`) from the `[server]` section of
 //! `agentry.toml`, until SIGTERM or Ctrl-C, then a drain.
 
+use std::io::IsTerminal;
 use std::path::Path;
 
 use agent_server::{ServerBuilder, ServerConfig, serve};
+use tracing_subscriber::EnvFilter;
 
 use crate::error::Error;
 
+/// The log's format on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines, coloured on a terminal.
+    Text,
+    /// One JSON object a line, for log collectors.
+    Json,
+}
+
+/// Installs the log: `RUST_LOG` (default `info`) filters, `format` shapes, stderr receives.
+/// Nothing logged by the server carries a key or a header (see `docs/server.md`).
+fn install_log(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    // Already installed (a second `run` in one process) is not an error worth stopping for.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
 /// Loads the configuration, binds, serves; returns when the drain is over.
-pub(crate) async fn run(path: &Path, listen: Option<&str>) -> Result<(), Error> {
+pub(crate) async fn run(path: &Path, listen: Option<&str>, log: LogFormat) -> Result<(), Error> {
+    install_log(log);
     let mut config = ServerConfig::from_file(path).map_err(|error| Error::Config {
         path: path.to_path_buf(),
         message: error.to_string(),

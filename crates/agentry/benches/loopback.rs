@@ -61,7 +61,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 async fn main() {
     let server = ReplayServer::start([]).await.unwrap();
     let client = HttpClient::new(None).unwrap();
-    let backend = OpenAiChat::new("bench-key")
+    let backend = OpenAiChat::new("bench-key-0123456789")
         .with_base_url(server.url())
         .with_http(
             HttpOptions::default()

@@ -142,7 +142,7 @@ pub(crate) fn stream<'a, P: Protocol>(
                         .finish(&mut decoder, &mut out)
                         .and_then(|()| decoder.end(&mut out))
                         .map(|()| true),
-                    Ok(Some(Err(error))) => Err(broken(&error)),
+                    Ok(Some(Err(error))) => Err(broken(error)),
                     Ok(Some(Ok(chunk))) => framer.feed(&chunk, &mut decoder, &mut out).map(|()| false),
                 };
                 let mut step = step;
@@ -209,10 +209,7 @@ async fn open<P: Protocol>(
         .headers(http.headers.clone())
         .body(prepared.body.clone())
         .send();
-    let response = limits
-        .within(send)
-        .await?
-        .map_err(|error| transport_error(&error))?;
+    let response = limits.within(send).await?.map_err(transport_error)?;
     if response.status().is_success() {
         return Ok(response);
     }
@@ -309,7 +306,10 @@ fn jitter() -> f64 {
     fraction
 }
 
-fn transport_error(error: &reqwest::Error) -> BackendError {
+// The URL is left out of both messages (`without_url`): its path or query can hold a
+// secret, and these messages travel to whoever called the loop (a server's tenants).
+fn transport_error(error: reqwest::Error) -> BackendError {
+    let error = error.without_url();
     let kind = if error.is_timeout() {
         BackendErrorKind::Timeout
     } else {
@@ -317,14 +317,15 @@ fn transport_error(error: &reqwest::Error) -> BackendError {
     };
     BackendError::new(
         kind,
-        format!("the request could not be completed: {}", chain(error)),
+        format!("the request could not be completed: {}", chain(&error)),
     )
 }
 
-fn broken(error: &reqwest::Error) -> BackendError {
+fn broken(error: reqwest::Error) -> BackendError {
+    let error = error.without_url();
     BackendError::new(
         BackendErrorKind::Connection,
-        format!("the connection broke mid-response: {}", chain(error)),
+        format!("the connection broke mid-response: {}", chain(&error)),
     )
 }
 

@@ -125,7 +125,7 @@ impl OpenAiError {
             kind,
             code,
             param: None,
-            message: error.message.clone(),
+            message: crate::error::redact_logged(&error.message),
             retry_after: None,
             retry,
         }

@@ -15,7 +15,7 @@ fn slow_weather(started: Arc<Notify>) -> agent_tools::Tool {
 
 async fn session_json(server: &TestServer, id: &str) -> Value {
     server
-        .get(&format!("/v1/sessions/{id}"), "key-acme")
+        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -32,7 +32,7 @@ async fn a_client_that_hangs_up_mid_tool_aborts_the_run_and_keeps_what_completed
         .create(json!({"model": "demo", "tools": ["get_weather", "clock"]}))
         .await;
     let mut response = server
-        .post(&format!("/v1/sessions/{id}/execute"), "key-acme")
+        .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
         .json(&json!({"message": "Weather?"}))
         .send()
         .await
@@ -84,7 +84,7 @@ async fn a_second_execute_on_a_busy_session_gets_409() {
         .await;
     let path = format!("/v1/sessions/{id}/execute");
     let first = server
-        .post(&path, "key-acme")
+        .post(&path, "key-acme-test-0001")
         .json(&json!({"message": "Weather?"}))
         .send();
     let first = tokio::spawn(first);
@@ -92,7 +92,7 @@ async fn a_second_execute_on_a_busy_session_gets_409() {
         .await
         .unwrap();
     let second = server
-        .post(&path, "key-acme")
+        .post(&path, "key-acme-test-0001")
         .json(&json!({"message": "Again?"}))
         .send()
         .await
@@ -112,7 +112,7 @@ async fn bodies_over_the_limit_get_413_and_bad_input_400() {
     let server = TestServer::with(&config, Vec::new()).await;
     let big = "x".repeat(4096);
     let response = server
-        .post("/v1/sessions", "key-acme")
+        .post("/v1/sessions", "key-acme-test-0001")
         .json(&json!({"model": "demo", "system": big}))
         .send()
         .await
@@ -134,7 +134,7 @@ async fn bodies_over_the_limit_get_413_and_bad_input_400() {
         (json!({"model": "demo", "bogus": 1}), "unknown field"),
     ] {
         let response = server
-            .post("/v1/sessions", "key-acme")
+            .post("/v1/sessions", "key-acme-test-0001")
             .json(&body)
             .send()
             .await
@@ -152,7 +152,7 @@ async fn bodies_over_the_limit_get_413_and_bad_input_400() {
 
     // Execute without a session and without a context: 400; with a context: created.
     let missing = server
-        .post("/v1/sessions/nope/execute", "key-acme")
+        .post("/v1/sessions/nope/execute", "key-acme-test-0001")
         .json(&json!({"message": "hi"}))
         .send()
         .await
@@ -167,7 +167,7 @@ async fn bodies_over_the_limit_get_413_and_bad_input_400() {
     assert_eq!(events.last().unwrap()["type"], "execute_complete");
     // Results for calls that are not pending: 400 before any stream.
     let wrong = server
-        .post("/v1/sessions/made-here/execute", "key-acme")
+        .post("/v1/sessions/made-here/execute", "key-acme-test-0001")
         .json(&json!({"tool_results": [{"tool_call_id": "call_x", "content": "1"}]}))
         .send()
         .await
@@ -190,7 +190,7 @@ async fn rate_and_concurrency_limits_answer_429_with_retry_after() {
     let other = server.create(json!({"model": "demo"})).await;
     let first = tokio::spawn(
         server
-            .post(&format!("/v1/sessions/{id}/execute"), "key-acme")
+            .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
             .json(&json!({"message": "Weather?"}))
             .send(),
     );
@@ -199,7 +199,10 @@ async fn rate_and_concurrency_limits_answer_429_with_retry_after() {
         .unwrap();
     // The one execute place is taken.
     let busy = server
-        .post(&format!("/v1/sessions/{other}/execute"), "key-acme")
+        .post(
+            &format!("/v1/sessions/{other}/execute"),
+            "key-acme-test-0001",
+        )
         .json(&json!({"message": "hi"}))
         .send()
         .await
@@ -208,7 +211,7 @@ async fn rate_and_concurrency_limits_answer_429_with_retry_after() {
     assert_eq!(busy.headers()["retry-after"], "1");
     // And the request rate (4 a minute: two creates and two executes) is spent.
     let limited = server
-        .get(&format!("/v1/sessions/{id}"), "key-acme")
+        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
         .send()
         .await
         .unwrap();
@@ -221,7 +224,7 @@ async fn rate_and_concurrency_limits_answer_429_with_retry_after() {
     assert!((1..=20).contains(&wait), "{wait}");
     // Another tenant is not affected.
     let globex = server
-        .post("/v1/sessions", "key-globex")
+        .post("/v1/sessions", "key-globex-test-01")
         .json(&json!({"model": "demo"}))
         .send()
         .await
@@ -255,7 +258,7 @@ async fn pending_remote_calls_expire_after_the_configured_time() {
         .map(|call| json!({"tool_call_id": call["id"], "content": "late"}))
         .collect();
     let late = server
-        .post(&format!("/v1/sessions/{id}/execute"), "key-acme")
+        .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
         .json(&json!({"tool_results": results}))
         .send()
         .await
@@ -331,7 +334,7 @@ async fn a_drain_lets_running_executes_finish_and_refuses_new_ones() {
         .await;
     let running = tokio::spawn(
         server
-            .post(&format!("/v1/sessions/{id}/execute"), "key-acme")
+            .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
             .json(&json!({"message": "Weather?"}))
             .send(),
     );
@@ -367,8 +370,8 @@ async fn a_drain_lets_running_executes_finish_and_refuses_new_ones() {
 #[tokio::test]
 async fn tools_run_as_the_tenant_and_permissions_hide_tools() {
     let config = CONFIG.replace(
-        "api_keys = [\"key-acme\"]",
-        "api_keys = [\"key-acme\"]\npermissions = [\"weather\"]",
+        "api_keys = [\"key-acme-test-0001\"]",
+        "api_keys = [\"key-acme-test-0001\"]\npermissions = [\"weather\"]",
     );
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let record = Arc::clone(&seen);
@@ -398,7 +401,7 @@ async fn tools_run_as_the_tenant_and_permissions_hide_tools() {
 
     // globex lacks the permission: the tool does not exist for it.
     let refused = server
-        .post("/v1/sessions", "key-globex")
+        .post("/v1/sessions", "key-globex-test-01")
         .json(&json!({"model": "demo", "tools": ["get_weather"]}))
         .send()
         .await

@@ -93,7 +93,7 @@ fn model_calls(server: &TestServer) -> f64 {
 
 async fn complete(server: &TestServer, body: Value) -> Value {
     let response = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -167,7 +167,7 @@ impl Streamed {
 
 async fn stream(server: &TestServer, body: Value) -> Streamed {
     let response = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -387,7 +387,7 @@ async fn errors_are_shaped_like_openai_ones() {
     };
 
     let (status, _, body) = send(
-        Some("key-acme"),
+        Some("key-acme-test-0001"),
         json!({"model": "gpt-9", "messages": opening(), "stream": true}),
     )
     .await;
@@ -398,7 +398,7 @@ async fn errors_are_shaped_like_openai_ones() {
     assert!(body["error"]["message"].as_str().unwrap().contains("demo"));
 
     let (status, _, body) = send(
-        Some("key-acme"),
+        Some("key-acme-test-0001"),
         json!({"model": "demo", "messages": opening(), "n": 2}),
     )
     .await;
@@ -414,14 +414,14 @@ async fn errors_are_shaped_like_openai_ones() {
     let mut messages = opening();
     messages.push(json!({"role": "tool", "tool_call_id": "call_x", "content": "{}"}));
     let (status, _, body) = send(
-        Some("key-acme"),
+        Some("key-acme-test-0001"),
         json!({"model": "demo", "messages": messages}),
     )
     .await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["param"], "messages[2].tool_call_id");
 
-    let (status, _, body) = send(Some("key-acme"), json!({"model": "demo"})).await;
+    let (status, _, body) = send(Some("key-acme-test-0001"), json!({"model": "demo"})).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["type"], "invalid_request_error");
     server.shutdown().await;
@@ -458,7 +458,7 @@ async fn a_run_that_fails_answers_with_an_error_or_ends_its_stream_with_one() {
     let config = format!("{CONFIG}\n[server.caps]\nmax_iterations = 1\n");
     let server = TestServer::with(&config, Vec::new()).await;
     let response = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&json!({"model": "demo", "messages": opening()}))
         .send()
         .await
@@ -502,7 +502,7 @@ async fn a_client_that_hangs_up_cancels_the_run() {
         )
         .await;
         let request = server
-            .post("/v1/chat/completions", "key-acme")
+            .post("/v1/chat/completions", "key-acme-test-0001")
             .json(&json!({"model": "demo", "messages": opening(), "stream": streaming}))
             .send();
         if streaming {
@@ -559,7 +559,7 @@ async fn a_tenant_at_its_concurrent_run_limit_gets_429() {
     .await;
     let body = json!({"model": "demo", "messages": opening(), "stream": true});
     let mut running = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -567,7 +567,7 @@ async fn a_tenant_at_its_concurrent_run_limit_gets_429() {
     let _ = running.chunk().await.unwrap();
     started.notified().await;
     let refused = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&body)
         .send()
         .await
@@ -608,7 +608,7 @@ async fn unknown_routes_and_wrong_methods_answer_openai_shaped_json() {
         let response = server
             .client
             .request(method.clone(), format!("{}{path}", server.url))
-            .bearer_auth("key-acme")
+            .bearer_auth("key-acme-test-0001")
             .send()
             .await
             .unwrap();
@@ -647,7 +647,11 @@ async fn models_are_listed_as_openai_lists_them() {
         "{CONFIG}\n[[server.models]]\nname = \"team/demo-2\"\nprovider = \"replay\"\nrecording = \"anthropic\"\n"
     );
     let server = TestServer::with(&config, Vec::new()).await;
-    let response = server.get("/v1/models", "key-acme").send().await.unwrap();
+    let response = server
+        .get("/v1/models", "key-acme-test-0001")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     let list: Value = response.json().await.unwrap();
     assert_eq!(list["object"], "list");
@@ -665,7 +669,7 @@ async fn models_are_listed_as_openai_lists_them() {
 
     for id in ["demo", "team/demo-2"] {
         let response = server
-            .get(&format!("/v1/models/{id}"), "key-acme")
+            .get(&format!("/v1/models/{id}"), "key-acme-test-0001")
             .send()
             .await
             .unwrap();
@@ -676,7 +680,7 @@ async fn models_are_listed_as_openai_lists_them() {
     }
 
     let response = server
-        .get("/v1/models/gpt-9", "key-acme")
+        .get("/v1/models/gpt-9", "key-acme-test-0001")
         .send()
         .await
         .unwrap();
@@ -730,7 +734,7 @@ async fn accepted_but_ignored_fields_are_refused_naming_the_field() {
         for streaming in [false, true] {
             body["stream"] = streaming.into();
             let response = server
-                .post("/v1/chat/completions", "key-acme")
+                .post("/v1/chat/completions", "key-acme-test-0001")
                 .json(&body)
                 .send()
                 .await
@@ -749,7 +753,7 @@ async fn accepted_but_ignored_fields_are_refused_naming_the_field() {
     let mut strict = weather_tool();
     strict["function"]["strict"] = true.into();
     let response = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&json!({"model": "demo", "messages": opening(), "tools": [strict]}))
         .send()
         .await
@@ -810,7 +814,7 @@ async fn empty_messages_and_empty_user_messages_are_refused() {
     for (messages, param) in cases {
         for streaming in [false, true] {
             let response = server
-                .post("/v1/chat/completions", "key-acme")
+                .post("/v1/chat/completions", "key-acme-test-0001")
                 .json(&json!({"model": "demo", "messages": messages, "stream": streaming}))
                 .send()
                 .await
@@ -904,7 +908,7 @@ async fn run_client(program: std::ffi::OsString, script: &str, trips: u32) {
         tokio::process::Command::new(&program)
             .arg(&script)
             .arg(&server.url)
-            .arg("key-acme")
+            .arg("key-acme-test-0001")
             .arg(&capped.url)
             .kill_on_drop(true)
             .output(),

@@ -62,7 +62,7 @@ async fn a_session_runs_its_tools_and_streams_to_execute_complete() {
     );
 
     let session: Value = server
-        .get(&format!("/v1/sessions/{id}"), "key-acme")
+        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -83,7 +83,7 @@ async fn tenants_see_only_their_own_sessions_and_keys_are_required() {
     let server = TestServer::start().await;
     let id = server.create(json!({"model": "demo"})).await;
     let other = server
-        .get(&format!("/v1/sessions/{id}"), "key-globex")
+        .get(&format!("/v1/sessions/{id}"), "key-globex-test-01")
         .send()
         .await
         .unwrap();

@@ -88,7 +88,7 @@ output_per_mtok = 2.0
 
 [[server.tenants]]
 name = "acme"
-api_keys = ["key-acme"]
+api_keys = ["key-acme-test-0001"]
 "#
     );
     (TestServer::with(&config, Vec::new()).await, upstream)
@@ -126,7 +126,7 @@ async fn zero_and_negative_budgets_are_a_400_and_no_model_call() {
     for (options, expected) in cases {
         let body = json!({"model": "up", "options": options});
         let created = server
-            .post("/v1/sessions", "key-acme")
+            .post("/v1/sessions", "key-acme-test-0001")
             .json(&body)
             .send()
             .await
@@ -138,7 +138,7 @@ async fn zero_and_negative_budgets_are_a_400_and_no_model_call() {
 
         // An execute that creates its session from a context is refused the same way.
         let executed = server
-            .post("/v1/sessions/sess-budget/execute", "key-acme")
+            .post("/v1/sessions/sess-budget/execute", "key-acme-test-0001")
             .json(&json!({"message": "hi", "context": body}))
             .send()
             .await
@@ -190,7 +190,7 @@ async fn a_budget_trip_reports_what_was_spent_with_one_number_everywhere() {
     }
     // The stored session says the same.
     let stored: Value = server
-        .get(&format!("/v1/sessions/{id}"), "key-acme")
+        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -256,7 +256,7 @@ async fn the_per_round_caps_are_server_caps_a_session_may_lower() {
         ("max_round_result_bytes", 262_144),
     ] {
         let over = server
-            .post("/v1/sessions", "key-acme")
+            .post("/v1/sessions", "key-acme-test-0001")
             .json(&json!({"model": "up", "options": {option: cap + 1}}))
             .send()
             .await
@@ -272,7 +272,7 @@ async fn the_per_round_caps_are_server_caps_a_session_may_lower() {
             "{message}"
         );
         let under = server
-            .post("/v1/sessions", "key-acme")
+            .post("/v1/sessions", "key-acme-test-0001")
             .json(&json!({"model": "up", "options": {option: 2}}))
             .send()
             .await

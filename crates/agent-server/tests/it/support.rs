@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 /// The minimal configuration tests build on: the recorded demo model, one tenant `acme`
-/// (key `key-acme`) and one tenant `globex` (key `key-globex`), the calculator and clock.
+/// (key `key-acme-test-0001`) and one tenant `globex` (key `key-globex-test-01`), the calculator and clock.
 pub(crate) const CONFIG: &str = r#"
 [server]
 tools = ["calculator", "clock"]
@@ -21,11 +21,11 @@ recording = "anthropic"
 
 [[server.tenants]]
 name = "acme"
-api_keys = ["key-acme"]
+api_keys = ["key-acme-test-0001"]
 
 [[server.tenants]]
 name = "globex"
-api_keys = ["key-globex"]
+api_keys = ["key-globex-test-01"]
 "#;
 
 /// A running server.
@@ -106,7 +106,7 @@ impl TestServer {
     /// Creates a demo session for `acme` and returns its id.
     pub(crate) async fn create(&self, body: Value) -> String {
         let response = self
-            .post("/v1/sessions", "key-acme")
+            .post("/v1/sessions", "key-acme-test-0001")
             .json(&body)
             .send()
             .await
@@ -119,7 +119,7 @@ impl TestServer {
     /// Executes `body` on session `id` and returns every SSE event, parsed.
     pub(crate) async fn execute(&self, id: &str, body: Value) -> Vec<Value> {
         let response = self
-            .post(&format!("/v1/sessions/{id}/execute"), "key-acme")
+            .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
             .json(&body)
             .send()
             .await

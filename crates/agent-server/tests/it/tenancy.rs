@@ -58,7 +58,7 @@ async fn execute_with_context(server: &TestServer, key: &str, id: &str) -> Vec<V
 async fn another_tenants_id_and_a_missing_id_get_the_same_answer_byte_for_byte() {
     let server = TestServer::start().await;
     let id = "shared-name-1";
-    let unused = probe(&server, "key-globex", id).await;
+    let unused = probe(&server, "key-globex-test-01", id).await;
     assert_eq!(
         unused.iter().map(|(status, _)| *status).collect::<Vec<_>>(),
         [400, 404, 404],
@@ -66,21 +66,21 @@ async fn another_tenants_id_and_a_missing_id_get_the_same_answer_byte_for_byte()
     );
 
     // acme makes the id its own; globex sees exactly what it saw before.
-    let events = execute_with_context(&server, "key-acme", id).await;
+    let events = execute_with_context(&server, "key-acme-test-0001", id).await;
     assert_eq!(events.last().unwrap()["type"], "execute_complete");
-    assert_eq!(probe(&server, "key-globex", id).await, unused);
+    assert_eq!(probe(&server, "key-globex-test-01", id).await, unused);
     // And acme's session is untouched by globex's attempts (the DELETE among them).
     let own = server
-        .get(&format!("/v1/sessions/{id}"), "key-acme")
+        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
         .send()
         .await
         .unwrap();
     assert_eq!(own.status(), 200);
 
     // globex can use the same name for a session of its own; both exist apart.
-    let events = execute_with_context(&server, "key-globex", id).await;
+    let events = execute_with_context(&server, "key-globex-test-01", id).await;
     assert_eq!(events.last().unwrap()["session_id"], id);
-    for key in ["key-acme", "key-globex"] {
+    for key in ["key-acme-test-0001", "key-globex-test-01"] {
         let session: Value = server
             .get(&format!("/v1/sessions/{id}"), key)
             .send()
@@ -94,8 +94,8 @@ async fn another_tenants_id_and_a_missing_id_get_the_same_answer_byte_for_byte()
 
     // Squatting: globex takes a name first; acme's later create of it still works.
     let squatted = "squatted-name";
-    execute_with_context(&server, "key-globex", squatted).await;
-    let events = execute_with_context(&server, "key-acme", squatted).await;
+    execute_with_context(&server, "key-globex-test-01", squatted).await;
+    let events = execute_with_context(&server, "key-acme-test-0001", squatted).await;
     assert!(events.last().unwrap()["error"].is_null(), "{events:?}");
     server.shutdown().await;
 }
@@ -114,7 +114,7 @@ async fn server_made_session_and_completion_ids_are_random() {
     assert_ne!(a[5..13], b[5..13]);
 
     let completion: Value = server
-        .post("/v1/chat/completions", "key-acme")
+        .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&json!({"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}))
         .send()
         .await
@@ -151,7 +151,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
     let path = format!("/v1/sessions/{id}");
     let running = tokio::spawn(
         server
-            .post(&format!("{path}/execute"), "key-acme")
+            .post(&format!("{path}/execute"), "key-acme-test-0001")
             .json(&json!({"message": "Weather?"}))
             .send(),
     );
@@ -160,7 +160,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
         .unwrap();
 
     let session: Value = server
-        .get(&path, "key-acme")
+        .get(&path, "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -169,7 +169,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
         .unwrap();
     assert_eq!(session["status"], "running", "{session}");
     let listed: Value = server
-        .get("/v1/sessions", "key-acme")
+        .get("/v1/sessions", "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -181,7 +181,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
     let delete = server
         .client
         .delete(format!("{}{path}", server.url))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .send()
         .await
         .unwrap();
@@ -201,7 +201,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
     assert_eq!(complete["type"], "execute_complete");
     assert!(complete["error"].is_null(), "{complete}");
     let session: Value = server
-        .get(&path, "key-acme")
+        .get(&path, "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -213,7 +213,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
     let delete = server
         .client
         .delete(format!("{}{path}", server.url))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .send()
         .await
         .unwrap();
@@ -234,7 +234,7 @@ async fn a_run_that_cannot_save_never_reports_completed() {
     let path = format!("/v1/sessions/{id}");
     let running = tokio::spawn(
         server
-            .post(&format!("{path}/execute"), "key-acme")
+            .post(&format!("{path}/execute"), "key-acme-test-0001")
             .json(&json!({"message": "Weather?"}))
             .send(),
     );
@@ -246,7 +246,7 @@ async fn a_run_that_cannot_save_never_reports_completed() {
     let delete = server
         .client
         .delete(format!("{}{path}", server.url))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .send()
         .await
         .unwrap();
@@ -288,7 +288,7 @@ async fn another_instance_sees_the_run_too() {
     let path = format!("/v1/sessions/{id}");
     let running = tokio::spawn(
         first
-            .post(&format!("{path}/execute"), "key-acme")
+            .post(&format!("{path}/execute"), "key-acme-test-0001")
             .json(&json!({"message": "Weather?"}))
             .send(),
     );
@@ -296,7 +296,7 @@ async fn another_instance_sees_the_run_too() {
         .await
         .unwrap();
     let session: Value = second
-        .get(&path, "key-acme")
+        .get(&path, "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -307,7 +307,7 @@ async fn another_instance_sees_the_run_too() {
     let delete = second
         .client
         .delete(format!("{}{path}", second.url))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .send()
         .await
         .unwrap();
@@ -317,7 +317,7 @@ async fn another_instance_sees_the_run_too() {
     let delete = second
         .client
         .delete(format!("{}{path}", second.url))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .send()
         .await
         .unwrap();
@@ -341,22 +341,25 @@ async fn session_and_byte_quotas_are_per_tenant_and_named_in_the_refusal() {
     let config = CONFIG
         .replace("[server]", "[server]\nquotas = { max_sessions = 3 }")
         .replace(
-            "api_keys = [\"key-globex\"]",
-            "api_keys = [\"key-globex\"]\nquotas = { max_sessions = 100, max_stored_bytes = 20000 }",
+            "api_keys = [\"key-globex-test-01\"]",
+            "api_keys = [\"key-globex-test-01\"]\nquotas = { max_sessions = 100, max_stored_bytes = 20000 }",
         );
     let server = TestServer::with(&config, Vec::new()).await;
     let small = json!({"model": "demo"});
     for _ in 0..3 {
-        assert_eq!(create_status(&server, "key-acme", &small).await.0, 201);
+        assert_eq!(
+            create_status(&server, "key-acme-test-0001", &small).await.0,
+            201
+        );
     }
-    let (status, body) = create_status(&server, "key-acme", &small).await;
+    let (status, body) = create_status(&server, "key-acme-test-0001", &small).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["type"], "quota_exceeded");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("max_sessions"), "{message}");
     // An execute that would create a session counts too.
     let response = server
-        .post("/v1/sessions/by-context/execute", "key-acme")
+        .post("/v1/sessions/by-context/execute", "key-acme-test-0001")
         .json(&json!({"message": "hi", "context": {"model": "demo"}}))
         .send()
         .await
@@ -367,9 +370,15 @@ async fn session_and_byte_quotas_are_per_tenant_and_named_in_the_refusal() {
     let big = json!({"model": "demo", "messages": [
         {"role": "user", "content": [{"type": "text", "text": "x".repeat(8000)}]}
     ]});
-    assert_eq!(create_status(&server, "key-globex", &big).await.0, 201);
-    assert_eq!(create_status(&server, "key-globex", &big).await.0, 201);
-    let (status, body) = create_status(&server, "key-globex", &big).await;
+    assert_eq!(
+        create_status(&server, "key-globex-test-01", &big).await.0,
+        201
+    );
+    assert_eq!(
+        create_status(&server, "key-globex-test-01", &big).await.0,
+        201
+    );
+    let (status, body) = create_status(&server, "key-globex-test-01", &big).await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["error"]["type"], "quota_exceeded");
     assert!(
@@ -388,7 +397,7 @@ async fn session_and_byte_quotas_are_per_tenant_and_named_in_the_refusal() {
     );
     // Deleting makes room again.
     let listed: Value = server
-        .get("/v1/sessions", "key-acme")
+        .get("/v1/sessions", "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -399,12 +408,15 @@ async fn session_and_byte_quotas_are_per_tenant_and_named_in_the_refusal() {
     let deleted = server
         .client
         .delete(format!("{}/v1/sessions/{first}", server.url))
-        .bearer_auth("key-acme")
+        .bearer_auth("key-acme-test-0001")
         .send()
         .await
         .unwrap();
     assert_eq!(deleted.status(), 204);
-    assert_eq!(create_status(&server, "key-acme", &small).await.0, 201);
+    assert_eq!(
+        create_status(&server, "key-acme-test-0001", &small).await.0,
+        201
+    );
     server.shutdown().await;
 }
 
@@ -420,7 +432,7 @@ async fn the_history_cap_refuses_executes_on_a_session_that_outgrew_it() {
     let over = json!({"model": "demo", "messages": [
         {"role": "user", "content": [{"type": "text", "text": "x".repeat(7000)}]}
     ]});
-    let (status, body) = create_status(&server, "key-acme", &over).await;
+    let (status, body) = create_status(&server, "key-acme-test-0001", &over).await;
     assert_eq!(status, 413, "{body}");
     assert!(
         body["error"]["message"]
@@ -432,7 +444,7 @@ async fn the_history_cap_refuses_executes_on_a_session_that_outgrew_it() {
 
     // Just under the cap: the first execute runs and grows it past the cap.
     let near = json!({"model": "demo", "system": "y".repeat(5000)});
-    let (status, created) = create_status(&server, "key-acme", &near).await;
+    let (status, created) = create_status(&server, "key-acme-test-0001", &near).await;
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap();
     let events = server.execute(id, json!({"message": "Weather?"})).await;
@@ -442,7 +454,7 @@ async fn the_history_cap_refuses_executes_on_a_session_that_outgrew_it() {
         &[("tenant", "acme"), ("model", "demo")],
     );
     let response = server
-        .post(&format!("/v1/sessions/{id}/execute"), "key-acme")
+        .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
         .json(&json!({"message": "And tomorrow?"}))
         .send()
         .await
@@ -466,7 +478,7 @@ async fn the_history_cap_refuses_executes_on_a_session_that_outgrew_it() {
         calls
     );
     let session: Value = server
-        .get(&format!("/v1/sessions/{id}"), "key-acme")
+        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
         .send()
         .await
         .unwrap()
@@ -487,19 +499,20 @@ async fn idle_sessions_are_swept_after_their_ttl() {
             "[server]\nquotas = { session_ttl_secs = 1, sweep_interval_secs = 1 }",
         )
         .replace(
-            "api_keys = [\"key-globex\"]",
-            "api_keys = [\"key-globex\"]\nquotas = { session_ttl_secs = 0 }",
+            "api_keys = [\"key-globex-test-01\"]",
+            "api_keys = [\"key-globex-test-01\"]\nquotas = { session_ttl_secs = 0 }",
         );
     let server = TestServer::with(&config, Vec::new()).await;
     let id = server.create(json!({"model": "demo"})).await;
-    let (status, kept) = create_status(&server, "key-globex", &json!({"model": "demo"})).await;
+    let (status, kept) =
+        create_status(&server, "key-globex-test-01", &json!({"model": "demo"})).await;
     assert_eq!(status, 201);
     let kept = kept["id"].as_str().unwrap().to_owned();
     let start = Instant::now();
     let mut status = 200;
     while start.elapsed() < Duration::from_secs(15) {
         status = server
-            .get(&format!("/v1/sessions/{id}"), "key-acme")
+            .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
             .send()
             .await
             .unwrap()
@@ -513,7 +526,7 @@ async fn idle_sessions_are_swept_after_their_ttl() {
     assert_eq!(status, 404, "the idle session was not swept");
     assert!(start.elapsed() >= Duration::from_millis(500));
     let kept = server
-        .get(&format!("/v1/sessions/{kept}"), "key-globex")
+        .get(&format!("/v1/sessions/{kept}"), "key-globex-test-01")
         .send()
         .await
         .unwrap();
@@ -558,7 +571,8 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
     }
     let mut theirs = Vec::new();
     for _ in 0..3 {
-        let (_, created) = create_status(&server, "key-globex", &json!({"model": "demo"})).await;
+        let (_, created) =
+            create_status(&server, "key-globex-test-01", &json!({"model": "demo"})).await;
         theirs.push(created["id"].as_str().unwrap().to_owned());
     }
     mine.sort();
@@ -569,7 +583,7 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
     loop {
         pages += 1;
         let page: Value = server
-            .get(&path, "key-acme")
+            .get(&path, "key-acme-test-0001")
             .send()
             .await
             .unwrap()
@@ -599,7 +613,7 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
 
     // globex sees its three, never acme's.
     let page: Value = server
-        .get("/v1/sessions", "key-globex")
+        .get("/v1/sessions", "key-globex-test-01")
         .send()
         .await
         .unwrap()
@@ -610,7 +624,7 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
 
     for bad in ["limit=0", "limit=201", "limit=x", "cursor=1", "after=%zz"] {
         let response = server
-            .get(&format!("/v1/sessions?{bad}"), "key-acme")
+            .get(&format!("/v1/sessions?{bad}"), "key-acme-test-0001")
             .send()
             .await
             .unwrap();
@@ -631,10 +645,10 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
 async fn a_tenant_at_its_quota_still_executes_its_sessions() {
     let config = CONFIG.replace("[server]", "[server]\nquotas = { max_sessions = 1 }");
     let server = TestServer::with(&config, Vec::new()).await;
-    let events = execute_with_context(&server, "key-acme", "only-one").await;
+    let events = execute_with_context(&server, "key-acme-test-0001", "only-one").await;
     assert!(events.last().unwrap()["error"].is_null(), "{events:?}");
     let response = server
-        .post("/v1/sessions/only-one/execute", "key-acme")
+        .post("/v1/sessions/only-one/execute", "key-acme-test-0001")
         .json(&json!({"message": "Thanks!", "context": {"model": "demo"}}))
         .send()
         .await

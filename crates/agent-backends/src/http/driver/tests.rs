@@ -389,3 +389,28 @@ async fn a_non_streaming_body_and_every_wire_split_decode_alike() {
     assert!(error.is_none());
     assert_eq!(text(&events), "Hello world");
 }
+
+#[tokio::test]
+async fn a_transport_error_never_names_the_url_whose_path_or_query_may_hold_a_secret() {
+    // A port nothing listens on: bind one, then free it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let backend = Toy {
+        url: format!("http://127.0.0.1:{port}/secret-path-s3cr3t?api_key=SECRET"),
+        http: HttpOptions::default()
+            .with_client(crate::http::HttpClient::new(None).unwrap())
+            .with_retry(RetryPolicy::none())
+            .with_timeouts(Timeouts::none()),
+        tools: true,
+    };
+    let (_, error) = run(&backend).await;
+    let error = error.unwrap();
+    assert_eq!(error.kind, BackendErrorKind::Connection, "{error}");
+    let text = format!("{error} {error:?}");
+    assert!(!text.contains("s3cr3t"), "{text}");
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(!text.contains("127.0.0.1"), "{text}");
+}
