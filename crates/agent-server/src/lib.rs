@@ -36,6 +36,7 @@ mod limits;
 mod metrics;
 mod openai;
 mod sessions;
+pub mod spend;
 mod state;
 pub mod store;
 

@@ -161,6 +161,7 @@ async fn respond(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, OpenAiError> {
+    state.inner.spend.admit(&tenant.name).await?;
     let request: ChatRequest = json_body(state, headers, body).await?;
     let plan = plan(state, tenant, request)?;
     let permit = tenant.gate.enter().ok_or_else(|| {
@@ -313,8 +314,13 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         text_sent: false,
         new_call: false,
         gone: false,
+        refusal: None,
     };
     let mut options = options(&state, &tenant, &record, cancel.clone());
+    let meter = state.inner.spend.meter(&tenant.name);
+    if let Some(meter) = &meter {
+        meter.install(&mut options);
+    }
     if !shadowed.is_empty() {
         options.tools = Arc::new(
             state
@@ -326,11 +332,18 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     let metrics = &state.inner.metrics;
     let labels = (tenant.name.as_str(), record.model.as_str());
     if forced {
-        options.hooks = Hooks::new().before_model_call(|gate| async move {
-            if gate.iteration == 0 {
-                Ok(())
-            } else {
-                Err(FIRST_ROUND_DONE.to_owned())
+        let meter = meter.clone();
+        options.hooks = Hooks::new().before_model_call(move |gate| {
+            let meter = meter.clone();
+            async move {
+                if let Some(meter) = &meter {
+                    meter.check(&gate).await?;
+                }
+                if gate.iteration == 0 {
+                    Ok(())
+                } else {
+                    Err(FIRST_ROUND_DONE.to_owned())
+                }
             }
         });
     }
@@ -351,6 +364,9 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         // The first round ran server tools only: go on unforced.
         record.session.tool_choice = ToolChoice::Auto;
         options.hooks = Hooks::new();
+        if let Some(meter) = &meter {
+            meter.install(&mut options);
+        }
         options.max_tool_iterations = options.max_tool_iterations.saturating_sub(1);
         outcome = pump(
             &mut record.session,
@@ -365,6 +381,12 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     }
     watcher.abort();
     settle_metrics(metrics, &tenant.name, &record.session.status, &outcome);
+    if let Some(meter) = &meter {
+        meter.flush().await;
+        sink.refusal = meter
+            .hit_for(&outcome)
+            .map(|hit| OpenAiError::from(hit.api_error(meter.tenant())));
+    }
     drop(permit);
     sink.finish(&outcome, &record.session.usage).await;
 }
@@ -404,6 +426,8 @@ struct Sink {
     new_call: bool,
     /// The client hung up.
     gone: bool,
+    /// A spend cap ended the run: the error to answer with.
+    refusal: Option<OpenAiError>,
 }
 
 impl Sink {
@@ -499,7 +523,10 @@ impl Sink {
         let result = match outcome {
             Ok(result) => result,
             Err(error) => {
-                let error = OpenAiError::from_run(error);
+                let error = self
+                    .refusal
+                    .take()
+                    .unwrap_or_else(|| OpenAiError::from_run(error));
                 if self.started {
                     self.send(Out::Frame(response::data(&error.body()))).await;
                 } else {

@@ -171,6 +171,7 @@ pub(crate) async fn execute(
 ) -> Response {
     let (state, headers) = (&state, &headers);
     respond(state, headers, |tenant| async move {
+        state.inner.spend.admit(&tenant.name).await?;
         let body: ExecuteBody = json_body(state, headers, body).await?;
         let input = match (body.message, body.tool_results) {
             (Some(UserInput::Text(text)), None) => SessionInput::User(UserMessage::text(text)),

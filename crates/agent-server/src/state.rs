@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) runs: Arc<Runs>,
     /// This instance's id, the prefix of its lease holders.
     pub(crate) instance: String,
+    /// Per-tenant spend caps and their ledger.
+    pub(crate) spend: Arc<crate::spend::Spend>,
 }
 
 /// A tenant: its identity for tools and its limits.
@@ -80,6 +82,8 @@ pub struct ServerBuilder {
     tools: Vec<Tool>,
     models: Vec<(String, Model)>,
     store: Option<Arc<dyn SessionStore>>,
+    spend_ledger: Option<Arc<dyn crate::spend::SpendLedger>>,
+    clock: Option<crate::spend::Clock>,
 }
 
 impl ServerBuilder {
@@ -90,7 +94,23 @@ impl ServerBuilder {
             tools: Vec::new(),
             models: Vec::new(),
             store: None,
+            spend_ledger: None,
+            clock: None,
         }
+    }
+
+    /// Keeps the tenants' spend in `ledger` instead of the store's database.
+    #[must_use]
+    pub fn with_spend_ledger(mut self, ledger: Arc<dyn crate::spend::SpendLedger>) -> Self {
+        self.spend_ledger = Some(ledger);
+        self
+    }
+
+    /// Reads the time for the spend caps' UTC days and months from `clock` (tests move it).
+    #[must_use]
+    pub fn with_clock(mut self, clock: crate::spend::Clock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// Adds a server-side tool of your own (sessions pick tools by name).
@@ -137,6 +157,8 @@ impl ServerBuilder {
             tools: extra_tools,
             models: extra_models,
             store,
+            spend_ledger,
+            clock,
         } = self;
         let mut tools = Registry::new();
         for name in &config.tools {
@@ -211,6 +233,7 @@ impl ServerBuilder {
             Some(store) => store,
             None => open_store(&config.store).await?,
         };
+        let spend = crate::spend::Spend::open(&config, spend_ledger, clock).await?;
         let mut rate_card = RateCard::list_prices();
         for (model, price) in &config.prices {
             rate_card.insert(model.clone(), *price);
@@ -226,6 +249,7 @@ impl ServerBuilder {
                 rate_card: Arc::new(rate_card),
                 runs: Arc::default(),
                 instance: instance_id(),
+                spend: Arc::new(spend),
             }),
         })
     }

@@ -5,5 +5,6 @@
 mod lifecycle;
 mod openai;
 mod sessions;
+mod spend;
 mod store;
 mod support;
