@@ -212,6 +212,10 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
         ));
     }
     let settings = request::settings(&request)?;
+    model
+        .limits
+        .check(&settings)
+        .map_err(|error| settings_error(&request, &error))?;
     let client_tools = request::tools(request.tools)?;
     let client_names: HashSet<&str> = client_tools.iter().map(|spec| spec.name.as_str()).collect();
     let (tool_choice, forced) = request::tool_choice(request.tool_choice.as_ref(), |name| {
@@ -270,6 +274,25 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
                 .unwrap_or(false)
         }),
     })
+}
+
+/// A setting out of the provider's range, as a 400 naming the request's own field.
+fn settings_error(request: &ChatRequest, error: &agent_backends::Error) -> OpenAiError {
+    let field = match error {
+        agent_backends::Error::InvalidSetting { field, .. } => *field,
+        _ => "",
+    };
+    let param = match field {
+        "max_output_tokens" if request.max_completion_tokens.is_some() => "max_completion_tokens",
+        "max_output_tokens" => "max_tokens",
+        "stop_sequences" => "stop",
+        "reasoning.budget_tokens" => "reasoning_effort",
+        other => other,
+    };
+    let message = error
+        .to_string()
+        .replacen(&format!("`{field}`"), &format!("`{param}`"), 1);
+    OpenAiError::invalid(param, message)
 }
 
 /// What a running request holds until its run ends.

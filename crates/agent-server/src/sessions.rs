@@ -354,6 +354,11 @@ fn record(
     session.messages = new.messages;
     session.remote_tools = new.remote_tools;
     if let Some(settings) = new.settings {
+        // Out of the provider's range is a 400 naming the setting, never a silent clamp.
+        model
+            .limits
+            .check(&settings)
+            .map_err(|error| ApiError::bad_request(format!("settings: {error}")))?;
         session.settings = settings;
     }
     let now = now_ms();

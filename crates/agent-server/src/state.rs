@@ -56,6 +56,8 @@ pub(crate) struct Model {
     /// The provider's name for it (what the request carries).
     pub(crate) upstream: String,
     pub(crate) backend: Arc<dyn Backend>,
+    /// The ranges its provider accepts for the generation settings.
+    pub(crate) limits: agent_backends::SettingsLimits,
 }
 
 impl AppState {
@@ -133,6 +135,7 @@ impl ServerBuilder {
             Model {
                 upstream: upstream.into(),
                 backend,
+                limits: agent_backends::SettingsLimits::universal(),
             },
         ));
         self
@@ -268,11 +271,13 @@ fn build_model(model: &crate::config::ModelConfig) -> Result<Model, Error> {
             if model.event_delay_ms > 0 {
                 backend = backend.with_event_delay(Duration::from_millis(model.event_delay_ms));
             }
+            let upstream = model
+                .model
+                .clone()
+                .unwrap_or_else(|| recorded_model.to_owned());
             Ok(Model {
-                upstream: model
-                    .model
-                    .clone()
-                    .unwrap_or_else(|| recorded_model.to_owned()),
+                limits: provider.settings_limits(&upstream),
+                upstream,
                 backend: Arc::new(backend),
             })
         }
@@ -287,8 +292,10 @@ fn build_model(model: &crate::config::ModelConfig) -> Result<Model, Error> {
             let backend = api
                 .connect(model.base_url.as_deref(), key)
                 .map_err(|error| fail(error.to_string()))?;
+            let upstream = model.model.clone().unwrap_or_else(|| model.name.clone());
             Ok(Model {
-                upstream: model.model.clone().unwrap_or_else(|| model.name.clone()),
+                limits: api.settings_limits(&upstream),
+                upstream,
                 backend: Arc::from(backend),
             })
         }

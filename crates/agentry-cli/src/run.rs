@@ -164,6 +164,12 @@ fn settle(
     if let Some(max) = flags.max_output_tokens.or(config.max_output_tokens) {
         state.session.settings.max_output_tokens = Some(max);
     }
+    // Out of the provider's range is a usage error, before anything is sent.
+    state
+        .provider
+        .settings_limits(&state.session.model)
+        .check(&state.session.settings)
+        .map_err(|error| Error::Usage(format!("{error} (--max-output-tokens)")))?;
     Ok(state)
 }
 

@@ -5,6 +5,7 @@
 mod lifecycle;
 mod openai;
 mod sessions;
+mod settings;
 mod spend;
 mod store;
 mod support;
