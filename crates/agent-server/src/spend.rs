@@ -247,8 +247,14 @@ impl Spend {
             .map_or(0, |elapsed| elapsed.as_secs())
     }
 
-    /// The first cap `tenant` has reached, if any.
-    async fn over(&self, tenant: &str, caps: &Caps) -> Result<Option<CapHit>, StoreError> {
+    /// The first cap `tenant` has reached (or would cross with a call of `estimate_tokens`),
+    /// if any.
+    async fn over(
+        &self,
+        tenant: &str,
+        caps: &Caps,
+        estimate_tokens: u64,
+    ) -> Result<Option<CapHit>, StoreError> {
         let Some(ledger) = &self.ledger else {
             return Ok(None);
         };
@@ -259,18 +265,22 @@ impl Spend {
         let day = totals.first().copied().unwrap_or_default();
         let month = totals.get(1).copied().unwrap_or_default();
         #[allow(clippy::cast_precision_loss)]
+        let (tokens, estimate) = (|spent: u64| spent as f64, estimate_tokens as f64);
+        #[allow(clippy::cast_precision_loss)]
         let candidates = [
             (
                 "max_usd_per_month",
                 caps.usd_per_month,
                 month.usd,
+                0.0,
                 &periods.month,
                 periods.month_ends,
             ),
             (
                 "max_tokens_per_month",
                 caps.tokens_per_month.map(|cap| cap as f64),
-                month.tokens as f64,
+                tokens(month.tokens),
+                estimate,
                 &periods.month,
                 periods.month_ends,
             ),
@@ -278,13 +288,15 @@ impl Spend {
                 "max_usd_per_day",
                 caps.usd_per_day,
                 day.usd,
+                0.0,
                 &periods.day,
                 periods.day_ends,
             ),
             (
                 "max_tokens_per_day",
                 caps.tokens_per_day.map(|cap| cap as f64),
-                day.tokens as f64,
+                tokens(day.tokens),
+                estimate,
                 &periods.day,
                 periods.day_ends,
             ),
@@ -293,9 +305,9 @@ impl Spend {
         // rolled over, and the month's ends last.
         Ok(candidates
             .into_iter()
-            .find_map(|(cap, limit, spent, period, ends)| {
+            .find_map(|(cap, limit, spent, estimate, period, ends)| {
                 let limit = limit?;
-                (!check(spent, 0.0, limit)).then(|| CapHit {
+                (!check(spent, estimate, limit)).then(|| CapHit {
                     cap,
                     limit,
                     spent,
@@ -315,7 +327,7 @@ impl Spend {
         let Some(caps) = self.caps.get(tenant) else {
             return Ok(());
         };
-        match self.over(tenant, caps).await {
+        match self.over(tenant, caps, 0).await {
             Ok(None) => Ok(()),
             Ok(Some(hit)) => Err(hit.api_error(tenant)),
             Err(error) => {
@@ -420,7 +432,10 @@ impl Meter {
     pub(crate) async fn check(&self, _call: &ModelCallGate) -> Result<(), String> {
         self.flush().await;
         let inner = &self.0;
-        match inner.spend.over(&inner.tenant, &inner.caps).await {
+        // The call's own input tokens count against the token caps once the gate carries the
+        // pre-flight estimate: replace 0 with `_call.estimated_input_tokens`.
+        let estimate = 0;
+        match inner.spend.over(&inner.tenant, &inner.caps, estimate).await {
             Ok(None) => Ok(()),
             Ok(Some(hit)) => {
                 let message = hit.message(&inner.tenant);
