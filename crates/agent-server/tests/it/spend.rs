@@ -308,6 +308,86 @@ async fn a_cap_reached_mid_run_stops_the_run_before_its_next_model_call() {
 }
 
 #[tokio::test]
+async fn a_chat_completion_that_reaches_a_cap_mid_run_answers_429_with_retry_after() {
+    let clock = TestClock::at(LATE_EVENING);
+    let tenants = |cap: &str| {
+        format!(
+            r#"
+            [[server.tenants]]
+            name = "acme"
+            api_keys = ["key-acme"]
+            {cap}
+            "#
+        )
+    };
+    // The recording's calls spend the same tokens whatever endpoint drives them.
+    let dir = tempfile::tempdir().unwrap();
+    let free = Instance::start(sqlite_config(&tenants(""), &dir), &clock).await;
+    let round1 = free.run("key-acme", "m", first_round()).await;
+    let round2 = free
+        .run("key-acme", "m", results(round1.last().unwrap()))
+        .await;
+    let cap = call_tokens(&round1)[0] + call_tokens(&round2)[0];
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = Instance::start(
+        sqlite_config(&tenants(&format!("max_tokens_per_day = {cap}")), &dir),
+        &clock,
+    )
+    .await;
+    let weather = json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
+    let user = json!({"role": "user", "content": "Weather in Lisbon and Oslo?"});
+    let first: Value = server
+        .client
+        .post(format!("{}/v1/chat/completions", server.url))
+        .bearer_auth("key-acme")
+        .json(&json!({"model": "demo", "messages": [user], "tools": [weather]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let message = &first["choices"][0]["message"];
+    let calls = message["tool_calls"].as_array().unwrap();
+    let mut messages = vec![
+        user,
+        json!({"role": "assistant", "content": message["content"], "tool_calls": calls}),
+    ];
+    for call in calls {
+        messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": "19 C"}));
+    }
+    // The follow-up is admitted (under the cap), makes one call, and is refused before the
+    // next: a 429 with Retry-After, not a 403.
+    let response = server
+        .client
+        .post(format!("{}/v1/chat/completions", server.url))
+        .bearer_auth("key-acme")
+        .json(&json!({"model": "demo", "messages": messages, "tools": [weather]}))
+        .send()
+        .await
+        .unwrap();
+    let (retry_after, body) = refused(response).await;
+    assert_eq!(retry_after, HOUR);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens_per_day"),
+        "{body}"
+    );
+    assert_eq!(
+        server.state.metrics().value(
+            "agentry_model_calls_total",
+            &[("tenant", "acme"), ("model", "demo")]
+        ),
+        2.0,
+        "the third call was never made"
+    );
+}
+
+#[tokio::test]
 async fn the_usd_caps_count_each_calls_cost() {
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock::at(LATE_EVENING);
