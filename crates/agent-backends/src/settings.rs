@@ -316,6 +316,20 @@ impl crate::Provider {
     }
 }
 
+/// What an adapter does with settings out of its provider's range: refuses the request before
+/// it is sent (a 400 for the loop), rather than let the provider bill or clamp it.
+pub(crate) fn refuse_out_of_range(
+    limits: SettingsLimits,
+    settings: &GenerationSettings,
+) -> Result<(), agent_types::BackendError> {
+    limits.check(settings).map_err(|error| {
+        agent_types::BackendError::new(
+            agent_types::BackendErrorKind::Unsupported,
+            error.to_string(),
+        )
+    })
+}
+
 #[cfg(feature = "providers")]
 impl crate::Api {
     /// The ranges this API accepts for `model`'s settings: the provider's (see
@@ -515,6 +529,46 @@ mod tests {
         let ollama = Provider::Ollama.settings_limits("qwen3");
         assert_eq!(refused(ollama, &temperature(5.0)), None);
         assert_eq!(refused(ollama, &max_tokens(u32::MAX)), None);
+    }
+
+    /// The adapters refuse out-of-range settings before sending (the address is one nothing
+    /// listens on: a request that was sent would fail to connect instead).
+    #[cfg(all(feature = "anthropic", feature = "gemini", feature = "openai"))]
+    #[tokio::test]
+    async fn the_adapters_refuse_before_sending() {
+        use agent_types::{Backend, BackendErrorKind, Message, ModelRequest};
+        use futures_util::StreamExt;
+
+        let unsent = "http://127.0.0.1:9";
+        let backends: Vec<(Box<dyn Backend>, &str, GenerationSettings)> = vec![
+            (
+                Box::new(crate::anthropic::Anthropic::new("k").with_base_url(unsent)),
+                "claude-sonnet-4-5",
+                temperature(1.5),
+            ),
+            (
+                Box::new(crate::gemini::Gemini::new("k").with_base_url(unsent)),
+                "gemini-2.5-flash",
+                stops(6),
+            ),
+            (
+                Box::new(crate::openai_chat::OpenAiChat::compatible(unsent)),
+                "local",
+                max_tokens(0),
+            ),
+        ];
+        for (backend, model, settings) in backends {
+            let mut request = ModelRequest::new(model, vec![Message::user("hi")]);
+            request.settings = settings;
+            let first = backend.stream(&request).next().await.unwrap();
+            let error = first.unwrap_err();
+            assert_eq!(
+                error.kind,
+                BackendErrorKind::Unsupported,
+                "{model}: {error}"
+            );
+            assert!(error.message.contains("accepts"), "{model}: {error}");
+        }
     }
 
     #[test]
