@@ -48,4 +48,18 @@ pub enum Error {
     /// A recording could not be read or served.
     #[error("replay: {0}")]
     Replay(String),
+    /// A generation setting is outside the range the provider accepts (see
+    /// [`SettingsLimits`](crate::SettingsLimits)).
+    #[error("`{field}` = {value} is outside what {scope} accepts: {expected}")]
+    InvalidSetting {
+        /// The setting, as [`GenerationSettings`](agent_types::GenerationSettings) names it
+        /// (`temperature`, `max_output_tokens`, `reasoning.budget_tokens`…).
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// Whose range (`anthropic`, `openai`…).
+        scope: &'static str,
+        /// The accepted range.
+        expected: String,
+    },
 }

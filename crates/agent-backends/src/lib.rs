@@ -96,6 +96,8 @@ pub mod http;
 mod provider;
 #[cfg(feature = "scripted")]
 mod scripted;
+#[cfg(feature = "http")]
+mod settings;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
@@ -118,3 +120,5 @@ pub use error::Error;
 pub use provider::Provider;
 #[cfg(feature = "scripted")]
 pub use scripted::{ScriptedBackend, ScriptedTurn};
+#[cfg(feature = "http")]
+pub use settings::SettingsLimits;

@@ -198,7 +198,7 @@ impl Default for Caps {
 }
 
 /// Per-tenant limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Requests per minute, with bursts up to the same number [default: 600].
@@ -207,6 +207,19 @@ pub struct Limits {
     /// Executes running at once (session executes and chat completions) [default: 16].
     #[serde(default = "defaults::concurrent_executes")]
     pub concurrent_executes: u32,
+    /// Spend caps for every tenant without its own (see [`TenantConfig::max_usd_per_day`])
+    /// [default: none].
+    #[serde(default)]
+    pub max_usd_per_day: Option<f64>,
+    /// See [`TenantConfig::max_tokens_per_day`] [default: none].
+    #[serde(default)]
+    pub max_tokens_per_day: Option<u64>,
+    /// See [`TenantConfig::max_usd_per_month`] [default: none].
+    #[serde(default)]
+    pub max_usd_per_month: Option<f64>,
+    /// See [`TenantConfig::max_tokens_per_month`] [default: none].
+    #[serde(default)]
+    pub max_tokens_per_month: Option<u64>,
 }
 
 impl Default for Limits {
@@ -214,6 +227,10 @@ impl Default for Limits {
         Self {
             requests_per_minute: defaults::requests_per_minute(),
             concurrent_executes: defaults::concurrent_executes(),
+            max_usd_per_day: None,
+            max_tokens_per_day: None,
+            max_usd_per_month: None,
+            max_tokens_per_month: None,
         }
     }
 }
@@ -299,6 +316,19 @@ pub struct TenantConfig {
     /// Overrides `[server.quotas]` for this tenant.
     #[serde(default)]
     pub quotas: QuotaOverrides,
+    /// The most US dollars the tenant's model calls may cost per UTC day, over every session,
+    /// chat completion and instance sharing the store; overrides `[server.limits]`.
+    #[serde(default)]
+    pub max_usd_per_day: Option<f64>,
+    /// The most tokens (input + output) per UTC day; overrides `[server.limits]`.
+    #[serde(default)]
+    pub max_tokens_per_day: Option<u64>,
+    /// The most US dollars per UTC calendar month; overrides `[server.limits]`.
+    #[serde(default)]
+    pub max_usd_per_month: Option<f64>,
+    /// The most tokens per UTC calendar month; overrides `[server.limits]`.
+    #[serde(default)]
+    pub max_tokens_per_month: Option<u64>,
 }
 
 impl TenantConfig {
@@ -440,6 +470,10 @@ impl ServerConfig {
         {
             return fail("[server.auth] values must be at least 1".into());
         }
+        check_spend_caps("[server.limits]", &self.limits.spend_caps())?;
+        for tenant in &self.tenants {
+            check_spend_caps(&format!("tenant `{}`", tenant.name), &tenant.spend_caps())?;
+        }
         if let StoreConfig::Postgres {
             url: None,
             url_env: None,
@@ -578,6 +612,57 @@ fn check_base_url(model: &str, url: &str) -> Result<(), Error> {
     }
     if url.contains('#') {
         return fail("a fragment");
+    }
+    Ok(())
+}
+
+impl Limits {
+    fn spend_caps(&self) -> [(&'static str, Option<f64>); 4] {
+        spend_caps(
+            self.max_usd_per_day,
+            self.max_tokens_per_day,
+            self.max_usd_per_month,
+            self.max_tokens_per_month,
+        )
+    }
+}
+
+impl TenantConfig {
+    fn spend_caps(&self) -> [(&'static str, Option<f64>); 4] {
+        spend_caps(
+            self.max_usd_per_day,
+            self.max_tokens_per_day,
+            self.max_usd_per_month,
+            self.max_tokens_per_month,
+        )
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn spend_caps(
+    usd_day: Option<f64>,
+    tokens_day: Option<u64>,
+    usd_month: Option<f64>,
+    tokens_month: Option<u64>,
+) -> [(&'static str, Option<f64>); 4] {
+    [
+        ("max_usd_per_day", usd_day),
+        ("max_tokens_per_day", tokens_day.map(|cap| cap as f64)),
+        ("max_usd_per_month", usd_month),
+        ("max_tokens_per_month", tokens_month.map(|cap| cap as f64)),
+    ]
+}
+
+/// A spend cap of 0, below 0 or not a number would be one free call or none: refused.
+fn check_spend_caps(whose: &str, caps: &[(&'static str, Option<f64>)]) -> Result<(), Error> {
+    for (key, cap) in caps {
+        if let Some(cap) = cap
+            && !(cap.is_finite() && *cap > 0.0)
+        {
+            return Err(Error::Config(format!(
+                "{whose}: {key} = {cap} must be a positive number (leave it out for no cap)"
+            )));
+        }
     }
     Ok(())
 }

@@ -46,6 +46,9 @@ pub struct ExecuteComplete<'a> {
     cost_usd: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a AgentError>,
+    /// The tenant's spend cap that refused a model call, and when it resets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spend_cap: Option<crate::spend::CapHit>,
 }
 
 /// What [`start`] needs; the lease is already held.
@@ -284,7 +287,11 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
             cancel.cancel();
         })
     };
-    let options = options(&state, &tenant, &record, cancel.clone());
+    let mut options = options(&state, &tenant, &record, cancel.clone());
+    let meter = state.inner.spend.meter(&tenant.name);
+    if let Some(meter) = &meter {
+        meter.install(&mut options);
+    }
     let metrics = &state.inner.metrics;
     let mut client = true;
     let session_id = record.id().to_owned();
@@ -326,6 +333,10 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     });
     watcher.abort();
     settle_metrics(metrics, &tenant.name, &record.session.status, &outcome);
+    // The run's spend is in the ledger before the client hears the run ended.
+    if let Some(meter) = &meter {
+        meter.flush().await;
+    }
 
     record.updated_at_ms = now_ms();
     let saved = state.inner.store.save(&record, &holder, true).await;
@@ -346,7 +357,8 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
             _ => None,
         };
         let error = error.as_ref().map(redact_agent_error);
-        let complete = complete_event(&record, &outcome, error.as_ref());
+        let mut complete = complete_event(&record, &outcome, error.as_ref());
+        complete.spend_cap = meter.as_ref().and_then(|meter| meter.hit_for(&outcome));
         deliver(&sender, frame(&complete), &cancel).await;
     }
 }
@@ -399,6 +411,7 @@ fn complete_event<'a>(
         usage,
         cost_usd,
         error,
+        spend_cap: None,
     }
 }
 

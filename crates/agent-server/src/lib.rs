@@ -41,6 +41,7 @@ mod metrics;
 mod openai;
 mod quota;
 mod sessions;
+pub mod spend;
 mod state;
 pub mod store;
 mod sweeper;

@@ -168,6 +168,7 @@ async fn respond(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, OpenAiError> {
+    state.inner.spend.admit(&tenant.name).await?;
     let request: ChatRequest = json_body(state, headers, body).await?;
     let plan = plan(state, tenant, request)?;
     let permit = tenant.gate.enter().ok_or_else(|| {
@@ -219,6 +220,10 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
     }
     request::unsupported(&request.rest)?;
     let settings = request::settings(&request)?;
+    model
+        .limits
+        .check(&settings)
+        .map_err(|error| settings_error(&request, &error))?;
     let client_tools = request::tools(request.tools)?;
     let client_names: HashSet<&str> = client_tools.iter().map(|spec| spec.name.as_str()).collect();
     let (tool_choice, forced) = request::tool_choice(request.tool_choice.as_ref(), |name| {
@@ -286,6 +291,25 @@ pub(crate) async fn wrong_method(request: axum::extract::Request) -> Response {
     OpenAiError::wrong_method(request.method().as_str(), request.uri().path()).into_response()
 }
 
+/// A setting out of the provider's range, as a 400 naming the request's own field.
+fn settings_error(request: &ChatRequest, error: &agent_backends::Error) -> OpenAiError {
+    let field = match error {
+        agent_backends::Error::InvalidSetting { field, .. } => *field,
+        _ => "",
+    };
+    let param = match field {
+        "max_output_tokens" if request.max_completion_tokens.is_some() => "max_completion_tokens",
+        "max_output_tokens" => "max_tokens",
+        "stop_sequences" => "stop",
+        "reasoning.budget_tokens" => "reasoning_effort",
+        other => other,
+    };
+    let message = error
+        .to_string()
+        .replacen(&format!("`{field}`"), &format!("`{param}`"), 1);
+    OpenAiError::invalid(param, message)
+}
+
 /// What a running request holds until its run ends.
 struct Running {
     sender: mpsc::Sender<Out>,
@@ -328,8 +352,13 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         text_sent: false,
         new_call: false,
         gone: false,
+        refusal: None,
     };
     let mut options = options(&state, &tenant, &record, cancel.clone());
+    let meter = state.inner.spend.meter(&tenant.name);
+    if let Some(meter) = &meter {
+        meter.install(&mut options);
+    }
     if !shadowed.is_empty() {
         options.tools = Arc::new(
             state
@@ -341,11 +370,18 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     let metrics = &state.inner.metrics;
     let labels = (tenant.name.as_str(), record.model.as_str());
     if forced {
-        options.hooks = Hooks::new().before_model_call(|gate| async move {
-            if gate.iteration == 0 {
-                Ok(())
-            } else {
-                Err(FIRST_ROUND_DONE.to_owned())
+        let meter = meter.clone();
+        options.hooks = Hooks::new().before_model_call(move |gate| {
+            let meter = meter.clone();
+            async move {
+                if let Some(meter) = &meter {
+                    meter.check(&gate).await?;
+                }
+                if gate.iteration == 0 {
+                    Ok(())
+                } else {
+                    Err(FIRST_ROUND_DONE.to_owned())
+                }
             }
         });
     }
@@ -366,6 +402,9 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         // The first round ran server tools only: go on unforced.
         record.session.tool_choice = ToolChoice::Auto;
         options.hooks = Hooks::new();
+        if let Some(meter) = &meter {
+            meter.install(&mut options);
+        }
         options.max_tool_iterations = options.max_tool_iterations.saturating_sub(1);
         outcome = pump(
             &mut record.session,
@@ -380,6 +419,12 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     }
     watcher.abort();
     settle_metrics(metrics, &tenant.name, &record.session.status, &outcome);
+    if let Some(meter) = &meter {
+        meter.flush().await;
+        sink.refusal = meter
+            .hit_for(&outcome)
+            .map(|hit| OpenAiError::from(hit.api_error(meter.tenant())));
+    }
     drop(permit);
     sink.finish(&outcome, &record.session.usage).await;
 }
@@ -419,6 +464,8 @@ struct Sink {
     new_call: bool,
     /// The client hung up.
     gone: bool,
+    /// A spend cap ended the run: the error to answer with.
+    refusal: Option<OpenAiError>,
 }
 
 impl Sink {
@@ -514,7 +561,10 @@ impl Sink {
         let result = match outcome {
             Ok(result) => result,
             Err(error) => {
-                let error = OpenAiError::from_run(error);
+                let error = self
+                    .refusal
+                    .take()
+                    .unwrap_or_else(|| OpenAiError::from_run(error));
                 if self.started {
                     self.send(Out::Frame(response::data(&error.body()))).await;
                 } else {

@@ -292,6 +292,7 @@ pub(crate) async fn execute(
 ) -> Response {
     let (state, headers) = (&state, &headers);
     respond(state, headers, |tenant| async move {
+        state.inner.spend.admit(&tenant.name).await?;
         let body: ExecuteBody = json_body(state, headers, body).await?;
         let input = match (body.message, body.tool_results) {
             (Some(UserInput::Text(text)), None) => SessionInput::User(UserMessage::text(text)),
@@ -499,6 +500,11 @@ fn record(
     session.messages = new.messages;
     session.remote_tools = new.remote_tools;
     if let Some(settings) = new.settings {
+        // Out of the provider's range is a 400 naming the setting, never a silent clamp.
+        model
+            .limits
+            .check(&settings)
+            .map_err(|error| ApiError::bad_request(format!("settings: {error}")))?;
         session.settings = settings;
     }
     let now = now_ms();

@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) runs: Arc<Runs>,
     /// This instance's id, the prefix of its lease holders.
     pub(crate) instance: String,
+    /// Per-tenant spend caps and their ledger.
+    pub(crate) spend: Arc<crate::spend::Spend>,
 }
 
 /// A tenant: its identity for tools and its limits.
@@ -61,6 +63,8 @@ pub(crate) struct Model {
     /// The provider's name for it (what the request carries).
     pub(crate) upstream: String,
     pub(crate) backend: Arc<dyn Backend>,
+    /// The ranges its provider accepts for the generation settings.
+    pub(crate) limits: agent_backends::SettingsLimits,
 }
 
 impl AppState {
@@ -87,6 +91,8 @@ pub struct ServerBuilder {
     tools: Vec<Tool>,
     models: Vec<(String, Model)>,
     store: Option<Arc<dyn SessionStore>>,
+    spend_ledger: Option<Arc<dyn crate::spend::SpendLedger>>,
+    clock: Option<crate::spend::Clock>,
 }
 
 impl ServerBuilder {
@@ -97,7 +103,23 @@ impl ServerBuilder {
             tools: Vec::new(),
             models: Vec::new(),
             store: None,
+            spend_ledger: None,
+            clock: None,
         }
+    }
+
+    /// Keeps the tenants' spend in `ledger` instead of the store's database.
+    #[must_use]
+    pub fn with_spend_ledger(mut self, ledger: Arc<dyn crate::spend::SpendLedger>) -> Self {
+        self.spend_ledger = Some(ledger);
+        self
+    }
+
+    /// Reads the time for the spend caps' UTC days and months from `clock` (tests move it).
+    #[must_use]
+    pub fn with_clock(mut self, clock: crate::spend::Clock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// Adds a server-side tool of your own (sessions pick tools by name).
@@ -120,6 +142,7 @@ impl ServerBuilder {
             Model {
                 upstream: upstream.into(),
                 backend,
+                limits: agent_backends::SettingsLimits::universal(),
             },
         ));
         self
@@ -144,6 +167,8 @@ impl ServerBuilder {
             tools: extra_tools,
             models: extra_models,
             store,
+            spend_ledger,
+            clock,
         } = self;
         let mut tools = Registry::new();
         for name in &config.tools {
@@ -241,6 +266,7 @@ impl ServerBuilder {
             Some(store) => store,
             None => open_store(&config.store).await?,
         };
+        let spend = crate::spend::Spend::open(&config, spend_ledger, clock).await?;
         let mut rate_card = RateCard::list_prices();
         for (model, price) in &config.prices {
             rate_card.insert(model.clone(), *price);
@@ -259,6 +285,7 @@ impl ServerBuilder {
                 rate_card: Arc::new(rate_card),
                 runs: Arc::default(),
                 instance: instance_id(),
+                spend: Arc::new(spend),
             }),
         })
     }
@@ -277,11 +304,13 @@ fn build_model(model: &crate::config::ModelConfig) -> Result<Model, Error> {
             if model.event_delay_ms > 0 {
                 backend = backend.with_event_delay(Duration::from_millis(model.event_delay_ms));
             }
+            let upstream = model
+                .model
+                .clone()
+                .unwrap_or_else(|| recorded_model.to_owned());
             Ok(Model {
-                upstream: model
-                    .model
-                    .clone()
-                    .unwrap_or_else(|| recorded_model.to_owned()),
+                limits: provider.settings_limits(&upstream),
+                upstream,
                 backend: Arc::new(backend),
             })
         }
@@ -296,8 +325,10 @@ fn build_model(model: &crate::config::ModelConfig) -> Result<Model, Error> {
             let backend = api
                 .connect(model.base_url.as_deref(), key)
                 .map_err(|error| fail(error.to_string()))?;
+            let upstream = model.model.clone().unwrap_or_else(|| model.name.clone());
             Ok(Model {
-                upstream: model.model.clone().unwrap_or_else(|| model.name.clone()),
+                limits: api.settings_limits(&upstream),
+                upstream,
                 backend: Arc::from(backend),
             })
         }

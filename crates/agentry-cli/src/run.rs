@@ -197,6 +197,12 @@ fn settle(
         let doubted = Doubted::Project(path.clone(), *verdict);
         return Err(Error::Untrusted(refusal(&doubted, &[price])));
     }
+    // Out of the provider's range is a usage error, before anything is sent.
+    state
+        .provider
+        .settings_limits(&state.session.model)
+        .check(&state.session.settings)
+        .map_err(|error| Error::Usage(format!("{error} (--max-output-tokens)")))?;
     Ok(state)
 }
 

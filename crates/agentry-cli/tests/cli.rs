@@ -281,6 +281,48 @@ fn usage_mistakes_exit_2_with_a_message() {
 }
 
 #[test]
+fn an_output_limit_outside_the_models_range_exits_2_before_anything_is_sent() {
+    for (provider, model, tokens, limit) in [
+        ("anthropic", "claude-sonnet-4-5", "4294967295", "64000"),
+        ("openai", "gpt-4.1-mini", "32769", "32768"),
+        ("gemini", "gemini-2.5-flash", "0", "from 1 to 65536"),
+    ] {
+        let (code, stdout, stderr) = run(agentry().args([
+            "run",
+            "--provider",
+            provider,
+            "--model",
+            model,
+            "--max-output-tokens",
+            tokens,
+            "--base-url",
+            "http://127.0.0.1:9",
+            "hi",
+        ]));
+        assert_eq!(code, 2, "{provider}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(
+            stderr.contains("max_output_tokens") && stderr.contains(limit),
+            "{provider}: {stderr}"
+        );
+    }
+    // In range, the run goes ahead (and fails to connect: exit 1, not 2).
+    let (code, _, stderr) = run(agentry().args([
+        "run",
+        "--provider",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+        "--max-output-tokens",
+        "64000",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "hi",
+    ]));
+    assert_eq!(code, 1, "{stderr}");
+}
+
+#[test]
 fn without_a_key_the_message_names_the_variable_and_the_demo() {
     for (provider, variable) in [
         ("openai", "OPENAI_API_KEY"),

@@ -202,6 +202,10 @@ pub(super) fn build<'a>(
         (Some(max), _) => max,
         (None, budget) => DEFAULT_MAX_TOKENS.saturating_add(budget.unwrap_or(0)),
     };
+    crate::settings::refuse_out_of_range(
+        crate::Provider::Anthropic.settings_limits(&request.model),
+        settings,
+    )?;
     let tool_choice = tool_choice(request)?;
 
     let mut tools: Vec<Tool<'a>> = request

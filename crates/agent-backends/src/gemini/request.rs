@@ -211,6 +211,10 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
              leave GenerationSettings::parallel_tool_calls unset",
         ));
     }
+    crate::settings::refuse_out_of_range(
+        crate::Provider::Gemini.settings_limits(&request.model),
+        &request.settings,
+    )?;
     let mut system = Vec::new();
     if let Some(text) = request.system.as_deref() {
         system.push(TextPart { text });

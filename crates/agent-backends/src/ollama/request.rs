@@ -143,6 +143,10 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
             "the request names no model; set ModelRequest::model (e.g. `qwen3:8b`)",
         ));
     }
+    crate::settings::refuse_out_of_range(
+        crate::Provider::Ollama.settings_limits(&request.model),
+        &request.settings,
+    )?;
     if request.settings.parallel_tool_calls == Some(false) {
         return Err(unsupported(
             "Ollama cannot be told to make one tool call at a time; \

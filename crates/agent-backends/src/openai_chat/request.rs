@@ -38,6 +38,15 @@ fn wire_request<'a>(
     options: Options<'a>,
 ) -> Result<WireRequest<'a>, BackendError> {
     let settings = &request.settings;
+    // The same adapter serves compatible servers, whose ranges vary: only what holds for every
+    // provider here (the server and the CLI check OpenAI's own ranges through `Api`).
+    crate::settings::refuse_out_of_range(
+        crate::SettingsLimits {
+            scope: "openai-chat",
+            ..crate::SettingsLimits::universal()
+        },
+        settings,
+    )?;
     let extras = &request.extras;
     // A key in `extras` replaces the field we would have written: serializing both would put
     // the key in the body twice, and which copy a server keeps is up to its JSON parser.

@@ -44,6 +44,10 @@ pub(super) fn build<'a>(
              or use the Chat Completions adapter",
         ));
     }
+    crate::settings::refuse_out_of_range(
+        crate::Provider::OpenAiResponses.settings_limits(&request.model),
+        generation,
+    )?;
     let extras = &request.extras;
     // A caller who sets `store` through the extras decides what the server keeps, and with
     // it whether a reasoning item can be sent back by id alone.
