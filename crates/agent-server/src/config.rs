@@ -155,6 +155,20 @@ impl Default for StoreConfig {
     }
 }
 
+/// A PostgreSQL store's URL: `url`, else the variable `url_env` names.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_url(
+    url: Option<&String>,
+    url_env: Option<&String>,
+) -> Result<String, Error> {
+    match (url, url_env) {
+        (Some(url), _) => Ok(url.clone()),
+        (None, Some(variable)) => std::env::var(variable)
+            .map_err(|_| Error::Config(format!("the postgres store's {variable} is not set"))),
+        (None, None) => Err(Error::Config("a postgres store needs a url".into())),
+    }
+}
+
 /// The most any session may use per execute.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

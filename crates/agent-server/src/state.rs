@@ -344,13 +344,7 @@ async fn open_store(config: &StoreConfig) -> Result<Arc<dyn SessionStore>, Error
         )),
         #[cfg(feature = "postgres")]
         StoreConfig::Postgres { url, url_env } => {
-            let url = match (url, url_env) {
-                (Some(url), _) => url.clone(),
-                (None, Some(variable)) => std::env::var(variable).map_err(|_| {
-                    Error::Config(format!("the postgres store's {variable} is not set"))
-                })?,
-                (None, None) => return Err(Error::Config("a postgres store needs a url".into())),
-            };
+            let url = crate::config::postgres_url(url.as_ref(), url_env.as_ref())?;
             Ok(Arc::new(crate::store::PostgresStore::connect(&url).await?))
         }
         #[allow(unreachable_patterns)]
