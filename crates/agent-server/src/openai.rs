@@ -79,7 +79,10 @@
 //! never started; after that, the stream ends with one `data: {"error": {...}}` chunk and no
 //! `[DONE]`. Budget trips carry `x-should-retry: false`.
 //!
-//! A client that hangs up, streaming or not, cancels the run (model call and tools).
+//! A client that hangs up, streaming or not, cancels the run (model call and tools). Once a
+//! run is cancelled (the client left, or the drain deadline passed), a chunk its client makes
+//! no room for within 2 s is abandoned, as on the session endpoints: a client that stopped
+//! reading cannot hold a shutdown.
 
 mod error;
 pub(crate) mod models;
@@ -108,7 +111,7 @@ use self::error::OpenAiError;
 use self::request::ChatRequest;
 use self::response::Completion;
 use crate::error::ApiError;
-use crate::execute::{OpenStream, count, event_stream, options, settle_metrics};
+use crate::execute::{OpenStream, count, deliver, event_stream, options, settle_metrics};
 use crate::http::{admit, json_body, tagged};
 use crate::limits::Permit;
 use crate::state::{AppState, Model, RunGuard, Tenant, now_ms};
@@ -347,6 +350,7 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     let mut sink = Sink {
         completion,
         sender,
+        cancel: cancel.clone(),
         stream,
         started: false,
         text_sent: false,
@@ -454,6 +458,9 @@ async fn pump(
 struct Sink {
     completion: Completion,
     sender: mpsc::Sender<Out>,
+    /// The run's token: once it fired (drain deadline, client gone), a send the client
+    /// makes no room for is abandoned, so a stalled reader cannot hold the shutdown.
+    cancel: CancellationToken,
     /// `Some(include_usage)` when streaming.
     stream: Option<bool>,
     /// The first chunk (`role: assistant`) is out.
@@ -462,7 +469,7 @@ struct Sink {
     text_sent: bool,
     /// A model call started and has streamed no text yet.
     new_call: bool,
-    /// The client hung up.
+    /// The client hung up, or stopped reading after the run was cancelled.
     gone: bool,
     /// A spend cap ended the run: the error to answer with.
     refusal: Option<OpenAiError>,
@@ -548,7 +555,7 @@ impl Sink {
     }
 
     async fn send(&mut self, out: Out) {
-        if !self.gone && self.sender.send(out).await.is_err() {
+        if !self.gone && !deliver(&self.sender, out, &self.cancel).await {
             self.gone = true;
         }
     }
