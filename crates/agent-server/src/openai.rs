@@ -77,7 +77,9 @@
 //! 402 (see [`error`] for why not 429). A run that fails before the
 //! first chunk answers with a JSON error and its status, as OpenAI does for a stream that
 //! never started; after that, the stream ends with one `data: {"error": {...}}` chunk and no
-//! `[DONE]`. Budget trips carry `x-should-retry: false`.
+//! `[DONE]`. Budget trips carry `x-should-retry: false`. An error that ends a run also
+//! carries, inside `error`, what the request spent: `usage` (a completion's shape) and
+//! `cost_usd` (when priced); OpenAI's clients ignore the fields they do not know.
 //!
 //! A client that hangs up, streaming or not, cancels the run (model call and tools). Once a
 //! run is cancelled (the client left, or the drain deadline passed), a chunk its client makes
@@ -430,7 +432,10 @@ async fn run(state: AppState, plan: Plan, running: Running) {
             .map(|hit| OpenAiError::from(hit.api_error(meter.tenant())));
     }
     drop(permit);
-    sink.finish(&outcome, &record.session.usage).await;
+    // The session is this request's alone: its totals are what the request spent, over
+    // both passes of a forced tool choice.
+    sink.finish(&outcome, &record.session.usage, record.session.cost_usd)
+        .await;
 }
 
 /// One run of the loop over `session`, its events counted and passed to `sink`.
@@ -561,17 +566,24 @@ impl Sink {
     }
 
     /// The end: the body, or the stream's last chunks, or the error.
-    async fn finish(mut self, outcome: &Result<GenerateResult, AgentError>, usage: &Usage) {
+    async fn finish(
+        mut self,
+        outcome: &Result<GenerateResult, AgentError>,
+        usage: &Usage,
+        cost_usd: Option<f64>,
+    ) {
         if self.gone {
             return;
         }
         let result = match outcome {
             Ok(result) => result,
             Err(error) => {
+                // What was spent, on every error path: a budget trip most of all.
                 let error = self
                     .refusal
                     .take()
-                    .unwrap_or_else(|| OpenAiError::from_run(error));
+                    .unwrap_or_else(|| OpenAiError::from_run(error))
+                    .with_spent(*usage, cost_usd);
                 if self.started {
                     self.send(Out::Frame(response::data(&error.body()))).await;
                 } else {
