@@ -368,11 +368,11 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
 /// and with it the shutdown, any longer than this.
 const ABANDON_AFTER: Duration = Duration::from_secs(2);
 
-/// Sends `bytes` to the client; `false` when the client is gone or, once `cancel` fired,
-/// has not made room within [`ABANDON_AFTER`].
-pub(crate) async fn deliver(
-    sender: &mpsc::Sender<Bytes>,
-    bytes: Bytes,
+/// Sends `item` (a frame, or what stands for one) to the client; `false` when the client is
+/// gone or, once `cancel` fired, has not made room within [`ABANDON_AFTER`].
+pub(crate) async fn deliver<T>(
+    sender: &mpsc::Sender<T>,
+    item: T,
     cancel: &CancellationToken,
 ) -> bool {
     let permit = tokio::select! {
@@ -386,7 +386,7 @@ pub(crate) async fn deliver(
     };
     match permit {
         Ok(permit) => {
-            permit.send(bytes);
+            permit.send(item);
             true
         }
         Err(_) => false,

@@ -77,9 +77,14 @@
 //! 402 (see [`error`] for why not 429). A run that fails before the
 //! first chunk answers with a JSON error and its status, as OpenAI does for a stream that
 //! never started; after that, the stream ends with one `data: {"error": {...}}` chunk and no
-//! `[DONE]`. Budget trips carry `x-should-retry: false`.
+//! `[DONE]`. Budget trips carry `x-should-retry: false`. An error that ends a run also
+//! carries, inside `error`, what the request spent: `usage` (a completion's shape) and
+//! `cost_usd` (when priced); OpenAI's clients ignore the fields they do not know.
 //!
-//! A client that hangs up, streaming or not, cancels the run (model call and tools).
+//! A client that hangs up, streaming or not, cancels the run (model call and tools). Once a
+//! run is cancelled (the client left, or the drain deadline passed), a chunk its client makes
+//! no room for within 2 s is abandoned, as on the session endpoints: a client that stopped
+//! reading cannot hold a shutdown.
 
 mod error;
 pub(crate) mod models;
@@ -108,7 +113,7 @@ use self::error::OpenAiError;
 use self::request::ChatRequest;
 use self::response::Completion;
 use crate::error::ApiError;
-use crate::execute::{OpenStream, count, event_stream, options, settle_metrics};
+use crate::execute::{OpenStream, count, deliver, event_stream, options, settle_metrics};
 use crate::http::{admit, json_body, tagged};
 use crate::limits::Permit;
 use crate::state::{AppState, Model, RunGuard, Tenant, now_ms};
@@ -347,6 +352,7 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     let mut sink = Sink {
         completion,
         sender,
+        cancel: cancel.clone(),
         stream,
         started: false,
         text_sent: false,
@@ -426,7 +432,10 @@ async fn run(state: AppState, plan: Plan, running: Running) {
             .map(|hit| OpenAiError::from(hit.api_error(meter.tenant())));
     }
     drop(permit);
-    sink.finish(&outcome, &record.session.usage).await;
+    // The session is this request's alone: its totals are what the request spent, over
+    // both passes of a forced tool choice.
+    sink.finish(&outcome, &record.session.usage, record.session.cost_usd)
+        .await;
 }
 
 /// One run of the loop over `session`, its events counted and passed to `sink`.
@@ -454,6 +463,9 @@ async fn pump(
 struct Sink {
     completion: Completion,
     sender: mpsc::Sender<Out>,
+    /// The run's token: once it fired (drain deadline, client gone), a send the client
+    /// makes no room for is abandoned, so a stalled reader cannot hold the shutdown.
+    cancel: CancellationToken,
     /// `Some(include_usage)` when streaming.
     stream: Option<bool>,
     /// The first chunk (`role: assistant`) is out.
@@ -462,7 +474,7 @@ struct Sink {
     text_sent: bool,
     /// A model call started and has streamed no text yet.
     new_call: bool,
-    /// The client hung up.
+    /// The client hung up, or stopped reading after the run was cancelled.
     gone: bool,
     /// A spend cap ended the run: the error to answer with.
     refusal: Option<OpenAiError>,
@@ -548,23 +560,30 @@ impl Sink {
     }
 
     async fn send(&mut self, out: Out) {
-        if !self.gone && self.sender.send(out).await.is_err() {
+        if !self.gone && !deliver(&self.sender, out, &self.cancel).await {
             self.gone = true;
         }
     }
 
     /// The end: the body, or the stream's last chunks, or the error.
-    async fn finish(mut self, outcome: &Result<GenerateResult, AgentError>, usage: &Usage) {
+    async fn finish(
+        mut self,
+        outcome: &Result<GenerateResult, AgentError>,
+        usage: &Usage,
+        cost_usd: Option<f64>,
+    ) {
         if self.gone {
             return;
         }
         let result = match outcome {
             Ok(result) => result,
             Err(error) => {
+                // What was spent, on every error path: a budget trip most of all.
                 let error = self
                     .refusal
                     .take()
-                    .unwrap_or_else(|| OpenAiError::from_run(error));
+                    .unwrap_or_else(|| OpenAiError::from_run(error))
+                    .with_spent(*usage, cost_usd);
                 if self.started {
                     self.send(Out::Frame(response::data(&error.body()))).await;
                 } else {

@@ -455,13 +455,19 @@ fn sigterm_with_a_client_that_stopped_reading_exits_within_the_drain() {
     std::thread::sleep(Duration::from_secs(2));
     let signalled = std::time::Instant::now();
     served.terminate();
-    // drain_secs (1) + the shutdown grace (5) + slack for a loaded machine.
+    // Never later than drain_secs (1) + the shutdown grace (5) + slack for a loaded machine.
     let Some((code, lines)) = served.wait_within(Duration::from_secs(10)) else {
         panic!("agentry serve did not exit within 10 s of SIGTERM with stalled clients");
     };
     let took = signalled.elapsed();
     assert_eq!(code, 0, "{lines:?}");
-    assert!(took < Duration::from_secs(10), "{took:?}");
+    // Both runs abandon their stalled streams: drain_secs (1) + the abandon wait (2) + the
+    // linger (1), about 4.1 s, not the grace's hard stop at 6 s (where a run that kept
+    // waiting on its reader, as the chat completion did, ends it). 1.4 s of slack.
+    assert!(
+        took < Duration::from_millis(5500),
+        "shutdown took {took:?}: a run held on to a client that stopped reading"
+    );
     eprintln!("exit {took:?} after SIGTERM with stalled clients");
     drop((socket, chat));
 

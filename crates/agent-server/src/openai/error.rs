@@ -14,7 +14,7 @@
 //! again. No mainstream client retries a 402, and "payment required" says what happened: the
 //! money this request may spend is gone.
 
-use agent_types::{AgentError, ErrorKind};
+use agent_types::{AgentError, ErrorKind, Usage};
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -32,6 +32,10 @@ pub(crate) struct OpenAiError {
     message: String,
     retry_after: Option<u64>,
     retry: Option<bool>,
+    /// For an error that ended a run: what the request spent (tokens, and dollars when
+    /// priced), shown inside `error` as `usage` and `cost_usd`. Boxed: it is rare, and the
+    /// error rides in every `Result` of the request's checks.
+    spent: Option<Box<(Usage, Option<f64>)>>,
 }
 
 impl OpenAiError {
@@ -57,6 +61,7 @@ impl OpenAiError {
             ),
             retry_after: None,
             retry: None,
+            spent: None,
         }
     }
 
@@ -128,18 +133,35 @@ impl OpenAiError {
             message: crate::error::redact_logged(&error.message),
             retry_after: None,
             retry,
+            spent: None,
         }
+    }
+
+    /// Adds what the request spent before this error ended its run. OpenAI's clients read
+    /// only the fields they know from `error`, so the extra two reach those who look.
+    #[must_use]
+    pub(crate) fn with_spent(mut self, usage: Usage, cost_usd: Option<f64>) -> Self {
+        self.spent = Some(Box::new((usage, cost_usd)));
+        self
     }
 
     /// The body: `{"error": {...}}`.
     pub(crate) fn body(&self) -> Value {
-        json!({"error": {
+        let mut body = json!({"error": {
             "message": self.message,
             "type": self.kind,
             "param": self.param,
             "code": self.code,
             "status": self.status.as_u16(),
-        }})
+        }});
+        if let Some((usage, cost_usd)) = self.spent.as_deref() {
+            body["error"]["usage"] = super::response::usage_json(usage);
+            // Left out when nothing could be priced, as in the session API's events.
+            if let Some(cost) = cost_usd {
+                body["error"]["cost_usd"] = json!(cost);
+            }
+        }
+        body
     }
 }
 
@@ -159,6 +181,7 @@ impl From<ApiError> for OpenAiError {
             message: error.message,
             retry_after: error.retry_after,
             retry: None,
+            spent: None,
         }
     }
 }

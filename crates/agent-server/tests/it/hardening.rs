@@ -371,3 +371,53 @@ async fn the_session_database_is_readable_by_its_owner_only() {
         assert_eq!(mode, 0o600, "{file}: {mode:o}");
     }
 }
+
+#[tokio::test]
+async fn a_key_echoed_in_a_provider_json_body_never_reaches_a_tenant() {
+    // A compatible server answers 400 with an `error` object that has no `message`, which
+    // the adapter passes on as JSON text, and which quotes the request's credentials back.
+    let echo = r#"{"error": {"reason": "Invalid request", "request": {"api_key": "sk-live-ECHOED-0001", "headers": {"Authorization": "Bearer sk-live-ECHOED-0002", "x-api-key": "ECHOED-0003"}}}}"#;
+    let upstream = agent_backends::replay::ReplayServer::start(
+        [0, 1].map(|_| agent_backends::replay::Cassette::new(400, "application/json", echo)),
+    )
+    .await
+    .unwrap();
+    let config = CONFIG.replacen(
+        "[[server.tenants]]",
+        &format!(
+            "[[server.models]]\nname = \"echoing\"\nprovider = \"openai-compatible\"\n\
+             base_url = \"{}/v1\"\n\n[[server.tenants]]",
+            upstream.url()
+        ),
+        1,
+    );
+    let server = TestServer::with(&config, Vec::new()).await;
+    let response = server
+        .post("/v1/sessions/echo-1/execute", ACME)
+        .json(&json!({"message": "hi", "context": {"model": "echoing"}}))
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    let events = parse_sse(&text);
+    let complete = events.last().unwrap();
+    assert_eq!(complete["type"], "execute_complete", "{text}");
+    let message = complete["error"]["message"].as_str().unwrap();
+    // The provider's words are still there; its echo of the key is not.
+    assert!(message.contains("Invalid request"), "{message}");
+    assert!(message.contains(r#""api_key":"<redacted>""#), "{message}");
+    assert!(!text.contains("ECHOED"), "{text}");
+
+    let response = server
+        .post("/v1/chat/completions", ACME)
+        .json(&json!({"model": "echoing", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("Invalid request"), "{text}");
+    assert!(!text.contains("ECHOED"), "{text}");
+    assert_eq!(upstream.requests().len(), 2, "both reached the provider");
+    server.shutdown().await;
+}

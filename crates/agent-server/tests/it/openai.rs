@@ -469,6 +469,28 @@ async fn a_run_that_fails_answers_with_an_error_or_ends_its_stream_with_one() {
     assert_eq!(response.headers()["x-should-retry"], "false");
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "budget_exceeded");
+    // What the trip spent is in the error: rounds 1 and 2 were model calls, in OpenAI's
+    // usage shape, and the same numbers the metrics counted.
+    let usage = &body["error"]["usage"];
+    check_usage(usage);
+    assert_eq!(usage["prompt_tokens"], 386 + 545, "{body:#}");
+    let metrics = server.state.metrics();
+    let counted = |kind| {
+        metrics.value(
+            "agentry_tokens_total",
+            &[("tenant", "acme"), ("kind", kind)],
+        )
+    };
+    assert_eq!(usage["prompt_tokens"].as_f64(), Some(counted("input")));
+    assert_eq!(usage["completion_tokens"].as_f64(), Some(counted("output")));
+    let cost = body["error"]["cost_usd"]
+        .as_f64()
+        .expect("the demo model is priced");
+    let metered = metrics.value("agentry_cost_usd_total", &[("tenant", "acme")]);
+    assert!(
+        cost > 0.0 && (cost - metered).abs() < 1e-12,
+        "{cost} vs {metered}"
+    );
 
     // Streaming, the text of rounds 1 and 2 is out before the budget trips.
     let streamed = stream(
@@ -487,6 +509,12 @@ async fn a_run_that_fails_answers_with_an_error_or_ends_its_stream_with_one() {
     let last = streamed.chunks.last().unwrap();
     assert_eq!(last["error"]["code"], "budget_exceeded", "{last}");
     assert_eq!(last["error"]["status"], 402);
+    // The stream's error carries the same spend: the same recorded rounds.
+    assert_eq!(last["error"]["usage"], body["error"]["usage"], "{last}");
+    assert_eq!(
+        last["error"]["cost_usd"], body["error"]["cost_usd"],
+        "{last}"
+    );
     assert!(streamed.finish_reasons().is_empty());
     server.shutdown().await;
 }

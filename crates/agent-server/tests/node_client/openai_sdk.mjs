@@ -175,7 +175,12 @@ const weatherTool = {
   assert.ok(error instanceof OpenAI.APIError, String(error));
   assert.equal(error.status, 402);
   assert.equal(error.code, 'budget_exceeded');
-  log('budget trip:', error.constructor.name, error.status);
+  // What the trip spent rides along inside `error`, which the SDK keeps as `error.error`.
+  const { usage, cost_usd: cost } = error.error;
+  assert.ok(usage.total_tokens > 0, JSON.stringify(error.error));
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+  assert.ok(cost > 0, JSON.stringify(error.error));
+  log('budget trip:', error.constructor.name, error.status, 'spent', usage.total_tokens, 'tokens');
 }
 
 // A budget trip mid-stream: the SDK throws the error chunk as an APIError while iterating.

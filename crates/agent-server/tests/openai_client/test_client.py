@@ -277,7 +277,14 @@ def budget_trip(capped_url, api_key):
     except openai.APIStatusError as error:
         check(error.status_code == 402, f"status {error.status_code}")
         check(error.code == "budget_exceeded", f"code {error.code}")
-    log("budget trip: 402 budget_exceeded")
+        # What the trip spent rides along inside `error`, where the client keeps the body.
+        usage = error.body["usage"]
+        check(
+            usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0,
+            f"usage {usage}",
+        )
+        check(error.body["cost_usd"] > 0, f"cost {error.body}")
+    log("budget trip: 402 budget_exceeded, spent", usage["total_tokens"], "tokens")
 
 
 def main():
