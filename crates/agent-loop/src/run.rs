@@ -226,6 +226,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             tool_choice: session.tool_choice.clone(),
             settings: session.settings.clone(),
             extras: session.extras.clone(),
+            response_format: None,
             stream: true,
         };
         let preamble_tokens = options

@@ -77,6 +77,7 @@ pub use message::{
 };
 pub use pricing::{ModelPrice, RateCard, cost};
 pub use request::{
+    ResponseFormat,
     GenerationSettings, ModelRequest, Reasoning, ReasoningEffort, ToolChoice, ToolSpec,
 };
 pub use stop::StopReason;
