@@ -69,6 +69,7 @@ mod estimate;
 mod events;
 mod hooks;
 mod options;
+pub mod output;
 mod result;
 mod run;
 mod session;
@@ -80,6 +81,7 @@ pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use hooks::{Hooks, ModelCallGate};
 pub use options::{ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism};
+pub use output::{OutputSpec, OutputStrategy};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{Session, SessionInput, SessionStatus};
 

@@ -152,11 +152,10 @@ pub enum ErrorKind {
     /// (`max_output_retries`). 422.
     #[error("the answer does not match the output schema")]
     InvalidOutput {
-        /// The last answer as the model gave it (the final-answer tool's arguments as JSON,
-        /// or the text).
-        raw: String,
-        /// What is wrong with it: each problem with its JSON Pointer path.
-        errors: Vec<String>,
+        /// The last answer and what is wrong with it; in JSON, `raw` and `errors` beside
+        /// `kind` (boxed: it is rarely read, and keeps `AgentError` small).
+        #[serde(flatten)]
+        output: Box<InvalidOutput>,
     },
     /// The model refused to give a structured answer (a refusal instead of content). 422.
     #[error("the model refused to answer")]
@@ -164,6 +163,17 @@ pub enum ErrorKind {
         /// The model's refusal, as it gave it.
         refusal: String,
     },
+}
+
+/// A structured answer that failed the output schema: what the model sent and why it fails.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidOutput {
+    /// The last answer as the model gave it (the final-answer tool's arguments as JSON, or
+    /// the text).
+    pub raw: String,
+    /// What is wrong with it: each problem, after the JSON Pointer of its place.
+    #[serde(default)]
+    pub errors: Vec<String>,
 }
 
 /// The error that ends a loop. It carries what the loop had done when it stopped: the trace
@@ -432,8 +442,10 @@ mod tests {
             (ErrorKind::Appender, 500),
             (
                 ErrorKind::InvalidOutput {
-                    raw: "{\"city\": 3}".into(),
-                    errors: vec!["/city: 3 is not of type \"string\"".into()],
+                    output: Box::new(InvalidOutput {
+                        raw: "{\"city\": 3}".into(),
+                        errors: vec!["/city: 3 is not of type \"string\"".into()],
+                    }),
                 },
                 422,
             ),
