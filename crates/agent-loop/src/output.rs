@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use agent_tools::{ArgumentValidator, ValidationMode};
-use agent_types::{AgentError, ErrorKind, InvalidOutput, ResponseFormat, ToolSpec};
+use agent_types::{AgentError, AgentEvent, ErrorKind, InvalidOutput, ResponseFormat, ToolSpec};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -374,6 +374,147 @@ pub(crate) fn parse_text(text: &str) -> Result<Value, String> {
     })
 }
 
+/// Follows one model call's stream for the answer and turns its growth into
+/// [`AgentEvent::OutputPartial`] events. Built only when a consumer listens and the run has
+/// an output schema, so the text path never pays for it.
+pub(crate) struct PartialOutput<'o> {
+    /// The final-answer tool's name under `Tool`; `None` reads the text.
+    tool: Option<&'o str>,
+    /// The index of the final-answer call in this message, once it started.
+    call: Option<u32>,
+    text: String,
+    last: Option<Value>,
+}
+
+impl<'o> PartialOutput<'o> {
+    pub(crate) fn new(spec: &'o OutputSpec, strategy: OutputStrategy) -> Self {
+        Self {
+            tool: (strategy == OutputStrategy::Tool).then(|| spec.name()),
+            call: None,
+            text: String::new(),
+            last: None,
+        }
+    }
+
+    /// The partial answer after `event`, when it changed.
+    pub(crate) fn observe(&mut self, event: &AgentEvent) -> Option<AgentEvent> {
+        let delta = match (event, self.tool) {
+            (AgentEvent::TextDelta { delta }, None) => delta,
+            (AgentEvent::ToolCallStart { index, name, .. }, Some(tool)) => {
+                if name == tool {
+                    self.call = Some(*index);
+                }
+                return None;
+            }
+            (AgentEvent::ToolCallDelta { index, delta }, Some(_)) if self.call == Some(*index) => {
+                delta
+            }
+            _ => return None,
+        };
+        self.text.push_str(delta);
+        let value = partial_value(&self.text)?;
+        if self.last.as_ref() == Some(&value) {
+            return None;
+        }
+        self.last = Some(value.clone());
+        Some(AgentEvent::OutputPartial { value })
+    }
+}
+
+/// The object in a streamed answer so far, closed best-effort: an open string, array or
+/// object is closed, and a member cut mid-way (a key without its value, a half-written
+/// literal) is left out. `None` before the first `{` or while nothing parses.
+pub(crate) fn partial_value(text: &str) -> Option<Value> {
+    let start = text.find('{')?;
+    let mut body = &text[start..];
+    // Each failed try cuts back to the last member separator; a few tries cover the cases
+    // a stream produces (a half key, a half literal, a dangling `:`).
+    for _ in 0..4 {
+        let scan = scan(body);
+        if let Some(end) = scan.complete {
+            // The object is whole: what follows (a closing fence, prose) is not part of it.
+            return serde_json::from_str(&body[..end]).ok();
+        }
+        let mut candidate = String::with_capacity(body.len() + scan.open.len() + 1);
+        candidate.push_str(body);
+        if scan.in_string {
+            candidate.push('"');
+        }
+        let trimmed = candidate.trim_end().trim_end_matches(',').len();
+        candidate.truncate(trimmed);
+        for closer in scan.open.iter().rev() {
+            candidate.push(*closer);
+        }
+        if let Ok(value) = serde_json::from_str::<Value>(&candidate)
+            && value.is_object()
+        {
+            return Some(value);
+        }
+        body = &body[..scan.last_separator?];
+    }
+    None
+}
+
+struct Scan {
+    /// The closers of the containers still open, outermost first.
+    open: Vec<char>,
+    in_string: bool,
+    /// Where the last `,` outside strings is, or else just after the last `{`/`[`.
+    last_separator: Option<usize>,
+    /// Just after the `}` that closes the outermost object, when it is closed.
+    complete: Option<usize>,
+}
+
+fn scan(text: &str) -> Scan {
+    let mut open = Vec::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut last_separator = None;
+    for (at, c) in text.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' => {
+                open.push('}');
+                last_separator = Some(at + 1);
+            }
+            '[' => {
+                open.push(']');
+                last_separator = Some(at + 1);
+            }
+            '}' | ']' => {
+                open.pop();
+                if open.is_empty() {
+                    return Scan {
+                        open,
+                        in_string,
+                        last_separator,
+                        complete: Some(at + 1),
+                    };
+                }
+            }
+            ',' => last_separator = Some(at),
+            _ => {}
+        }
+    }
+    // A cut that does not shorten the text would loop.
+    let last_separator = last_separator.filter(|&at| at < text.len());
+    Scan {
+        open,
+        in_string,
+        last_separator,
+        complete: None,
+    }
+}
+
 /// The error that ends a run whose answers stayed invalid.
 pub(crate) fn invalid_output(raw: String, errors: Vec<String>, tries: u32) -> AgentError {
     let message = format!(
@@ -477,6 +618,40 @@ mod tests {
         );
         let error = parse_text("It is sunny.").unwrap_err();
         assert!(error.starts_with("the answer is not JSON"), "{error}");
+    }
+
+    #[test]
+    fn partial_answers_close_what_is_open_and_leave_out_half_members() {
+        let cases = [
+            ("", None),
+            ("```json\n", None),
+            ("{", Some(json!({}))),
+            (r#"{"ci"#, Some(json!({}))),
+            (r#"{"city""#, Some(json!({}))),
+            (r#"{"city": "#, Some(json!({}))),
+            (r#"{"city": "Os"#, Some(json!({"city": "Os"}))),
+            (r#"{"city": "Oslo", "temp"#, Some(json!({"city": "Oslo"}))),
+            (
+                r#"{"city": "Oslo", "ok": tr"#,
+                Some(json!({"city": "Oslo"})),
+            ),
+            (
+                r#"{"city": "Oslo", "temp_c": 3"#,
+                Some(json!({"city": "Oslo", "temp_c": 3})),
+            ),
+            (r#"{"tags": ["a", "b"#, Some(json!({"tags": ["a", "b"]}))),
+            (
+                r#"{"in": {"x": 1, "y": [{"z": "q\"u"#,
+                Some(json!({"in": {"x": 1, "y": [{"z": "q\"u"}]}})),
+            ),
+            (
+                "```json\n{\"city\": \"Oslo\"}\n```",
+                Some(json!({"city": "Oslo"})),
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(partial_value(text), expected, "{text}");
+        }
     }
 
     #[test]

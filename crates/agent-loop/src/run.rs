@@ -331,6 +331,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     Verdict::Tools => {}
                     Verdict::Answer { value, call } => {
                         self.close_answer_round(&calls, call.as_ref(), None).await?;
+                        self.emitter
+                            .emit_with(|| AgentEvent::Output {
+                                value: value.clone(),
+                            })
+                            .await;
                         self.answer = Some(value);
                         return Ok(End::Answered);
                     }
@@ -524,11 +529,19 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let started = Instant::now();
         let mut first_event = None;
         let mut assembler = MessageAssembler::new(self.emitter.is_on());
+        let mut partial = match &self.output {
+            Some(output) if self.emitter.is_on() => Some(crate::output::PartialOutput::new(
+                output.spec,
+                output.strategy,
+            )),
+            _ => None,
+        };
         let pumped = {
             let stream = self.backend.stream(&self.request);
             let emitter = &self.emitter;
             let assembler = &mut assembler;
             let first_event = &mut first_event;
+            let partial = &mut partial;
             // Boxed with an explicit `Send` so the compiler proves it here, once, instead of
             // through every caller's future (where higher-ranked lifetimes defeat it).
             let pump: Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + '_>> =
@@ -538,7 +551,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                         first_event.get_or_insert_with(|| started.elapsed());
                         assembler.push(item?)?;
                         while let Some(event) = assembler.next_event() {
+                            let grown = partial.as_mut().and_then(|p| p.observe(&event));
                             emitter.emit(event).await;
+                            if let Some(grown) = grown {
+                                emitter.emit(grown).await;
+                            }
                         }
                     }
                     Ok::<(), BackendError>(())

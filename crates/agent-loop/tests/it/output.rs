@@ -533,3 +533,84 @@ async fn retries_count_against_max_tool_iterations() {
     );
     assert_eq!(backend.calls(), 2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Streaming
+
+fn outputs(events: &[agent_types::AgentEvent]) -> (Vec<Value>, Vec<Value>) {
+    let mut partial = Vec::new();
+    let mut last = Vec::new();
+    for event in events {
+        match event {
+            agent_types::AgentEvent::OutputPartial { value } => partial.push(value.clone()),
+            agent_types::AgentEvent::Output { value } => last.push(value.clone()),
+            _ => {}
+        }
+    }
+    (partial, last)
+}
+
+#[tokio::test]
+async fn streaming_emits_growing_partial_objects_then_the_validated_answer() {
+    for strategy in [OutputStrategy::Tool, OutputStrategy::Prompted] {
+        let turn = if strategy == OutputStrategy::Tool {
+            ScriptedTurn::tool_call(
+                "c1",
+                "final_answer",
+                json!({"city": "Oslo", "temp_c": 3, "note": "windy"}),
+            )
+        } else {
+            ScriptedTurn::text(r#"{"city": "Oslo", "temp_c": 3, "note": "windy"}"#)
+        };
+        let backend = ScriptedBackend::new([turn.chunked(4)]);
+        let options = Options::default()
+            .with_output::<Report>()
+            .with_output_strategy(strategy);
+        let (events, result) = crate::support::collect(agent_loop::generate_stream(
+            backend,
+            Input::new("m").user("?"),
+            &options,
+        ))
+        .await;
+        let result = result.unwrap();
+        let (partial, last) = outputs(&events);
+
+        assert_eq!(
+            last,
+            [json!({"city": "Oslo", "temp_c": 3, "note": "windy"})]
+        );
+        assert_eq!(result.output.as_ref(), last.first());
+        assert!(partial.len() >= 3, "{strategy:?}: {partial:?}");
+        // Each partial object is a prefix of the answer: members only appear, and a string
+        // only grows, and the last partial is the whole answer.
+        let growing = |value: &Value| {
+            value["city"]
+                .as_str()
+                .is_some_and(|city| city.len() < 4 && "Oslo".starts_with(city))
+        };
+        assert!(partial.iter().any(growing), "{partial:?}");
+        assert_eq!(partial.last(), last.first(), "{strategy:?}");
+        // The validated answer comes after every partial one.
+        let at = |wanted: &str| {
+            events
+                .iter()
+                .rposition(|event| crate::support::kind(event) == wanted)
+                .unwrap()
+        };
+        assert!(at("output_partial") < at("output"));
+    }
+}
+
+#[tokio::test]
+async fn no_output_events_without_an_output_schema() {
+    let backend = ScriptedBackend::new([ScriptedTurn::text(r#"{"city": "Oslo"}"#).chunked(3)]);
+    let (events, result) = crate::support::collect(agent_loop::generate_stream(
+        backend,
+        Input::new("m").user("?"),
+        &Options::default(),
+    ))
+    .await;
+    result.unwrap();
+    let (partial, last) = outputs(&events);
+    assert!(partial.is_empty() && last.is_empty());
+}
