@@ -7,7 +7,7 @@
 //! - [`Native`](OutputStrategy::Native): the provider constrains the output itself
 //!   ([`ModelRequest::response_format`](agent_types::ModelRequest::response_format); OpenAI
 //!   Chat's `response_format` and Responses' `text.format` json_schema in strict mode,
-//!   Ollama's `format`). Needs a backend
+//!   Gemini's `responseSchema`, Ollama's `format`). Needs a backend
 //!   with the `structured_output` capability.
 //! - [`Tool`](OutputStrategy::Tool): a final-answer tool (named [`OutputSpec::name`]) the model
 //!   must call; its arguments are the answer. Works with every backend that takes tools, and
