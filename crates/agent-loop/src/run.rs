@@ -1368,7 +1368,8 @@ fn resolve_strategy(
         OutputStrategy::Native if !capabilities.structured_output => {
             return Err(AgentError::config(
                 "the `native` output strategy needs a backend with native structured output \
-                 (OpenAI Chat, OpenAI Responses, Gemini, Ollama); use `tool`, `prompted` or `auto` with this backend",
+                 (OpenAI Chat, OpenAI Responses, Gemini, Ollama); use `tool`, `prompted` or \
+                 `auto` with this backend",
             ));
         }
         OutputStrategy::Tool if !capabilities.tools => {
