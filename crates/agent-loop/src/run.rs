@@ -1405,8 +1405,10 @@ fn apply_output(
         OutputStrategy::Tool => {
             request.tools.push(spec.tool_spec());
             // The model must call a tool: the final answer alone, or any with other tools
-            // (the final answer being one). A choice the session made stays.
-            if request.tool_choice == ToolChoice::Auto {
+            // (the final answer being one). A choice the session made stays, and so does
+            // `auto` with reasoning on: Anthropic refuses a forced tool call with thinking
+            // (the tool's description and the retry still steer the model to it).
+            if request.tool_choice == ToolChoice::Auto && request.settings.reasoning.is_none() {
                 request.tool_choice = if request.tools.len() == 1 {
                     ToolChoice::Tool {
                         name: spec.name().to_owned(),

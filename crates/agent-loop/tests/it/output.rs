@@ -614,3 +614,28 @@ async fn no_output_events_without_an_output_schema() {
     let (partial, last) = outputs(&events);
     assert!(partial.is_empty() && last.is_empty());
 }
+
+#[tokio::test]
+async fn with_reasoning_on_the_final_answer_tool_is_offered_not_forced() {
+    let backend = ScriptedBackend::new([ScriptedTurn::tool_call(
+        "c1",
+        "final_answer",
+        json!({"city": "Oslo", "temp_c": 3}),
+    )])
+    .recording();
+    let input = Input::new("m")
+        .user("?")
+        .settings(agent_types::GenerationSettings {
+            reasoning: Some(agent_types::Reasoning {
+                effort: None,
+                budget_tokens: Some(2_048),
+            }),
+            ..agent_types::GenerationSettings::default()
+        });
+    let options = Options::default().with_output::<Report>();
+    let result = generate(&backend, input, &options).await.unwrap();
+    assert_eq!(result.output::<Report>().unwrap(), oslo());
+    let request = &backend.requests()[0];
+    assert_eq!(request.tool_choice, ToolChoice::Auto);
+    assert_eq!(request.tools[0].name, "final_answer");
+}
