@@ -22,6 +22,37 @@
 //! `max_output_retries` times (each a model call counted against every budget and against
 //! `max_tool_iterations`); after that the run ends with an `invalid_output` error (422) that
 //! keeps the last answer's raw text. A refusal ends the run with `output_refused` (422).
+//!
+//! Streaming consumers get [`AgentEvent::OutputPartial`] events (the answer so far, parsed
+//! best-effort) while the answer streams, then one [`AgentEvent::Output`] with the validated
+//! answer. A run without an output schema pays for none of this.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! use agent_backends::{ScriptedBackend, ScriptedTurn};
+//! use agent_loop::{Input, Options, generate};
+//! use serde_json::json;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Weather {
+//!     city: String,
+//!     temp_c: i32,
+//! }
+//!
+//! // A backend without native structured output: `auto` uses the final-answer tool.
+//! let backend = ScriptedBackend::new([ScriptedTurn::tool_call(
+//!     "call_1",
+//!     "final_answer",
+//!     json!({"city": "Oslo", "temp_c": 3}),
+//! )]);
+//! let options = Options::default().with_output::<Weather>();
+//! let result = generate(&backend, Input::new("m").user("Weather in Oslo?"), &options)
+//!     .await
+//!     .unwrap();
+//! let weather: Weather = result.output().unwrap();
+//! assert_eq!((weather.city.as_str(), weather.temp_c), ("Oslo", 3));
+//! # });
+//! ```
 
 use std::fmt::Write as _;
 use std::sync::Arc;
