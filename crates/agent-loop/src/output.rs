@@ -415,8 +415,15 @@ pub(crate) struct PartialOutput<'o> {
     /// The index of the final-answer call in this message, once it started.
     call: Option<u32>,
     text: String,
+    /// How long `text` was at the last parse.
+    parsed_at: usize,
     last: Option<Value>,
 }
+
+/// Text growth after which a partial answer is parsed again even without a delimiter, so a
+/// long string still shows progress; between delimiters parsing waits for it, which keeps a
+/// long answer from being re-read on every small delta.
+const REPARSE_BYTES: usize = 64;
 
 impl<'o> PartialOutput<'o> {
     pub(crate) fn new(spec: &'o OutputSpec, strategy: OutputStrategy) -> Self {
@@ -424,6 +431,7 @@ impl<'o> PartialOutput<'o> {
             tool: (strategy == OutputStrategy::Tool).then(|| spec.name()),
             call: None,
             text: String::new(),
+            parsed_at: 0,
             last: None,
         }
     }
@@ -444,6 +452,11 @@ impl<'o> PartialOutput<'o> {
             _ => return None,
         };
         self.text.push_str(delta);
+        let delimited = delta.contains(['"', ',', '}', ']']);
+        if !delimited && self.text.len() - self.parsed_at < REPARSE_BYTES {
+            return None;
+        }
+        self.parsed_at = self.text.len();
         let value = partial_value(&self.text)?;
         if self.last.as_ref() == Some(&value) {
             return None;
@@ -684,6 +697,30 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(partial_value(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn partial_parsing_waits_for_a_delimiter_or_64_new_bytes() {
+        let spec = OutputSpec::from_schema(json!({"type": "object"}));
+        let mut partial = PartialOutput::new(&spec, OutputStrategy::Prompted);
+        let mut delta = |text: &str| {
+            partial.observe(&AgentEvent::TextDelta {
+                delta: text.to_owned(),
+            })
+        };
+        assert!(delta("{\"story\": \"").is_some(), "a delimiter: parsed");
+        // A long string streamed in small pieces: one partial per 64 bytes, not per piece.
+        let mut emitted = 0;
+        for _ in 0..255 {
+            if delta("ab").is_some() {
+                emitted += 1;
+            }
+        }
+        assert_eq!(emitted, 510 / REPARSE_BYTES);
+        let Some(AgentEvent::OutputPartial { value }) = delta("\"}") else {
+            panic!("the closing delimiter is parsed");
+        };
+        assert_eq!(value["story"].as_str().map(str::len), Some(510));
     }
 
     #[test]
