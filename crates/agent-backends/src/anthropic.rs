@@ -186,6 +186,7 @@ impl Anthropic {
                 thinking: true,
                 prompt_caching: true,
                 usage_reporting: true,
+                structured_output: false,
             },
             betas: Vec::new(),
             cache: None,

@@ -169,6 +169,7 @@ impl Gemini {
                 // Implicit caching on 2.5+ models; reads are reported in the usage.
                 prompt_caching: true,
                 usage_reporting: true,
+                structured_output: true,
             },
             sse: true,
         }

@@ -107,6 +107,7 @@ impl Ollama {
                 thinking: true,
                 prompt_caching: false,
                 usage_reporting: true,
+                structured_output: true,
             },
         }
     }

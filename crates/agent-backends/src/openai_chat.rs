@@ -113,6 +113,7 @@ impl OpenAiChat {
                 // OpenAI caches prompt prefixes by itself and reports the cached tokens.
                 prompt_caching: true,
                 usage_reporting: true,
+                structured_output: true,
             },
             prompt_cache_key: None,
             reasoning_in_history: false,

@@ -79,6 +79,7 @@ impl OpenAiResponses {
                 thinking: true,
                 prompt_caching: true,
                 usage_reporting: true,
+                structured_output: true,
             },
             store: false,
             encrypted_reasoning: None,

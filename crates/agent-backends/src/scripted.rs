@@ -380,6 +380,7 @@ impl ScriptedBackend {
                 thinking: true,
                 prompt_caching: false,
                 usage_reporting: true,
+                structured_output: false,
             },
             model: None,
             recorded: None,

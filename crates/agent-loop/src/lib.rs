@@ -20,6 +20,10 @@
 //!   the appender) at once; the remote results follow when the caller resumes.
 //! - [`Options`] holds the mode, the [tools](agent_tools::Registry), every budget, timeouts,
 //!   the cancellation token, the conversation appender and the [`Hooks`].
+//! - [`Options::with_output`] asks for a typed final answer: a JSON Schema (derived from a
+//!   type, or given raw) that the answer must match, asked for natively, through a
+//!   final-answer tool or in the prompt, validated, and retried with the problems when it does
+//!   not match ([`output`]); read it with [`GenerateResult::output`].
 //!
 //! The loop talks to models only through the [`Backend`] trait, so it has no HTTP client and
 //! no provider code. It needs a tokio runtime with timers for timeouts and the cancellation
@@ -69,6 +73,7 @@ mod estimate;
 mod events;
 mod hooks;
 mod options;
+pub mod output;
 mod result;
 mod run;
 mod session;
@@ -80,6 +85,7 @@ pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use hooks::{Hooks, ModelCallGate};
 pub use options::{ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism};
+pub use output::{OutputSpec, OutputStrategy};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{Session, SessionInput, SessionStatus};
 

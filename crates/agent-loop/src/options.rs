@@ -7,10 +7,13 @@ use std::time::Duration;
 use agent_conversation::ConversationAppender;
 use agent_tools::{Caller, Registry, ValidationMode};
 use agent_types::RateCard;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::estimate::{ByteEstimate, TokenCounter};
 use crate::hooks::Hooks;
+use crate::output::{OutputSpec, OutputStrategy};
 use crate::result::ModelCallRecord;
 
 /// Who resolves the tool calls the model asks for.
@@ -191,6 +194,14 @@ pub struct Options {
     pub hooks: Hooks,
     /// Receives one record per model call as it completes.
     pub on_model_call: Option<ModelCallSink>,
+    /// The schema the final answer must match (see [`crate::output`]); `None` (the default)
+    /// leaves the answer free text and costs the run nothing.
+    pub output: Option<OutputSpec>,
+    /// How the model is asked for the structured answer.
+    pub output_strategy: OutputStrategy,
+    /// How many times an answer that fails the output schema goes back to the model with
+    /// the problems (default 1); each try is a model call counted against every budget.
+    pub max_output_retries: u32,
 }
 
 impl Default for Options {
@@ -221,6 +232,9 @@ impl Default for Options {
             max_repeated_calls: Some(3),
             hooks: Hooks::default(),
             on_model_call: None,
+            output: None,
+            output_strategy: OutputStrategy::Auto,
+            max_output_retries: 1,
         }
     }
 }
@@ -297,6 +311,28 @@ impl Options {
         with_max_repeated_calls(max_repeated_calls: Option<u32>);
         /// Sets the hooks.
         with_hooks(hooks: Hooks);
+        /// Sets the output schema from a spec built (and compiled) once.
+        with_output_spec(output: OutputSpec) => Some;
+        /// Sets how the structured answer is asked for.
+        with_output_strategy(output_strategy: OutputStrategy);
+        /// Sets how many times an invalid answer is sent back for another try.
+        with_max_output_retries(max_output_retries: u32);
+    }
+
+    /// Asks for a final answer matching `T`'s schema, derived and compiled here (once per
+    /// `Options`: build them once and clone, or share an [`OutputSpec`]). Read the answer
+    /// with [`GenerateResult::output`](crate::GenerateResult::output).
+    #[must_use]
+    pub fn with_output<T: JsonSchema + DeserializeOwned>(mut self) -> Self {
+        self.output = Some(OutputSpec::of::<T>());
+        self
+    }
+
+    /// Asks for a final answer matching a raw JSON Schema (an object schema), compiled here.
+    #[must_use]
+    pub fn with_output_schema(mut self, schema: serde_json::Value) -> Self {
+        self.output = Some(OutputSpec::from_schema(schema));
+        self
     }
 
     /// Shares an already shared registry.
@@ -351,6 +387,9 @@ impl Options {
                 "0".into(),
                 "it must be at least 1 (leave it unset for no token budget)",
             );
+        }
+        if let Some(output) = &self.output {
+            output.check()?;
         }
         if let Some(max) = self.max_cost_usd
             && !(max.is_finite() && max > 0.0)
@@ -416,6 +455,9 @@ impl fmt::Debug for Options {
             .field("max_repeated_calls", &self.max_repeated_calls)
             .field("hooks", &self.hooks)
             .field("on_model_call", &self.on_model_call.is_some())
+            .field("output", &self.output)
+            .field("output_strategy", &self.output_strategy)
+            .field("max_output_retries", &self.max_output_retries)
             .finish()
     }
 }

@@ -2,8 +2,13 @@
 
 use std::time::Duration;
 
-use agent_types::{AssistantMessage, Message, SessionId, StopReason, ToolCall, TraceEntry, Usage};
+use agent_types::{
+    AgentError, AssistantMessage, ErrorKind, InvalidOutput, Message, SessionId, StopReason,
+    ToolCall, TraceEntry, Usage,
+};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::session::SessionStatus;
 
@@ -62,12 +67,43 @@ pub struct GenerateResult {
     /// One entry per tool call, when `include_tool_trace` was set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trace: Vec<TraceEntry>,
+    /// The structured answer, validated against the run's output schema; `None` when the
+    /// run had no output schema (or is waiting for tool results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
 }
 
 impl GenerateResult {
     /// The final answer's text.
     pub fn text(&self) -> String {
         self.message.text_content()
+    }
+
+    /// The structured answer as a `T`.
+    ///
+    /// # Errors
+    ///
+    /// A configuration error when the run had no output schema or ended without an answer;
+    /// an `invalid_output` error (keeping the raw JSON) when the validated answer does not
+    /// deserialize into `T` (a `T` other than the schema's).
+    pub fn output<T: DeserializeOwned>(&self) -> Result<T, AgentError> {
+        let Some(value) = &self.output else {
+            return Err(AgentError::config(
+                "the run has no structured answer: set an output schema (`Options::with_output`)                  and read the result of a completed run",
+            ));
+        };
+        T::deserialize(value).map_err(|error| {
+            let errors = vec![error.to_string()];
+            AgentError::new(
+                ErrorKind::InvalidOutput {
+                    output: Box::new(InvalidOutput {
+                        raw: value.to_string(),
+                        errors,
+                    }),
+                },
+                format!("the structured answer does not deserialize into the asked type: {error}"),
+            )
+        })
     }
 
     /// The tool calls of the last assistant message (what `return` mode hands back).

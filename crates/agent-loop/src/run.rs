@@ -9,9 +9,9 @@ use std::time::Duration;
 use agent_conversation::Turn;
 use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
 use agent_types::{
-    AgentError, AgentEvent, AssistantMessage, Backend, BackendError, BackendErrorKind, Budget,
-    ErrorKind, Message, MessageAssembler, ModelRequest, Role, StopReason, ToolCall, ToolResult,
-    TraceEntry, Usage,
+    AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError,
+    BackendErrorKind, Budget, Capabilities, ErrorKind, Message, MessageAssembler, ModelRequest,
+    Role, StopReason, ToolCall, ToolChoice, ToolResult, TraceEntry, Usage,
 };
 use futures_util::StreamExt;
 use futures_util::future::{Either, select};
@@ -24,6 +24,7 @@ use crate::estimate::CountCache;
 use crate::events::Emitter;
 use crate::hooks::ModelCallGate;
 use crate::options::{Options, ToolMode};
+use crate::output::{OutputSpec, OutputStrategy};
 use crate::result::{GenerateResult, ModelCallRecord};
 use crate::session::{RepeatedCall, RunState, Session, SessionInput, SessionStatus};
 
@@ -153,6 +154,39 @@ struct Run<'s, 'o, B: ?Sized> {
     counts: CountCache,
     /// The estimated tokens of the system prompt and tool specs.
     preamble_tokens: u64,
+    /// The structured output asked for, with its resolved strategy; `None` on the text path.
+    output: Option<Output<'o>>,
+    /// The validated structured answer, once there is one.
+    answer: Option<serde_json::Value>,
+    /// The session's own system prompt, when `Prompted` added the schema to the request's.
+    system_before: Option<Option<String>>,
+}
+
+/// A run's structured output: the spec, the strategy resolved for the backend, the retries
+/// used.
+struct Output<'o> {
+    spec: &'o OutputSpec,
+    strategy: OutputStrategy,
+    retries: u32,
+}
+
+/// What a model turn is, for a run with an output schema.
+enum Verdict {
+    /// Tool calls that are not the final answer: the usual round.
+    Tools,
+    /// A valid answer (`call`: the final-answer call that carried it).
+    Answer {
+        value: serde_json::Value,
+        call: Option<ToolCall>,
+    },
+    /// An answer that fails the schema (or is not JSON).
+    Invalid {
+        raw: String,
+        errors: Vec<String>,
+        call: Option<ToolCall>,
+    },
+    /// The model refused.
+    Refused(String),
 }
 
 impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
@@ -176,6 +210,15 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 tools.len()
             )));
         }
+        let strategy = match &options.output {
+            Some(spec) => Some(resolve_strategy(
+                spec,
+                options.output_strategy,
+                backend.capabilities(),
+                &tools,
+            )?),
+            None => None,
+        };
         let policy = TruncationPolicy::new(options.tool_result_max_bytes)
             .map_err(|error| AgentError::config(error.to_string()))?;
         if options.max_cost_usd.is_some() && options.rate_card.price(&session.model).is_none() {
@@ -218,7 +261,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             messages.len()
         };
         session.status = SessionStatus::Running;
-        let request = ModelRequest {
+        let mut request = ModelRequest {
             model: session.model.clone(),
             system: session.system.take(),
             messages,
@@ -226,7 +269,20 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             tool_choice: session.tool_choice.clone(),
             settings: session.settings.clone(),
             extras: session.extras.clone(),
+            response_format: None,
             stream: true,
+        };
+        let mut system_before = None;
+        let output = match (&options.output, strategy) {
+            (Some(spec), Some(strategy)) => {
+                system_before = apply_output(spec, strategy, &mut request);
+                Some(Output {
+                    spec,
+                    strategy,
+                    retries: 0,
+                })
+            }
+            _ => None,
         };
         let preamble_tokens = options
             .token_counter
@@ -253,6 +309,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             scope,
             counts: CountCache::default(),
             preamble_tokens,
+            output,
+            answer: None,
+            system_before,
         })
     }
 
@@ -267,6 +326,33 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 Message::Assistant(message) => message.tool_calls().cloned().collect(),
                 _ => Vec::new(),
             };
+            if self.output.is_some() {
+                match self.judge(at, &calls) {
+                    Verdict::Tools => {}
+                    Verdict::Answer { value, call } => {
+                        self.close_answer_round(&calls, call.as_ref(), None).await?;
+                        self.emitter
+                            .emit_with(|| AgentEvent::Output {
+                                value: value.clone(),
+                            })
+                            .await;
+                        self.answer = Some(value);
+                        return Ok(End::Answered);
+                    }
+                    Verdict::Invalid { raw, errors, call } => {
+                        self.retry_output(&calls, call, raw, errors).await?;
+                        continue;
+                    }
+                    Verdict::Refused(refusal) => {
+                        let message =
+                            format!("the model refused to give a structured answer: {refusal}");
+                        return Err(AgentError::new(
+                            ErrorKind::OutputRefused { refusal },
+                            message,
+                        ));
+                    }
+                }
+            }
             if calls.is_empty() {
                 return Ok(End::Answered);
             }
@@ -355,7 +441,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 _ => None,
             })
             .unwrap_or_default();
-        let finish_reason = if pending.is_empty() {
+        let answer = self.answer.take();
+        let finish_reason = if answer.is_some() {
+            // A final-answer call is the answer, not a request for tools.
+            StopReason::Stop
+        } else if pending.is_empty() {
             message.stop_reason.unwrap_or(StopReason::Stop)
         } else {
             StopReason::ToolCalls
@@ -375,6 +465,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             } else {
                 Vec::new()
             },
+            output: answer,
         }
     }
 
@@ -438,11 +529,19 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let started = Instant::now();
         let mut first_event = None;
         let mut assembler = MessageAssembler::new(self.emitter.is_on());
+        let mut partial = match &self.output {
+            Some(output) if self.emitter.is_on() => Some(crate::output::PartialOutput::new(
+                output.spec,
+                output.strategy,
+            )),
+            _ => None,
+        };
         let pumped = {
             let stream = self.backend.stream(&self.request);
             let emitter = &self.emitter;
             let assembler = &mut assembler;
             let first_event = &mut first_event;
+            let partial = &mut partial;
             // Boxed with an explicit `Send` so the compiler proves it here, once, instead of
             // through every caller's future (where higher-ranked lifetimes defeat it).
             let pump: Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + '_>> =
@@ -452,7 +551,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                         first_event.get_or_insert_with(|| started.elapsed());
                         assembler.push(item?)?;
                         while let Some(event) = assembler.next_event() {
+                            let grown = partial.as_mut().and_then(|p| p.observe(&event));
                             emitter.emit(event).await;
+                            if let Some(grown) = grown {
+                                emitter.emit(grown).await;
+                            }
                         }
                     }
                     Ok::<(), BackendError>(())
@@ -820,6 +923,140 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
     }
 
+    /// What the model's turn at `at` is, for a run with an output schema.
+    fn judge(&self, at: usize, calls: &[ToolCall]) -> Verdict {
+        let (Some(output), Message::Assistant(message)) =
+            (&self.output, &self.request.messages[at])
+        else {
+            return Verdict::Tools;
+        };
+        let refusal = message.content.iter().find_map(|block| match block {
+            AssistantBlock::Refusal { text } => Some(text.clone()),
+            _ => None,
+        });
+        if let Some(refusal) = refusal {
+            return Verdict::Refused(refusal);
+        }
+        if output.strategy == OutputStrategy::Tool
+            && let Some(call) = calls.iter().find(|call| call.name == output.spec.name())
+        {
+            return match output.spec.validate(call.arguments.clone()) {
+                Ok(value) => Verdict::Answer {
+                    value,
+                    call: Some(call.clone()),
+                },
+                Err(errors) => Verdict::Invalid {
+                    raw: call.arguments.to_string(),
+                    errors,
+                    call: Some(call.clone()),
+                },
+            };
+        }
+        if !calls.is_empty() {
+            return Verdict::Tools;
+        }
+        // A text answer: what `Native` and `Prompted` expect, and under `Tool` a model that
+        // answered in text anyway (accepted when the text is a valid answer).
+        let text = message.text_content();
+        let parsed = crate::output::parse_text(&text).map_err(|error| vec![error]);
+        match parsed.and_then(|value| output.spec.validate(value)) {
+            Ok(value) => Verdict::Answer { value, call: None },
+            Err(errors) => Verdict::Invalid {
+                raw: text,
+                errors,
+                call: None,
+            },
+        }
+    }
+
+    /// Gives every call of the answering turn a result, so the history stays valid: the
+    /// final-answer call its acknowledgement (or `feedback`, an error result, when the answer
+    /// was invalid), any other call a result saying it was not run.
+    async fn close_answer_round(
+        &mut self,
+        calls: &[ToolCall],
+        answer: Option<&ToolCall>,
+        feedback: Option<String>,
+    ) -> Result<(), AgentError> {
+        let mut feedback = feedback;
+        for call in calls {
+            let result = if answer.is_some_and(|answer| answer.id == call.id) {
+                match feedback.take() {
+                    Some(text) => ToolResult::error(call.id.clone(), call.name.clone(), text),
+                    None => ToolResult::ok(
+                        call.id.clone(),
+                        call.name.clone(),
+                        "The final answer was received.",
+                    ),
+                }
+            } else {
+                ToolResult::error(
+                    call.id.clone(),
+                    call.name.clone(),
+                    "This call was not run: it came in the same turn as the final answer.",
+                )
+            };
+            self.push_message(Message::Tool(result), None).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends an invalid answer back with its problems for another try, or ends the run when
+    /// the retries (or the iterations) are used up.
+    async fn retry_output(
+        &mut self,
+        calls: &[ToolCall],
+        call: Option<ToolCall>,
+        raw: String,
+        errors: Vec<String>,
+    ) -> Result<(), AgentError> {
+        let Some(output) = &mut self.output else {
+            return Ok(());
+        };
+        if output.retries >= self.options.max_output_retries {
+            return Err(crate::output::invalid_output(
+                raw,
+                errors,
+                output.retries + 1,
+            ));
+        }
+        if self.state.iterations >= self.options.max_tool_iterations {
+            return Err(AgentError::budget(Budget::Iterations {
+                used: self.state.iterations,
+                max: self.options.max_tool_iterations,
+            }));
+        }
+        output.retries += 1;
+        self.state.iterations += 1;
+        let name = output.spec.name().to_owned();
+        let strategy = output.strategy;
+        let mut problems = String::new();
+        for error in &errors {
+            problems.push_str("\n- ");
+            problems.push_str(error);
+        }
+        match call {
+            Some(call) => {
+                let feedback = format!(
+                    "The answer does not match the schema:{problems}\nCall `{name}` again with                      a corrected answer."
+                );
+                self.close_answer_round(calls, Some(&call), Some(feedback))
+                    .await
+            }
+            None => {
+                let ask = if strategy == OutputStrategy::Tool {
+                    format!("Give your final answer by calling `{name}`.")
+                } else {
+                    "Reply with only the corrected JSON.".to_owned()
+                };
+                let feedback = format!(
+                    "Your answer does not match the required JSON Schema:{problems}\n{ask}"
+                );
+                self.push_message(Message::user(feedback), None).await
+            }
+        }
+    }
+
     /// Adds `message` to the history, tells the consumer, and stores it (awaited).
     async fn push_message(
         &mut self,
@@ -890,7 +1127,11 @@ impl<B: ?Sized> Drop for Run<'_, '_, B> {
         self.settle();
         // Give the history back, whatever happened; a run dropped mid-way reads as aborted.
         self.session.messages = std::mem::take(&mut self.request.messages);
-        self.session.system = self.request.system.take();
+        self.session.system = match self.system_before.take() {
+            // `Prompted` added the schema to the request's prompt, not to the session's.
+            Some(original) => original,
+            None => self.request.system.take(),
+        };
         if self.session.status == SessionStatus::Running {
             self.session.status = SessionStatus::Aborted;
         }
@@ -1110,6 +1351,84 @@ pub(crate) fn close_dangling(messages: &mut Vec<Message>, reason: &str) -> usize
         )));
     }
     added
+}
+
+/// The strategy `wanted` comes to on a backend with `capabilities`; an explicit strategy the
+/// backend cannot serve, or a final-answer tool named like a registered tool, is refused.
+fn resolve_strategy(
+    spec: &OutputSpec,
+    wanted: OutputStrategy,
+    capabilities: Capabilities,
+    tools: &Registry,
+) -> Result<OutputStrategy, AgentError> {
+    let strategy = match wanted {
+        OutputStrategy::Auto if capabilities.structured_output => OutputStrategy::Native,
+        OutputStrategy::Auto if capabilities.tools => OutputStrategy::Tool,
+        OutputStrategy::Auto => OutputStrategy::Prompted,
+        OutputStrategy::Native if !capabilities.structured_output => {
+            return Err(AgentError::config(
+                "the `native` output strategy needs a backend with native structured output \
+                 (OpenAI Chat, OpenAI Responses, Gemini, Ollama); use `tool`, `prompted` or \
+                 `auto` with this backend",
+            ));
+        }
+        OutputStrategy::Tool if !capabilities.tools => {
+            return Err(AgentError::config(
+                "the `tool` output strategy needs a backend that supports tools; use \
+                 `prompted` or `auto` with this backend",
+            ));
+        }
+        strategy => strategy,
+    };
+    if strategy == OutputStrategy::Tool && tools.get(spec.name()).is_some() {
+        return Err(AgentError::config(format!(
+            "a tool named `{}` is registered, which is also the final-answer tool's name; \
+             rename one (`OutputSpec::with_name`)",
+            spec.name()
+        )));
+    }
+    Ok(strategy)
+}
+
+/// Puts the output strategy into the request. Returns the session's system prompt when the
+/// request's now differs from it.
+fn apply_output(
+    spec: &OutputSpec,
+    strategy: OutputStrategy,
+    request: &mut ModelRequest,
+) -> Option<Option<String>> {
+    match strategy {
+        OutputStrategy::Native => {
+            request.response_format = Some(spec.response_format());
+            None
+        }
+        OutputStrategy::Tool => {
+            request.tools.push(spec.tool_spec());
+            // The model must call a tool: the final answer alone, or any with other tools
+            // (the final answer being one). A choice the session made stays, and so does
+            // `auto` with reasoning on: Anthropic refuses a forced tool call with thinking
+            // (the tool's description and the retry still steer the model to it).
+            if request.tool_choice == ToolChoice::Auto && request.settings.reasoning.is_none() {
+                request.tool_choice = if request.tools.len() == 1 {
+                    ToolChoice::Tool {
+                        name: spec.name().to_owned(),
+                    }
+                } else {
+                    ToolChoice::Required
+                };
+            }
+            None
+        }
+        OutputStrategy::Prompted | OutputStrategy::Auto => {
+            let before = request.system.clone();
+            let prompt = spec.prompt();
+            request.system = Some(match &before {
+                Some(system) => format!("{system}\n\n{prompt}"),
+                None => prompt,
+            });
+            Some(before)
+        }
+    }
 }
 
 /// The tools this run offers: the registry, plus the session's remote tools, narrowed to the

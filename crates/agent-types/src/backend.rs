@@ -33,6 +33,10 @@ pub struct Capabilities {
     pub prompt_caching: bool,
     /// The provider reports token usage.
     pub usage_reporting: bool,
+    /// The adapter sends [`ModelRequest::response_format`] as the provider's own
+    /// schema-constrained output (the `Native` structured-output strategy); without it the
+    /// field is ignored and the loop uses a final-answer tool or the prompt instead.
+    pub structured_output: bool,
 }
 
 /// A model provider.

@@ -148,6 +148,32 @@ pub enum ErrorKind {
     /// the request. 403.
     #[error("refused")]
     Refused,
+    /// The model's final answer did not match the run's output schema, after every retry
+    /// (`max_output_retries`). 422.
+    #[error("the answer does not match the output schema")]
+    InvalidOutput {
+        /// The last answer and what is wrong with it; in JSON, `raw` and `errors` beside
+        /// `kind` (boxed: it is rarely read, and keeps `AgentError` small).
+        #[serde(flatten)]
+        output: Box<InvalidOutput>,
+    },
+    /// The model refused to give a structured answer (a refusal instead of content). 422.
+    #[error("the model refused to answer")]
+    OutputRefused {
+        /// The model's refusal, as it gave it.
+        refusal: String,
+    },
+}
+
+/// A structured answer that failed the output schema: what the model sent and why it fails.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidOutput {
+    /// The last answer as the model gave it (the final-answer tool's arguments as JSON, or
+    /// the text).
+    pub raw: String,
+    /// What is wrong with it: each problem, after the JSON Pointer of its place.
+    #[serde(default)]
+    pub errors: Vec<String>,
 }
 
 /// The error that ends a loop. It carries what the loop had done when it stopped: the trace
@@ -234,6 +260,7 @@ impl AgentError {
             ErrorKind::Backend { error } => error.agent_status(),
             ErrorKind::NotImplemented => 501,
             ErrorKind::Refused => 403,
+            ErrorKind::InvalidOutput { .. } | ErrorKind::OutputRefused { .. } => 422,
         }
     }
 
@@ -413,6 +440,21 @@ mod tests {
             (ErrorKind::NotImplemented, 501),
             (ErrorKind::Refused, 403),
             (ErrorKind::Appender, 500),
+            (
+                ErrorKind::InvalidOutput {
+                    output: Box::new(InvalidOutput {
+                        raw: "{\"city\": 3}".into(),
+                        errors: vec!["/city: 3 is not of type \"string\"".into()],
+                    }),
+                },
+                422,
+            ),
+            (
+                ErrorKind::OutputRefused {
+                    refusal: "I can't help with that.".into(),
+                },
+                422,
+            ),
             (
                 ErrorKind::Backend {
                     error: Box::new(BackendError::new(BackendErrorKind::Server, "boom")),

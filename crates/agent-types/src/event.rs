@@ -175,6 +175,19 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "is_false")]
         truncated: bool,
     },
+    /// The structured answer streamed so far, parsed best-effort (open strings, arrays and
+    /// objects closed; an unfinished member left out). Only in a run with an output schema;
+    /// not validated, and a later one may differ in any member.
+    OutputPartial {
+        /// The partial answer (always a JSON object).
+        value: Value,
+    },
+    /// The structured answer, validated against the output schema; just before the run's
+    /// last events.
+    Output {
+        /// The answer.
+        value: Value,
+    },
     /// The loop failed; `session_end` follows.
     Error {
         /// What went wrong, with the partial trace and messages.

@@ -68,7 +68,9 @@ mod usage;
 
 pub use assemble::MessageAssembler;
 pub use backend::{Backend, BackendStream, Capabilities};
-pub use error::{AgentError, BackendError, BackendErrorKind, Budget, ErrorKind, Spend};
+pub use error::{
+    AgentError, BackendError, BackendErrorKind, Budget, ErrorKind, InvalidOutput, Spend,
+};
 pub use event::AgentEvent;
 pub use id::{SessionId, ToolCallId};
 pub use message::{
@@ -77,7 +79,8 @@ pub use message::{
 };
 pub use pricing::{ModelPrice, RateCard, cost};
 pub use request::{
-    GenerationSettings, ModelRequest, Reasoning, ReasoningEffort, ToolChoice, ToolSpec,
+    GenerationSettings, ModelRequest, Reasoning, ReasoningEffort, ResponseFormat, ToolChoice,
+    ToolSpec,
 };
 pub use stop::StopReason;
 pub use stream::StreamEvent;

@@ -94,6 +94,23 @@ pub struct GenerationSettings {
     pub parallel_tool_calls: Option<bool>,
 }
 
+/// A JSON Schema the model's answer must follow, for a backend that constrains its output
+/// natively ([`Capabilities::structured_output`](crate::Capabilities::structured_output)).
+///
+/// The loop sends the schema already in strict form (every property required, optional ones
+/// nullable, `additionalProperties: false` on every object), which OpenAI's strict mode
+/// requires and every other provider accepts; adapters send it as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseFormat {
+    /// A name for the schema (`^[a-zA-Z0-9_-]{1,64}$`); OpenAI requires one.
+    pub name: String,
+    /// The JSON Schema of the answer (an object schema).
+    pub schema: Value,
+    /// Ask the provider to enforce the schema strictly where it offers a choice.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub strict: bool,
+}
+
 /// Everything a backend needs for one model call.
 ///
 /// Backends borrow the request for the life of the call, so the loop keeps one history and
@@ -120,6 +137,10 @@ pub struct ModelRequest {
     /// request body by its adapter.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub extras: Map<String, Value>,
+    /// The schema the answer must follow, for backends that constrain output natively;
+    /// `None` (the default) leaves the answer free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
     /// Ask the backend to stream (`true`) or to answer in one response.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub stream: bool,
@@ -147,6 +168,7 @@ impl Default for ModelRequest {
             tool_choice: ToolChoice::Auto,
             settings: GenerationSettings::default(),
             extras: Map::new(),
+            response_format: None,
             stream: true,
         }
     }

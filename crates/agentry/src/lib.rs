@@ -95,8 +95,9 @@ pub use agent_backends as backends;
 #[cfg(feature = "loop")]
 #[doc(inline)]
 pub use agent_loop::{
-    EventStream, GenerateResult, Hooks, Input, Options, Session, SessionInput, SessionStatus,
-    ToolErrorMode, ToolMode, ToolParallelism, execute, execute_stream, generate, generate_stream,
+    EventStream, GenerateResult, Hooks, Input, Options, OutputSpec, OutputStrategy, Session,
+    SessionInput, SessionStatus, ToolErrorMode, ToolMode, ToolParallelism, execute, execute_stream,
+    generate, generate_stream,
 };
 
 #[doc(inline)]

@@ -33,9 +33,26 @@ pub(super) struct Body<'a> {
     top_p: Option<f32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<OutputConfig<'a>>,
     stream: bool,
     #[serde(flatten)]
     extras: &'a Map<String, Value>,
+}
+
+/// `output_config: {"format": {"type": "json_schema", "schema": ...}}`: Anthropic's structured
+/// outputs, for the models that have them (the backend declares `structured_output` only when
+/// the caller says so, see docs/providers.md).
+#[derive(Debug, Serialize)]
+struct OutputConfig<'a> {
+    format: OutputFormat<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct OutputFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema: &'a Value,
 }
 
 impl Body<'_> {
@@ -52,6 +69,7 @@ impl Body<'_> {
             ("temperature", self.temperature.is_some()),
             ("top_p", self.top_p.is_some()),
             ("stop_sequences", !self.stop_sequences.is_empty()),
+            ("output_config", self.output_config.is_some()),
             ("stream", true),
         ]
         .into_iter()
@@ -250,6 +268,12 @@ pub(super) fn build<'a>(
         temperature: settings.temperature,
         top_p: settings.top_p,
         stop_sequences: &settings.stop_sequences,
+        output_config: request.response_format.as_ref().map(|format| OutputConfig {
+            format: OutputFormat {
+                kind: "json_schema",
+                schema: &format.schema,
+            },
+        }),
         stream: request.stream,
         extras: &request.extras,
     };

@@ -1933,3 +1933,31 @@ fn a_trailing_system_note_is_the_tail_with_caching() {
     );
     assert_eq!(breakpoints_of(&sent).len(), 2);
 }
+
+#[test]
+fn request_native_structured_output() {
+    let asked = ModelRequest {
+        response_format: Some(agent_types::ResponseFormat {
+            name: "weather_report".into(),
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "note": {"type": ["string", "null"]}
+                },
+                "required": ["city", "note"],
+                "additionalProperties": false
+            }),
+            strict: true,
+        }),
+        ..request(vec![Message::user("Weather in Oslo?")])
+    };
+    let sent = body(&plain(), &asked);
+    assert_eq!(sent["output_config"]["format"]["type"], "json_schema");
+    snapshot!("request_native_structured_output", sent);
+    // Declared only on request: Anthropic's structured outputs depend on the model.
+    assert!(!plain().capabilities().structured_output);
+    // Without a response format, no `output_config`.
+    let sent = body(&plain(), &request(vec![Message::user("x")]));
+    assert!(sent.get("output_config").is_none());
+}

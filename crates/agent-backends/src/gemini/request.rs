@@ -173,6 +173,12 @@ struct GenerationConfig<'a> {
     stop_sequences: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking_config: Option<ThinkingConfig>,
+    /// `application/json` with a response schema (native structured output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_mime_type: Option<&'static str>,
+    /// The answer's schema, in Gemini's OpenAPI subset (as tool parameters are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_schema: Option<Value>,
     /// The caller's `extras.generationConfig`, merged in.
     #[serde(flatten)]
     extra: Option<&'a Map<String, Value>>,
@@ -187,6 +193,8 @@ impl GenerationConfig<'_> {
             self.top_p.map(|_| "topP"),
             (!self.stop_sequences.is_empty()).then_some("stopSequences"),
             self.thinking_config.as_ref().map(|_| "thinkingConfig"),
+            self.response_mime_type.map(|_| "responseMimeType"),
+            self.response_schema.as_ref().map(|_| "responseSchema"),
         ]
         .into_iter()
         .flatten()
@@ -312,6 +320,11 @@ fn generation_config(request: &ModelRequest) -> Result<Option<GenerationConfig<'
             .reasoning
             .as_ref()
             .map(|reasoning| thinking_config(&request.model, reasoning)),
+        response_mime_type: request.response_format.as_ref().map(|_| "application/json"),
+        response_schema: request
+            .response_format
+            .as_ref()
+            .map(|format| super::schema::to_gemini_schema(&format.schema)),
         extra,
     };
     if let Some(extra) = extra {

@@ -1260,3 +1260,53 @@ fn round_trip_keeps_every_thought_signature() {
         );
     }
 }
+
+#[test]
+fn request_native_structured_output() {
+    let request = ModelRequest {
+        response_format: Some(agent_types::ResponseFormat {
+            name: "weather_report".into(),
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "note": {"type": ["string", "null"]}
+                },
+                "required": ["city", "note"],
+                "additionalProperties": false
+            }),
+            strict: true,
+        }),
+        ..ModelRequest::new("gemini-2.5-flash", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = body_of(&request);
+    snapshot("request_native_structured_output", &body);
+    let config = &body["generationConfig"];
+    assert_eq!(config["responseMimeType"], "application/json");
+    // The schema in Gemini's dialect: `["string", "null"]` is a nullable STRING, and
+    // `additionalProperties` (which Gemini rejects) is gone.
+    assert_eq!(
+        config["responseSchema"]["properties"]["note"],
+        json!({"type": "STRING", "nullable": true})
+    );
+    assert!(
+        config["responseSchema"]
+            .get("additionalProperties")
+            .is_none()
+    );
+
+    // The same key in `extras.generationConfig` is refused, naming it.
+    let mut colliding = request;
+    colliding.extras.insert(
+        "generationConfig".into(),
+        json!({"responseMimeType": "text/plain"}),
+    );
+    let error = super::request::body(&colliding).unwrap_err();
+    assert!(
+        error.message.contains("responseMimeType"),
+        "{}",
+        error.message
+    );
+    let plain = ModelRequest::new("gemini-2.5-flash", vec![Message::user("x")]);
+    assert!(body_of(&plain).get("generationConfig").is_none());
+}

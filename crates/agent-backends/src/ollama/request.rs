@@ -28,6 +28,9 @@ pub(super) struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     stream: bool,
+    /// The JSON Schema the answer must follow (Ollama's structured outputs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     think: Option<Think>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -197,6 +200,10 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
         messages,
         tools,
         stream: request.stream,
+        format: request
+            .response_format
+            .as_ref()
+            .map(|format| &format.schema),
         think: think(request),
         options: options(request)?,
         extras: TopLevelExtras {
@@ -210,6 +217,7 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
         Some("stream"),
         (!wire.tools.is_empty()).then_some("tools"),
         wire.think.as_ref().map(|_| "think"),
+        wire.format.map(|_| "format"),
     ];
     refuse_collisions(&request.extras, sent.into_iter().flatten(), "Ollama", "")?;
     Ok(wire)

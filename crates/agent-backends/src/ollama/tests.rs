@@ -799,3 +799,33 @@ fn round_trip_of_a_call_with_thinking() {
     );
     assert_eq!(body["messages"][2]["tool_call_id"], "call_mo1wm122");
 }
+
+#[test]
+fn request_native_structured_output() {
+    let request = ModelRequest {
+        response_format: Some(agent_types::ResponseFormat {
+            name: "weather_report".into(),
+            schema: json!({
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+                "required": ["city", "temp_c"],
+                "additionalProperties": false
+            }),
+            strict: true,
+        }),
+        stream: false,
+        ..ModelRequest::new("qwen3:8b", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = body_of(&request);
+    snapshot("request_native_structured_output", &body);
+    assert_eq!(body["format"]["required"], json!(["city", "temp_c"]));
+
+    // `format` in extras as well would send the key twice: refused, naming it.
+    let mut colliding = request;
+    colliding.extras.insert("format".into(), json!("json"));
+    let error = super::request::body(&colliding).unwrap_err();
+    assert!(error.message.contains("format"), "{}", error.message);
+    // Without a response format, no `format`.
+    let plain = ModelRequest::new("qwen3:8b", vec![Message::user("x")]);
+    assert!(body_of(&plain).get("format").is_none());
+}

@@ -126,6 +126,18 @@ fn wire_request<'a>(
         prompt_cache_key: options
             .prompt_cache_key
             .filter(|_| ours("prompt_cache_key")),
+        response_format: request
+            .response_format
+            .as_ref()
+            .filter(|_| ours("response_format"))
+            .map(|format| WireResponseFormat {
+                kind: "json_schema",
+                json_schema: WireJsonSchema {
+                    name: &format.name,
+                    schema: &format.schema,
+                    strict: format.strict,
+                },
+            }),
         extras,
     })
 }
@@ -282,8 +294,26 @@ struct WireRequest<'a> {
     reasoning_effort: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<WireResponseFormat<'a>>,
     #[serde(flatten)]
     extras: &'a Map<String, Value>,
+}
+
+/// `response_format: {"type": "json_schema", "json_schema": {...}}`: the answer constrained to
+/// the schema (strict mode when asked; the loop sends the schema already in strict form).
+#[derive(Serialize)]
+struct WireResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: WireJsonSchema<'a>,
+}
+
+#[derive(Serialize)]
+struct WireJsonSchema<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
 }
 
 #[derive(Serialize)]

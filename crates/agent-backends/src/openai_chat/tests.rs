@@ -1675,3 +1675,40 @@ fn decoded_reasoning_goes_back_only_when_asked() {
     );
     assert_eq!(echoed["messages"][1]["content"], Value::Null);
 }
+
+#[test]
+fn request_native_structured_output() {
+    let request = ModelRequest {
+        response_format: Some(agent_types::ResponseFormat {
+            name: "weather_report".into(),
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "note": {"type": ["string", "null"]}
+                },
+                "required": ["city", "note"],
+                "additionalProperties": false
+            }),
+            strict: true,
+        }),
+        ..ModelRequest::new("gpt-4o-mini", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = wire(&request);
+    snapshot("request_native_structured_output", &body);
+    assert_eq!(body["response_format"]["type"], "json_schema");
+    assert_eq!(body["response_format"]["json_schema"]["strict"], true);
+
+    // A `response_format` in extras replaces ours (sent once, as the caller wrote it).
+    let mut request = request;
+    request
+        .extras
+        .insert("response_format".into(), json!({"type": "json_object"}));
+    assert_eq!(
+        wire(&request)["response_format"],
+        json!({"type": "json_object"})
+    );
+    // Without one, nothing is sent.
+    let plain = ModelRequest::new("gpt-4o-mini", vec![Message::user("x")]);
+    assert!(wire(&plain).get("response_format").is_none());
+}

@@ -83,6 +83,14 @@ pub(super) fn build<'a>(
         store: Some(settings.store),
         include: encrypted.then_some(["reasoning.encrypted_content"]),
         prompt_cache_key: settings.prompt_cache_key,
+        text: request.response_format.as_ref().map(|format| TextParam {
+            format: TextFormat {
+                kind: "json_schema",
+                name: &format.name,
+                schema: &format.schema,
+                strict: format.strict,
+            },
+        }),
         stream: request.stream.then_some(true),
         extras,
     };
@@ -121,9 +129,26 @@ pub(super) struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_cache_key: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<TextParam<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<bool>,
     #[serde(flatten)]
     extras: &'a Map<String, Value>,
+}
+
+/// `text: {"format": {"type": "json_schema", ...}}`: the answer constrained to the schema.
+#[derive(Debug, Serialize)]
+struct TextParam<'a> {
+    format: TextFormat<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct TextFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
 }
 
 impl Body<'_> {
@@ -171,6 +196,9 @@ impl Body<'_> {
         }
         if set("prompt_cache_key") {
             self.prompt_cache_key = None;
+        }
+        if set("text") {
+            self.text = None;
         }
         if set("stream") {
             self.stream = None;

@@ -1418,3 +1418,39 @@ mod loopback {
         );
     }
 }
+
+#[test]
+fn request_native_structured_output() {
+    let request = ModelRequest {
+        response_format: Some(agent_types::ResponseFormat {
+            name: "weather_report".into(),
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "note": {"type": ["string", "null"]}
+                },
+                "required": ["city", "note"],
+                "additionalProperties": false
+            }),
+            strict: true,
+        }),
+        ..ModelRequest::new("gpt-5-mini", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = body_of(&backend(), &request);
+    snapshot("request_native_structured_output", &body);
+    assert_eq!(body["text"]["format"]["type"], "json_schema");
+    assert_eq!(body["text"]["format"]["strict"], true);
+
+    // `text` in extras replaces ours.
+    let mut request = request;
+    request
+        .extras
+        .insert("text".into(), json!({"format": {"type": "json_object"}}));
+    assert_eq!(
+        body_of(&backend(), &request)["text"],
+        json!({"format": {"type": "json_object"}})
+    );
+    let plain = ModelRequest::new("gpt-5-mini", vec![Message::user("x")]);
+    assert!(body_of(&backend(), &plain).get("text").is_none());
+}

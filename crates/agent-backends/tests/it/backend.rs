@@ -205,6 +205,7 @@ fn capabilities_default_to_everything_but_prompt_caching() {
             thinking: true,
             prompt_caching: false,
             usage_reporting: true,
+            structured_output: false,
         }
     );
 

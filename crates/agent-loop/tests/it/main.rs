@@ -13,6 +13,7 @@ mod cancellation;
 mod conversation;
 mod hooks;
 mod modes;
+mod output;
 mod sessions;
 mod streaming;
 mod support;

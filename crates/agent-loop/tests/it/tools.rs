@@ -855,6 +855,7 @@ fn no_tools_capabilities() -> Capabilities {
         thinking: false,
         prompt_caching: false,
         usage_reporting: true,
+        structured_output: false,
     }
 }
 

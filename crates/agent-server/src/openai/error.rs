@@ -110,6 +110,20 @@ impl OpenAiError {
                 None,
             ),
             ErrorKind::Refused => (status, "permission_error", None, Some(false)),
+            // A structured answer that failed its schema, or a refusal: the same request would
+            // fail again, so no retry.
+            ErrorKind::InvalidOutput { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request_error",
+                Some("invalid_output"),
+                Some(false),
+            ),
+            ErrorKind::OutputRefused { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request_error",
+                Some("output_refused"),
+                Some(false),
+            ),
             ErrorKind::Backend { .. } if status == StatusCode::TOO_MANY_REQUESTS => (
                 status,
                 "rate_limit_error",

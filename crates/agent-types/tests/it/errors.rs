@@ -42,6 +42,28 @@ fn error_kinds() {
         AgentError::new(ErrorKind::Appender, "No space left on device (os error 28)")
     );
     check!(
+        "error_invalid_output",
+        AgentError::new(
+            ErrorKind::InvalidOutput {
+                output: Box::new(agent_types::InvalidOutput {
+                    raw: r#"{"city": 3}"#.into(),
+                    errors: vec!["/city: 3 is not of type \"string\"".into()],
+                }),
+            },
+            "the model's answer does not match the output schema after 2 tries: /city: 3 is \
+             not of type \"string\""
+        )
+    );
+    check!(
+        "error_output_refused",
+        AgentError::new(
+            ErrorKind::OutputRefused {
+                refusal: "I can't help with that.".into()
+            },
+            "the model refused to give a structured answer: I can't help with that."
+        )
+    );
+    check!(
         "error_refused",
         AgentError::new(
             ErrorKind::Refused,

@@ -163,6 +163,22 @@ fn agent_event_messages() {
 }
 
 #[test]
+fn agent_event_structured_output() {
+    check!(
+        "agent_output_partial",
+        AgentEvent::OutputPartial {
+            value: serde_json::json!({"city": "Os"}),
+        }
+    );
+    check!(
+        "agent_output",
+        AgentEvent::Output {
+            value: serde_json::json!({"city": "Oslo", "temp_c": 3}),
+        }
+    );
+}
+
+#[test]
 fn agent_event_blocks() {
     check!("agent_text_start", AgentEvent::TextStart);
     check!(

@@ -124,6 +124,16 @@ fn model_request_full() {
                 ..GenerationSettings::default()
             },
             extras,
+            response_format: Some(agent_types::ResponseFormat {
+                name: "weather_report".into(),
+                schema: json!({
+                    "type": "object",
+                    "properties": {"temp_c": {"type": "number"}},
+                    "required": ["temp_c"],
+                    "additionalProperties": false
+                }),
+                strict: true,
+            }),
             stream: false,
         }
     );

@@ -69,6 +69,7 @@ fn capabilities() {
             thinking: false,
             prompt_caching: true,
             usage_reporting: true,
+            structured_output: true,
         }
     );
     check!("capabilities_none", Capabilities::default());
