@@ -715,3 +715,36 @@ fn a_session_of_an_unknown_format_is_refused() {
     let error = Session::from_json(&value.to_string()).unwrap_err();
     assert!(error.to_string().contains("format"), "{error}");
 }
+
+/// A session written by agentry before content blocks (format 1, `fixtures/sessions/v1/`,
+/// never rewritten) loads, and resumes where it stopped: the remote call gets its result and
+/// the run finishes, its budgets continuing from the stored ones.
+#[tokio::test]
+async fn a_version_1_session_written_by_the_previous_release_loads_and_resumes() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sessions/v1/session.json");
+    let json = std::fs::read_to_string(path).unwrap();
+    let mut session = Session::from_json(&json).unwrap();
+    assert_eq!(session.id.as_str(), "sess-v1");
+    assert_eq!(session.status, SessionStatus::AwaitingToolExecution);
+    assert_eq!(session.messages.len(), 4);
+    assert_eq!(tool_result(&session.messages[2]).content, DENVER);
+    assert_eq!(session.pending_tool_calls, vec![approve_call("call_p")]);
+
+    let options = Options::auto()
+        .with_tools(registry([weather_tool()]))
+        .with_max_tool_iterations(3);
+    let backend = ScriptedBackend::new([ScriptedTurn::text("Booked.")]);
+    let result = execute(
+        &mut session,
+        vec![ToolResult::ok("call_p", "approve_payment", "approved")],
+        &backend,
+        &options,
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.status, SessionStatus::Completed);
+    assert_eq!(result.text(), "Booked.");
+    assert_eq!(session.messages.len(), 6);
+    assert_eq!(tool_result(&session.messages[4]).content, "approved");
+}
