@@ -328,6 +328,16 @@ impl BackendError {
         }
     }
 
+    /// The error an adapter returns, before sending anything, for a content block its
+    /// provider cannot take: [`Unsupported`](BackendErrorKind::Unsupported) (400), naming the
+    /// provider, the block kind and where it sat (`"a tool result"`, `"a user turn"`).
+    pub fn unsupported_content(provider: &str, kind: crate::ContentKind, place: &str) -> Self {
+        Self::new(
+            BackendErrorKind::Unsupported,
+            format!("{provider} cannot take a {kind} block in {place}; nothing was sent"),
+        )
+    }
+
     /// Whether sending the same request again may succeed.
     pub fn is_retryable(&self) -> bool {
         match self.kind {

@@ -3,8 +3,8 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ImageSource, Message,
-    ModelRequest, Reasoning, ReasoningEffort, ToolCall, ToolChoice, ToolResult, UserBlock,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, FileSource, ImageSource,
+    Message, ModelRequest, Reasoning, ReasoningEffort, ToolCall, ToolChoice, ToolResult, UserBlock,
     UserMessage,
 };
 use bytes::Bytes;
@@ -103,7 +103,7 @@ struct Blob<'a> {
 #[serde(rename_all = "camelCase")]
 struct FileData<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    mime_type: Option<&'static str>,
+    mime_type: Option<&'a str>,
     file_uri: &'a str,
 }
 
@@ -128,7 +128,7 @@ struct FunctionResponse<'a> {
 #[serde(rename_all = "snake_case")]
 enum ResponseBody<'a> {
     Result(Value),
-    Error(&'a str),
+    Error(Cow<'a, str>),
 }
 
 #[derive(Debug, Serialize)]
@@ -402,6 +402,31 @@ fn user_parts(user: &UserMessage) -> Result<Vec<Part<'_>>, BackendError> {
         .map(|block| match block {
             UserBlock::Text { text } => Ok(Part::text(text)),
             UserBlock::Image { source } => image(source),
+            UserBlock::File(file) => Ok(match &file.source {
+                FileSource::Base64 { data } => Part {
+                    inline_data: Some(Blob {
+                        mime_type: &file.media_type,
+                        data,
+                    }),
+                    ..Part::default()
+                },
+                // A URL or an uploaded file's URI (the Files API's `files/…` or its full
+                // address) both travel as `fileData`.
+                FileSource::Url { url: uri } | FileSource::FileId { file_id: uri } => Part {
+                    file_data: Some(FileData {
+                        mime_type: Some(&file.media_type),
+                        file_uri: uri,
+                    }),
+                    ..Part::default()
+                },
+            }),
+            UserBlock::Audio(audio) => Ok(Part {
+                inline_data: Some(Blob {
+                    mime_type: &audio.media_type,
+                    data: &audio.data,
+                }),
+                ..Part::default()
+            }),
         })
         .collect()
 }
@@ -581,12 +606,16 @@ fn function_responses<'a>(
             } else {
                 result.name.as_str()
             };
+            // Text and JSON blocks join as text (a JSON-only result parses back to its
+            // value below); images and files are refused before sending (not yet mapped to
+            // function-response parts).
+            let content = crate::content::tool_result_text(result, "Gemini")?;
             let response = if result.is_error {
-                ResponseBody::Error(&result.content)
+                ResponseBody::Error(content)
             } else {
                 ResponseBody::Result(
-                    serde_json::from_str(&result.content)
-                        .unwrap_or_else(|_| Value::String(result.content.clone())),
+                    serde_json::from_str(&content)
+                        .unwrap_or_else(|_| Value::String(content.into_owned())),
                 )
             };
             Ok(Part {

@@ -189,7 +189,7 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
             Message::System { content } => WireMessage::new("system", content.as_str()),
             Message::User(user) => user_message(user)?,
             Message::Assistant(assistant) => assistant_message(assistant),
-            Message::Tool(result) => tool_message(result),
+            Message::Tool(result) => tool_message(result)?,
         });
     }
     let wire = WireRequest {
@@ -252,6 +252,14 @@ fn user_message(user: &UserMessage) -> Result<WireMessage<'_>, BackendError> {
         match block {
             UserBlock::Text { text } => texts.push(text.as_str()),
             UserBlock::Image { source } => images.push(image(source)?),
+            // Ollama's chat API takes text and images only.
+            UserBlock::File(_) | UserBlock::Audio(_) => {
+                return Err(BackendError::unsupported_content(
+                    "Ollama",
+                    block.kind(),
+                    "a user turn",
+                ));
+            }
         }
     }
     let content = match texts.as_slice() {
@@ -344,16 +352,16 @@ fn arguments(call: &ToolCall) -> Cow<'_, Value> {
     }
 }
 
-fn tool_message(result: &ToolResult) -> WireMessage<'_> {
-    let content = if result.is_error {
-        Cow::Owned(format!("Error: {}", result.content))
-    } else {
-        Cow::Borrowed(result.content.as_str())
+fn tool_message(result: &ToolResult) -> Result<WireMessage<'_>, BackendError> {
+    // Text and JSON blocks join as text; images and files are refused before sending.
+    let content = match crate::content::tool_result_text(result, "Ollama")? {
+        text if result.is_error => Cow::Owned(format!("Error: {text}")),
+        text => text,
     };
-    WireMessage {
+    Ok(WireMessage {
         tool_name: (!result.name.is_empty()).then_some(result.name.as_str()),
         tool_call_id: (!result.tool_call_id.as_str().is_empty())
             .then_some(result.tool_call_id.as_str()),
         ..WireMessage::new("tool", content)
-    }
+    })
 }

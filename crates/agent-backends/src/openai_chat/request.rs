@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ImageSource, Message,
-    ModelRequest, ReasoningEffort, ToolCall, ToolChoice, UserBlock, UserMessage,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, FileBlock, FileSource,
+    ImageSource, Message, ModelRequest, ReasoningEffort, ToolCall, ToolChoice, UserBlock,
+    UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -157,8 +158,9 @@ fn messages(
             Message::Tool(result) => WireMessage::Tool {
                 tool_call_id: result.tool_call_id.as_str(),
                 // Chat Completions has no error flag on tool messages; the content says what
-                // went wrong.
-                content: &result.content,
+                // went wrong. Text and JSON blocks join as text; images and files are refused
+                // before sending (not yet mapped to a following user turn).
+                content: crate::content::tool_result_text(result, PROVIDER)?,
             },
         });
     }
@@ -184,10 +186,61 @@ fn user_content(user: &UserMessage) -> Result<UserContent<'_>, BackendError> {
                         url: image_url(source)?,
                     },
                 },
+                UserBlock::File(file) => Part::File {
+                    file: file_part(file)?,
+                },
+                UserBlock::Audio(audio) => Part::InputAudio {
+                    input_audio: InputAudio {
+                        data: &audio.data,
+                        format: audio_format(&audio.media_type).ok_or_else(|| {
+                            BackendError::new(
+                                BackendErrorKind::Unsupported,
+                                format!(
+                                    "{PROVIDER} takes audio as wav or mp3, not `{}`; nothing was sent",
+                                    audio.media_type
+                                ),
+                            )
+                        })?,
+                    },
+                },
             })
         })
         .collect::<Result<_, BackendError>>()
         .map(UserContent::Parts)
+}
+
+/// The name the provider is refused under.
+const PROVIDER: &str = "OpenAI Chat Completions";
+
+/// A file part: inline bytes as a data URL, or an uploaded file's id. Chat Completions does
+/// not fetch files by URL.
+fn file_part(file: &FileBlock) -> Result<FilePart<'_>, BackendError> {
+    match &file.source {
+        FileSource::Base64 { data } => Ok(FilePart {
+            // OpenAI requires a name next to inline data.
+            filename: Some(file.filename.as_deref().unwrap_or("file")),
+            file_data: Some(format!("data:{};base64,{data}", file.media_type)),
+            file_id: None,
+        }),
+        FileSource::FileId { file_id } => Ok(FilePart {
+            filename: None,
+            file_data: None,
+            file_id: Some(file_id),
+        }),
+        FileSource::Url { .. } => Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            format!("{PROVIDER} cannot take a file block by URL in a user turn; nothing was sent"),
+        )),
+    }
+}
+
+/// The `input_audio` format for a media type.
+fn audio_format(media_type: &str) -> Option<&'static str> {
+    match media_type {
+        "audio/wav" | "audio/x-wav" | "audio/wave" => Some("wav"),
+        "audio/mpeg" | "audio/mp3" => Some("mp3"),
+        _ => None,
+    }
 }
 
 fn image_url(source: &ImageSource) -> Result<Cow<'_, str>, BackendError> {
@@ -311,7 +364,7 @@ enum WireMessage<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: &'a str,
+        content: Cow<'a, str>,
     },
 }
 
@@ -327,6 +380,24 @@ enum UserContent<'a> {
 enum Part<'a> {
     Text { text: &'a str },
     ImageUrl { image_url: ImageUrl<'a> },
+    File { file: FilePart<'a> },
+    InputAudio { input_audio: InputAudio<'a> },
+}
+
+#[derive(Serialize)]
+struct FilePart<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filename: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_data: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct InputAudio<'a> {
+    data: &'a str,
+    format: &'static str,
 }
 
 #[derive(Serialize)]

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, BackendError, BackendErrorKind, ImageSource, Message, ModelRequest,
+    AssistantBlock, BackendError, BackendErrorKind, FileSource, ImageSource, Message, ModelRequest,
     ReasoningEffort, Thinking, ToolChoice, UserBlock,
 };
 use bytes::Bytes;
@@ -55,7 +55,7 @@ pub(super) fn build<'a>(
         .get("store")
         .and_then(Value::as_bool)
         .unwrap_or(settings.store);
-    let input = input(&request.messages, store);
+    let input = input(&request.messages, store)?;
     let replays_reasoning = input
         .iter()
         .any(|item| matches!(item, Item::Reasoning { .. }));
@@ -214,6 +214,16 @@ enum Part<'a> {
         image_url: Cow<'a, str>,
         detail: &'static str,
     },
+    InputFile {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        filename: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_data: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_url: Option<&'a str>,
+    },
     OutputText {
         text: &'a str,
     },
@@ -261,7 +271,10 @@ struct ReasoningParam {
     summary: &'static str,
 }
 
-fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
+/// The name the provider is refused under.
+const PROVIDER: &str = "OpenAI Responses";
+
+fn input(messages: &[Message], store: bool) -> Result<Vec<Item<'_>>, BackendError> {
     let mut items = Vec::with_capacity(messages.len());
     for message in messages {
         match message {
@@ -274,8 +287,8 @@ fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
                     .content
                     .iter()
                     .map(|block| match block {
-                        UserBlock::Text { text } => Part::InputText { text },
-                        UserBlock::Image { source } => Part::InputImage {
+                        UserBlock::Text { text } => Ok(Part::InputText { text }),
+                        UserBlock::Image { source } => Ok(Part::InputImage {
                             image_url: match source {
                                 ImageSource::Base64 { media_type, data } => {
                                     Cow::Owned(format!("data:{media_type};base64,{data}"))
@@ -283,9 +296,38 @@ fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
                                 ImageSource::Url { url } => Cow::Borrowed(url.as_str()),
                             },
                             detail: "auto",
-                        },
+                        }),
+                        UserBlock::File(file) => Ok(match &file.source {
+                            FileSource::Base64 { data } => Part::InputFile {
+                                // OpenAI requires a name next to inline data.
+                                filename: Some(file.filename.as_deref().unwrap_or("file")),
+                                file_data: Some(Cow::Owned(format!(
+                                    "data:{};base64,{data}",
+                                    file.media_type
+                                ))),
+                                file_id: None,
+                                file_url: None,
+                            },
+                            FileSource::Url { url } => Part::InputFile {
+                                filename: file.filename.as_deref(),
+                                file_data: None,
+                                file_id: None,
+                                file_url: Some(url),
+                            },
+                            FileSource::FileId { file_id } => Part::InputFile {
+                                filename: None,
+                                file_data: None,
+                                file_id: Some(file_id),
+                                file_url: None,
+                            },
+                        }),
+                        UserBlock::Audio(_) => Err(BackendError::unsupported_content(
+                            PROVIDER,
+                            block.kind(),
+                            "a user turn",
+                        )),
                     })
-                    .collect();
+                    .collect::<Result<_, BackendError>>()?;
                 items.push(Item::Message {
                     role: "user",
                     content,
@@ -328,15 +370,16 @@ fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
             Message::Tool(result) => items.push(Item::FunctionCallOutput {
                 call_id: result.tool_call_id.as_str(),
                 // The API has no error flag on a function result; the text says it instead.
-                output: if result.is_error {
-                    Cow::Owned(format!("Error: {}", result.content))
-                } else {
-                    Cow::Borrowed(result.content.as_str())
+                // Text and JSON blocks join as text; images and files are refused before
+                // sending (not yet mapped to an output content array).
+                output: match crate::content::tool_result_text(result, PROVIDER)? {
+                    text if result.is_error => Cow::Owned(format!("Error: {text}")),
+                    text => text,
                 },
             }),
         }
     }
-    items
+    Ok(items)
 }
 
 /// The reasoning item for a thinking block, or `None` when the block cannot be sent back.
