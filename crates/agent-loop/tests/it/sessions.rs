@@ -174,7 +174,7 @@ async fn a_session_suspended_in_one_process_resumes_in_another_after_a_json_roun
     };
 
     let stored: Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(stored["format"], 1);
+    assert_eq!(stored["format"], 2);
     assert_eq!(stored["id"], "sess-trip");
     assert_eq!(stored["status"], "awaiting_tool_execution");
     assert_eq!(stored["pending_tool_calls"][0]["id"], "call_p");
@@ -702,12 +702,12 @@ fn a_session_of_an_unknown_format_is_refused() {
     assert_eq!(Session::from_json(&json).unwrap(), session);
 
     let mut value: Value = serde_json::from_str(&json).unwrap();
-    value["format"] = json!(2);
+    value["format"] = json!(3);
     let error = Session::from_json(&value.to_string()).unwrap_err();
     assert!(
         error
             .to_string()
-            .contains("session format 2 is not supported"),
+            .contains("session format 3 is not supported"),
         "{error}"
     );
 
@@ -747,4 +747,49 @@ async fn a_version_1_session_written_by_the_previous_release_loads_and_resumes()
     assert_eq!(result.text(), "Booked.");
     assert_eq!(session.messages.len(), 6);
     assert_eq!(tool_result(&session.messages[4]).content, "approved");
+}
+
+/// Format 2 writes content blocks in their documented forms and reads them back: a rich tool
+/// result as its block list, a text-only one as a plain string, a user file block as is.
+#[test]
+fn a_version_2_session_round_trips_content_blocks() {
+    use agent_types::{FileBlock, ImageSource, ToolResultBlock, UserBlock};
+
+    let rich = ToolResult::with_blocks(
+        "call_c",
+        "chart",
+        vec![
+            ToolResultBlock::Text {
+                text: "The chart:".into(),
+            },
+            ToolResultBlock::Image {
+                source: ImageSource::Base64 {
+                    media_type: "image/png".into(),
+                    data: "iVBORw0KGgo=".into(),
+                },
+            },
+            ToolResultBlock::Json {
+                value: json!({"rows": 3}),
+            },
+        ],
+    );
+    let session = Session::with_id("sess-v2", MODEL)
+        .with_message(Message::User(UserMessage {
+            content: vec![
+                UserBlock::Text {
+                    text: "Chart this report.".into(),
+                },
+                UserBlock::File(
+                    FileBlock::base64("application/pdf", "JVBERi0x").with_filename("r.pdf"),
+                ),
+            ],
+        }))
+        .with_message(rich)
+        .with_message(ToolResult::ok("call_w", "get_weather", DENVER));
+    let json: Value = serde_json::from_str(&session.to_json().unwrap()).unwrap();
+    assert_eq!(json["format"], 2);
+    assert_eq!(json["messages"][0]["content"][1]["type"], "file");
+    assert_eq!(json["messages"][1]["content"].as_array().unwrap().len(), 3);
+    assert_eq!(json["messages"][2]["content"], DENVER);
+    assert_eq!(Session::from_json(&json.to_string()).unwrap(), session);
 }
