@@ -77,7 +77,9 @@ mod tests {
             assert_eq!(error.kind, BackendErrorKind::Unsupported);
             assert!(error.message.contains("Gemini"), "{}", error.message);
             assert!(
-                error.message.contains(&format!("a {kind} block")),
+                error
+                    .message
+                    .contains(&format!("{kind} block in a tool result")),
                 "{}",
                 error.message
             );

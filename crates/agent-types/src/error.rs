@@ -332,9 +332,13 @@ impl BackendError {
     /// provider cannot take: [`Unsupported`](BackendErrorKind::Unsupported) (400), naming the
     /// provider, the block kind and where it sat (`"a tool result"`, `"a user turn"`).
     pub fn unsupported_content(provider: &str, kind: crate::ContentKind, place: &str) -> Self {
+        let article = match kind {
+            crate::ContentKind::Image | crate::ContentKind::Audio => "an",
+            _ => "a",
+        };
         Self::new(
             BackendErrorKind::Unsupported,
-            format!("{provider} cannot take a {kind} block in {place}; nothing was sent"),
+            format!("{provider} cannot take {article} {kind} block in {place}; nothing was sent"),
         )
     }
 
