@@ -204,13 +204,22 @@ fn openai_chat_maps_files_audio_and_text_tool_results() {
     let json_result = prepare(&chat, tool_round(text_and_json())).unwrap();
     insta::assert_json_snapshot!("openai_chat_tool_result_text_json", history(&json_result));
 
+    // Images and files of tool results follow the round's tool messages in one user turn.
+    let mut messages = tool_round(image_result());
+    messages.push(Message::user("And now?"));
+    let media = prepare(&chat, messages).unwrap();
+    insta::assert_json_snapshot!("openai_chat_tool_result_image_follows", history(&media));
+    let media = prepare(&chat, tool_round(file_result())).unwrap();
+    insta::assert_json_snapshot!("openai_chat_tool_result_file_follows", history(&media));
+    let file_by_url = FileBlock {
+        media_type: "application/pdf".into(),
+        source: FileSource::Url {
+            url: "https://example.com/a.pdf".into(),
+        },
+        filename: None,
+    };
     refused(
-        prepare(&chat, tool_round(image_result())),
-        "OpenAI Chat",
-        "image",
-    );
-    refused(
-        prepare(&chat, tool_round(file_result())),
+        prepare(&chat, tool_round(vec![ToolResultBlock::File(file_by_url)])),
         "OpenAI Chat",
         "file",
     );
@@ -273,16 +282,10 @@ fn openai_responses_maps_input_files_and_text_tool_results() {
         history(&json_result)
     );
 
-    refused(
-        prepare(&responses, tool_round(image_result())),
-        "OpenAI Responses",
-        "image",
-    );
-    refused(
-        prepare(&responses, tool_round(file_result())),
-        "OpenAI Responses",
-        "file",
-    );
+    let mut blocks = image_result();
+    blocks.extend(file_result());
+    let media = prepare(&responses, tool_round(blocks)).unwrap();
+    insta::assert_json_snapshot!("openai_responses_tool_result_media", history(&media));
     refused(
         prepare(
             &responses,
@@ -297,7 +300,7 @@ fn openai_responses_maps_input_files_and_text_tool_results() {
 }
 
 #[test]
-fn gemini_maps_files_audio_and_text_tool_results() {
+fn gemini_maps_every_block_kind() {
     let gemini = |r: &ModelRequest| body(&Gemini::new("key"), r);
     let parts = prepare(
         &gemini,
@@ -330,29 +333,28 @@ fn gemini_maps_files_audio_and_text_tool_results() {
     .unwrap();
     insta::assert_json_snapshot!("gemini_tool_result_json", history(&json_result));
 
-    refused(
-        prepare(&gemini, tool_round(image_result())),
-        "Gemini",
-        "image",
-    );
-    refused(
-        prepare(&gemini, tool_round(file_result())),
-        "Gemini",
-        "file",
-    );
+    // Images and files travel as the function response's own parts; Gemini refuses no
+    // block kind.
+    let mut blocks = image_result();
+    blocks.extend(file_result());
+    let media = prepare(&gemini, tool_round(blocks)).unwrap();
+    insta::assert_json_snapshot!("gemini_tool_result_media", history(&media));
 }
 
 #[test]
-fn ollama_maps_text_tool_results_and_refuses_files_and_audio() {
+fn ollama_maps_images_and_text_tool_results_and_refuses_files_and_audio() {
     let ollama = |r: &ModelRequest| body(&Ollama::new(), r);
     let json_result = prepare(&ollama, tool_round(text_and_json())).unwrap();
     insta::assert_json_snapshot!("ollama_tool_result_text_json", history(&json_result));
 
-    refused(
-        prepare(&ollama, tool_round(image_result())),
-        "Ollama",
-        "image",
-    );
+    let images = prepare(&ollama, tool_round(image_result())).unwrap();
+    insta::assert_json_snapshot!("ollama_tool_result_image", history(&images));
+    let by_url = ToolResultBlock::Image {
+        source: ImageSource::Url {
+            url: "https://example.com/a.png".into(),
+        },
+    };
+    refused(prepare(&ollama, tool_round(vec![by_url])), "Ollama", "URL");
     refused(
         prepare(&ollama, tool_round(file_result())),
         "Ollama",

@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, FileSource, ImageSource,
-    Message, ModelRequest, Reasoning, ReasoningEffort, ToolCall, ToolChoice, ToolResult, UserBlock,
-    UserMessage,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ContentKind, FileBlock,
+    FileSource, ImageSource, Message, ModelRequest, Reasoning, ReasoningEffort, ToolCall,
+    ToolChoice, ToolResult, ToolResultBlock, UserBlock, UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -121,6 +121,8 @@ struct FunctionResponse<'a> {
     id: Option<&'a str>,
     name: &'a str,
     response: ResponseBody<'a>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    parts: Vec<Part<'a>>,
 }
 
 /// `{"result": …}` or `{"error": "…"}` (serde's external tagging is exactly that shape).
@@ -402,24 +404,7 @@ fn user_parts(user: &UserMessage) -> Result<Vec<Part<'_>>, BackendError> {
         .map(|block| match block {
             UserBlock::Text { text } => Ok(Part::text(text)),
             UserBlock::Image { source } => image(source),
-            UserBlock::File(file) => Ok(match &file.source {
-                FileSource::Base64 { data } => Part {
-                    inline_data: Some(Blob {
-                        mime_type: &file.media_type,
-                        data,
-                    }),
-                    ..Part::default()
-                },
-                // A URL or an uploaded file's URI (the Files API's `files/…` or its full
-                // address) both travel as `fileData`.
-                FileSource::Url { url: uri } | FileSource::FileId { file_id: uri } => Part {
-                    file_data: Some(FileData {
-                        mime_type: Some(&file.media_type),
-                        file_uri: uri,
-                    }),
-                    ..Part::default()
-                },
-            }),
+            UserBlock::File(file) => Ok(file_part(file)),
             UserBlock::Audio(audio) => Ok(Part {
                 inline_data: Some(Blob {
                     mime_type: &audio.media_type,
@@ -429,6 +414,27 @@ fn user_parts(user: &UserMessage) -> Result<Vec<Part<'_>>, BackendError> {
             }),
         })
         .collect()
+}
+
+/// A file as `inlineData` (base64) or `fileData` (a URL, or an uploaded file's URI: the
+/// Files API's `files/…` or its full address).
+fn file_part(file: &FileBlock) -> Part<'_> {
+    match &file.source {
+        FileSource::Base64 { data } => Part {
+            inline_data: Some(Blob {
+                mime_type: &file.media_type,
+                data,
+            }),
+            ..Part::default()
+        },
+        FileSource::Url { url: uri } | FileSource::FileId { file_id: uri } => Part {
+            file_data: Some(FileData {
+                mime_type: Some(&file.media_type),
+                file_uri: uri,
+            }),
+            ..Part::default()
+        },
+    }
 }
 
 fn image(source: &ImageSource) -> Result<Part<'_>, BackendError> {
@@ -607,9 +613,21 @@ fn function_responses<'a>(
                 result.name.as_str()
             };
             // Text and JSON blocks join as text (a JSON-only result parses back to its
-            // value below); images and files are refused before sending (not yet mapped to
-            // function-response parts).
-            let content = crate::content::tool_result_text(result, "Gemini")?;
+            // value below); images and files travel as the function response's own parts
+            // (Gemini's multimodal function responses).
+            let (content, media) = crate::content::split_tool_result(
+                result,
+                "Gemini",
+                &[ContentKind::Image, ContentKind::File],
+            )?;
+            let parts = media
+                .into_iter()
+                .filter_map(|block| match block {
+                    ToolResultBlock::Image { source } => Some(image(source)),
+                    ToolResultBlock::File(file) => Some(Ok(file_part(file))),
+                    ToolResultBlock::Text { .. } | ToolResultBlock::Json { .. } => None,
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let response = if result.is_error {
                 ResponseBody::Error(content)
             } else {
@@ -623,6 +641,7 @@ fn function_responses<'a>(
                     id: provider_id(result.tool_call_id.as_str()),
                     name,
                     response,
+                    parts,
                 }),
                 ..Part::default()
             })

@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ImageSource, Message,
-    ModelRequest, ReasoningEffort, ToolCall, ToolChoice, ToolResult, UserBlock, UserMessage,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ContentKind, ImageSource,
+    Message, ModelRequest, ReasoningEffort, ToolCall, ToolChoice, ToolResult, ToolResultBlock,
+    UserBlock, UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -353,15 +354,25 @@ fn arguments(call: &ToolCall) -> Cow<'_, Value> {
 }
 
 fn tool_message(result: &ToolResult) -> Result<WireMessage<'_>, BackendError> {
-    // Text and JSON blocks join as text; images and files are refused before sending.
-    let content = match crate::content::tool_result_text(result, "Ollama")? {
+    // Text and JSON blocks join as text; images travel in the message's `images`, as in a
+    // user turn; files are refused before sending.
+    let (text, media) = crate::content::split_tool_result(result, "Ollama", &[ContentKind::Image])?;
+    let content = match text {
         text if result.is_error => Cow::Owned(format!("Error: {text}")),
         text => text,
     };
+    let images = media
+        .into_iter()
+        .filter_map(|block| match block {
+            ToolResultBlock::Image { source } => Some(image(source)),
+            _ => None,
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(WireMessage {
         tool_name: (!result.name.is_empty()).then_some(result.name.as_str()),
         tool_call_id: (!result.tool_call_id.as_str().is_empty())
             .then_some(result.tool_call_id.as_str()),
+        images,
         ..WireMessage::new("tool", content)
     })
 }

@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, FileBlock, FileSource,
-    ImageSource, Message, ModelRequest, ReasoningEffort, ToolCall, ToolChoice, UserBlock,
-    UserMessage,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ContentKind, FileBlock,
+    FileSource, ImageSource, Message, ModelRequest, ReasoningEffort, ToolCall, ToolChoice,
+    ToolResultBlock, UserBlock, UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -148,20 +148,61 @@ fn messages(
     if let Some(system) = &request.system {
         out.push(WireMessage::System { content: system });
     }
+    // Chat Completions takes only text in a tool message, so the images and files of a run of
+    // tool results follow it in one user turn (after every tool message of the round, as the
+    // API requires), each introduced by the call it answers: what the major SDKs do.
+    let mut media: Vec<Part<'_>> = Vec::new();
     for message in &request.messages {
+        if !matches!(message, Message::Tool(_)) && !media.is_empty() {
+            out.push(WireMessage::User {
+                content: UserContent::Parts(std::mem::take(&mut media)),
+            });
+        }
         out.push(match message {
             Message::System { content } => WireMessage::System { content },
             Message::User(user) => WireMessage::User {
                 content: user_content(user)?,
             },
             Message::Assistant(assistant) => assistant_message(assistant, reasoning_in_history),
-            Message::Tool(result) => WireMessage::Tool {
-                tool_call_id: result.tool_call_id.as_str(),
-                // Chat Completions has no error flag on tool messages; the content says what
-                // went wrong. Text and JSON blocks join as text; images and files are refused
-                // before sending (not yet mapped to a following user turn).
-                content: crate::content::tool_result_text(result, PROVIDER)?,
-            },
+            Message::Tool(result) => {
+                let (text, found) = crate::content::split_tool_result(
+                    result,
+                    PROVIDER,
+                    &[ContentKind::Image, ContentKind::File],
+                )?;
+                if !found.is_empty() {
+                    media.push(Part::Text {
+                        text: Cow::Owned(format!(
+                            "The result of tool call `{}` includes:",
+                            result.tool_call_id
+                        )),
+                    });
+                    for block in found {
+                        match block {
+                            ToolResultBlock::Image { source } => media.push(Part::ImageUrl {
+                                image_url: ImageUrl {
+                                    url: image_url(source)?,
+                                },
+                            }),
+                            ToolResultBlock::File(file) => media.push(Part::File {
+                                file: file_part(file)?,
+                            }),
+                            ToolResultBlock::Text { .. } | ToolResultBlock::Json { .. } => {}
+                        }
+                    }
+                }
+                WireMessage::Tool {
+                    tool_call_id: result.tool_call_id.as_str(),
+                    // Chat Completions has no error flag on tool messages; the content says
+                    // what went wrong. Text and JSON blocks join as text.
+                    content: text,
+                }
+            }
+        });
+    }
+    if !media.is_empty() {
+        out.push(WireMessage::User {
+            content: UserContent::Parts(media),
         });
     }
     Ok(out)
@@ -180,7 +221,9 @@ fn user_content(user: &UserMessage) -> Result<UserContent<'_>, BackendError> {
         .iter()
         .map(|block| {
             Ok(match block {
-                UserBlock::Text { text } => Part::Text { text },
+                UserBlock::Text { text } => Part::Text {
+                    text: Cow::Borrowed(text),
+                },
                 UserBlock::Image { source } => Part::ImageUrl {
                     image_url: ImageUrl {
                         url: image_url(source)?,
@@ -378,7 +421,7 @@ enum UserContent<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Part<'a> {
-    Text { text: &'a str },
+    Text { text: Cow<'a, str> },
     ImageUrl { image_url: ImageUrl<'a> },
     File { file: FilePart<'a> },
     InputAudio { input_audio: InputAudio<'a> },

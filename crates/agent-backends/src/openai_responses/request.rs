@@ -6,8 +6,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, BackendError, BackendErrorKind, FileSource, ImageSource, Message, ModelRequest,
-    ReasoningEffort, Thinking, ToolChoice, UserBlock,
+    AssistantBlock, BackendError, BackendErrorKind, ContentKind, FileBlock, FileSource,
+    ImageSource, Message, ModelRequest, ReasoningEffort, Thinking, ToolChoice, ToolResultBlock,
+    UserBlock,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -199,8 +200,79 @@ enum Item<'a> {
     },
     FunctionCallOutput {
         call_id: &'a str,
-        output: Cow<'a, str>,
+        output: Output<'a>,
     },
+}
+
+/// A function call's output: a string, or a content array when it carries images or files.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Output<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<OutputPart<'a>>),
+}
+
+// The variants are named after the API's `type` tags, which all start with `input_`.
+#[allow(clippy::enum_variant_names)]
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutputPart<'a> {
+    InputText {
+        text: Cow<'a, str>,
+    },
+    InputImage {
+        image_url: Cow<'a, str>,
+        detail: &'static str,
+    },
+    InputFile {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        filename: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_data: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_url: Option<&'a str>,
+    },
+}
+
+fn input_image(source: &ImageSource) -> Part<'_> {
+    Part::InputImage {
+        image_url: match source {
+            ImageSource::Base64 { media_type, data } => {
+                Cow::Owned(format!("data:{media_type};base64,{data}"))
+            }
+            ImageSource::Url { url } => Cow::Borrowed(url.as_str()),
+        },
+        detail: "auto",
+    }
+}
+
+fn input_file(file: &FileBlock) -> Part<'_> {
+    match &file.source {
+        FileSource::Base64 { data } => Part::InputFile {
+            // OpenAI requires a name next to inline data.
+            filename: Some(file.filename.as_deref().unwrap_or("file")),
+            file_data: Some(Cow::Owned(format!(
+                "data:{};base64,{data}",
+                file.media_type
+            ))),
+            file_id: None,
+            file_url: None,
+        },
+        FileSource::Url { url } => Part::InputFile {
+            filename: file.filename.as_deref(),
+            file_data: None,
+            file_id: None,
+            file_url: Some(url.as_str()),
+        },
+        FileSource::FileId { file_id } => Part::InputFile {
+            filename: None,
+            file_data: None,
+            file_id: Some(file_id.as_str()),
+            file_url: None,
+        },
+    }
 }
 
 /// One content part of a message item.
@@ -288,39 +360,8 @@ fn input(messages: &[Message], store: bool) -> Result<Vec<Item<'_>>, BackendErro
                     .iter()
                     .map(|block| match block {
                         UserBlock::Text { text } => Ok(Part::InputText { text }),
-                        UserBlock::Image { source } => Ok(Part::InputImage {
-                            image_url: match source {
-                                ImageSource::Base64 { media_type, data } => {
-                                    Cow::Owned(format!("data:{media_type};base64,{data}"))
-                                }
-                                ImageSource::Url { url } => Cow::Borrowed(url.as_str()),
-                            },
-                            detail: "auto",
-                        }),
-                        UserBlock::File(file) => Ok(match &file.source {
-                            FileSource::Base64 { data } => Part::InputFile {
-                                // OpenAI requires a name next to inline data.
-                                filename: Some(file.filename.as_deref().unwrap_or("file")),
-                                file_data: Some(Cow::Owned(format!(
-                                    "data:{};base64,{data}",
-                                    file.media_type
-                                ))),
-                                file_id: None,
-                                file_url: None,
-                            },
-                            FileSource::Url { url } => Part::InputFile {
-                                filename: file.filename.as_deref(),
-                                file_data: None,
-                                file_id: None,
-                                file_url: Some(url),
-                            },
-                            FileSource::FileId { file_id } => Part::InputFile {
-                                filename: None,
-                                file_data: None,
-                                file_id: Some(file_id),
-                                file_url: None,
-                            },
-                        }),
+                        UserBlock::Image { source } => Ok(input_image(source)),
+                        UserBlock::File(file) => Ok(input_file(file)),
                         UserBlock::Audio(_) => Err(BackendError::unsupported_content(
                             PROVIDER,
                             block.kind(),
@@ -367,16 +408,58 @@ fn input(messages: &[Message], store: bool) -> Result<Vec<Item<'_>>, BackendErro
                     }
                 }
             }
-            Message::Tool(result) => items.push(Item::FunctionCallOutput {
-                call_id: result.tool_call_id.as_str(),
+            Message::Tool(result) => {
+                // Text and JSON blocks join as text; with images or files the output is a
+                // content array: the text, then each of them.
+                let (text, media) = crate::content::split_tool_result(
+                    result,
+                    PROVIDER,
+                    &[ContentKind::Image, ContentKind::File],
+                )?;
                 // The API has no error flag on a function result; the text says it instead.
-                // Text and JSON blocks join as text; images and files are refused before
-                // sending (not yet mapped to an output content array).
-                output: match crate::content::tool_result_text(result, PROVIDER)? {
+                let text = match text {
                     text if result.is_error => Cow::Owned(format!("Error: {text}")),
                     text => text,
-                },
-            }),
+                };
+                let output = if media.is_empty() {
+                    Output::Text(text)
+                } else {
+                    let mut parts = Vec::with_capacity(media.len() + 1);
+                    if !text.is_empty() {
+                        parts.push(OutputPart::InputText { text });
+                    }
+                    for block in media {
+                        parts.push(match block {
+                            ToolResultBlock::Image { source } => match input_image(source) {
+                                Part::InputImage { image_url, detail } => {
+                                    OutputPart::InputImage { image_url, detail }
+                                }
+                                _ => continue,
+                            },
+                            ToolResultBlock::File(file) => match input_file(file) {
+                                Part::InputFile {
+                                    filename,
+                                    file_data,
+                                    file_id,
+                                    file_url,
+                                } => OutputPart::InputFile {
+                                    filename,
+                                    file_data,
+                                    file_id,
+                                    file_url,
+                                },
+                                _ => continue,
+                            },
+                            ToolResultBlock::Text { .. } | ToolResultBlock::Json { .. } => continue,
+                        });
+                    }
+                    Output::Parts(parts)
+                };
+                items.push(Item::FunctionCallOutput {
+                    call_id: result.tool_call_id.as_str(),
+                    output,
+                });
+            }
         }
     }
     Ok(items)
