@@ -56,3 +56,63 @@ async fn version_1_logs_sqlite_written_by_the_previous_release_load() {
     let turns = store.load(&ConversationId::from("sess-v1")).await.unwrap();
     check(&turns);
 }
+
+/// A tool result with content blocks (format 2) is stored in its block-list form and loads
+/// back unchanged, next to a text-only one, in both stores.
+#[cfg(all(feature = "jsonl", feature = "sqlite"))]
+#[tokio::test]
+async fn content_blocks_round_trip_through_both_stores() {
+    use agent_conversation::{ConversationAppender, JsonlAppender, Turn};
+    use agent_types::{FileBlock, ImageSource, ToolResultBlock};
+
+    let rich = ToolResult::with_blocks(
+        "call_c",
+        "chart",
+        vec![
+            ToolResultBlock::Text {
+                text: "The chart:".into(),
+            },
+            ToolResultBlock::Image {
+                source: ImageSource::Base64 {
+                    media_type: "image/png".into(),
+                    data: "iVBORw0KGgo=".into(),
+                },
+            },
+            ToolResultBlock::File(FileBlock::base64("application/pdf", "JVBERi0x")),
+            ToolResultBlock::Json {
+                value: serde_json::json!({"rows": 3}),
+            },
+        ],
+    );
+    let turns = [
+        Turn::at(rich, 1),
+        Turn::at(ToolResult::ok("call_t", "t", "plain"), 2),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+
+    let path = dir.path().join("log.jsonl");
+    let appender = JsonlAppender::open(&path).await.unwrap();
+    for turn in &turns {
+        appender.append(turn).await.unwrap();
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(r#""content":[{"type":"text","text":"The chart:"}"#),
+        "{text}"
+    );
+    assert!(text.contains(r#""content":"plain""#), "{text}");
+    let loaded = load_jsonl(&path).await.unwrap();
+    let messages: Vec<&Message> = loaded.turns.iter().map(|turn| &turn.message).collect();
+    assert_eq!(messages, [&turns[0].message, &turns[1].message]);
+
+    let store = SqliteStore::open(dir.path().join("store.db"))
+        .await
+        .unwrap();
+    let appender = store.appender("c");
+    for turn in &turns {
+        appender.append(turn).await.unwrap();
+    }
+    let loaded = store.load(&ConversationId::from("c")).await.unwrap();
+    let messages: Vec<&Message> = loaded.iter().map(|turn| &turn.message).collect();
+    assert_eq!(messages, [&turns[0].message, &turns[1].message]);
+}
