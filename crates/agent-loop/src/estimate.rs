@@ -363,6 +363,35 @@ mod tests {
             }],
         });
         assert_eq!(counter.message_tokens(&image), 4 + 1_600);
+
+        // Inline files and audio count by size (a quarter token per base64 byte), never
+        // below an image; a file the provider fetches counts like an image.
+        let pdf = Message::User(UserMessage {
+            content: vec![
+                UserBlock::File(FileBlock::base64("application/pdf", "A".repeat(40_000))),
+                UserBlock::Audio(agent_types::AudioBlock {
+                    media_type: "audio/wav".into(),
+                    data: "A".repeat(8),
+                }),
+            ],
+        });
+        assert_eq!(counter.message_tokens(&pdf), 4 + 10_000 + 1_600);
+        let rich = Message::Tool(ToolResult::with_blocks(
+            "c1",
+            "read",
+            vec![
+                ToolResultBlock::Text {
+                    text: "x".repeat(400),
+                },
+                ToolResultBlock::Image {
+                    source: agent_types::ImageSource::Url {
+                        url: "https://example.com/a.png".into(),
+                    },
+                },
+                ToolResultBlock::Json { value: json!(7) },
+            ],
+        ));
+        assert_eq!(counter.message_tokens(&rich), 4 + 2 + 1 + 100 + 1_600 + 1);
     }
 
     #[test]

@@ -793,3 +793,46 @@ fn a_version_2_session_round_trips_content_blocks() {
     assert_eq!(json["messages"][2]["content"], DENVER);
     assert_eq!(Session::from_json(&json.to_string()).unwrap(), session);
 }
+
+/// A caller's result for a remote call may carry images; they fall under
+/// `tool_result_max_binary_bytes` like a local handler's, and reach the model as blocks.
+#[tokio::test]
+async fn a_remote_result_with_images_is_capped_and_sent_as_blocks() {
+    use agent_types::{ImageSource, ToolResultBlock};
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sessions/v1/session.json");
+    let mut session = Session::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let image = |data: &str| ToolResultBlock::Image {
+        source: ImageSource::Base64 {
+            media_type: "image/png".into(),
+            data: data.into(),
+        },
+    };
+    // 6 bytes each, decoded.
+    let result = ToolResult::with_blocks(
+        "call_p",
+        "approve_payment",
+        vec![
+            ToolResultBlock::Text {
+                text: "Signed:".into(),
+            },
+            image("AAAAAAAA"),
+            image("AQEBAQEB"),
+        ],
+    );
+    let options = Options::auto()
+        .with_tools(registry([weather_tool()]))
+        .with_tool_result_max_binary_bytes(8);
+    let backend = ScriptedBackend::new([ScriptedTurn::text("Booked.")]).recording();
+    execute(&mut session, vec![result], &backend, &options)
+        .await
+        .unwrap();
+    let sent = tool_result(&backend.requests()[0].messages[4]).clone();
+    assert_eq!(sent.content, "Signed:");
+    assert_eq!(sent.blocks[0], image("AAAAAAAA"));
+    let ToolResultBlock::Text { text } = &sent.blocks[1] else {
+        panic!("{:?}", sent.blocks[1]);
+    };
+    assert!(text.contains("of 6 bytes was dropped"), "{text}");
+}
