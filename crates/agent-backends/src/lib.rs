@@ -87,6 +87,11 @@
 #[cfg(feature = "providers")]
 mod api;
 #[cfg(feature = "http")]
+mod content;
+#[cfg(all(test, feature = "providers"))]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod content_tests;
+#[cfg(feature = "http")]
 mod error;
 #[cfg(feature = "http")]
 pub mod framing;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agent_tools::{
-    Accounting, Registry, ToolContext, ToolError, ToolErrorKind, ToolEvent, TruncationPolicy,
-    truncate, truncate_result,
+    Accounting, Registry, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolEvent,
+    TruncationPolicy, cap_binary, escaped_len, truncate, truncate_result,
 };
-use agent_types::{AgentEvent, ToolCall, ToolResult, TraceEntry};
+use agent_types::{AgentEvent, ToolCall, ToolResult, ToolResultBlock, TraceEntry};
 use futures_util::future::{Either, join_all, select};
 use futures_util::{StreamExt, stream};
 use serde_json::Value;
@@ -245,7 +245,10 @@ impl Round<'_> {
             .with_hard_stop(self.hard_stop.clone())
             .with_accounting(self.accounting.clone())
             // Handlers read at most what the truncation below keeps.
-            .with_max_result_bytes(self.policy.max_bytes());
+            .with_max_result_bytes(self.policy.max_bytes())
+            .with_max_binary_bytes(options.tool_result_max_binary_bytes);
+        // A handler that returns content blocks leaves them here (a clone shares the slot).
+        let slot = context.clone();
         let mut output = tool.invoke(arguments.clone(), context);
         let emitter = self.emitter;
         let pump = async {
@@ -277,7 +280,11 @@ impl Round<'_> {
         drop(output);
         match finished {
             Ok(Ok(value)) => {
-                self.settle(job, arguments, repairs, Ok(value), started)
+                let produced = match slot.take_content() {
+                    Some(content) => Produced::Content(content),
+                    None => Produced::Value(value),
+                };
+                self.settle(job, arguments, repairs, Ok(produced), started)
                     .await
             }
             Ok(Err(error)) => {
@@ -332,13 +339,21 @@ impl Round<'_> {
         job: &Job,
         arguments: Value,
         repairs: Vec<String>,
-        ended: Result<Value, (Failure, String)>,
+        ended: Result<Produced, (Failure, String)>,
         started: Instant,
     ) -> Outcome {
         let duration = started.elapsed();
         let (cut, failure) = match ended {
-            Ok(value) => (truncate_result(value, self.policy), None),
-            Err((failure, message)) => (truncate(message, self.policy), Some(failure)),
+            Ok(Produced::Value(value)) => (Cut::text(truncate_result(value, self.policy)), None),
+            Ok(Produced::Content(content)) => (
+                cap_content(
+                    content,
+                    self.policy,
+                    self.options.tool_result_max_binary_bytes,
+                ),
+                None,
+            ),
+            Err((failure, message)) => (Cut::text(truncate(message, self.policy)), Some(failure)),
         };
         let abort = self.options.tool_error_mode == ToolErrorMode::Abort;
         let stop = match failure {
@@ -356,11 +371,12 @@ impl Round<'_> {
         }
         let mut error = failure.is_some().then(|| cut.text.clone());
         let (id, name) = (job.call.id.clone(), job.call.name.clone());
-        let result = if failure.is_some() {
+        let mut result = if failure.is_some() {
             ToolResult::error(id, name, cut.text)
         } else {
             ToolResult::ok(id, name, cut.text)
         };
+        result.blocks = cut.blocks;
         let mut result = self.options.hooks.transform(result).await;
         let mut truncated = cut.truncated;
         // The round's results together stay under `max_round_result_bytes`: once they reach
@@ -368,13 +384,14 @@ impl Round<'_> {
         // that did not run carry only their short reason and are not counted.
         let cap = self.options.max_round_result_bytes;
         let counted = !matches!(failure, Some(Failure::NotRun));
+        let text_bytes = result.content.len() + blocks_text_len(&result.blocks);
         let before = if counted {
-            self.round_bytes
-                .fetch_add(result.content.len(), Ordering::Relaxed)
+            self.round_bytes.fetch_add(text_bytes, Ordering::Relaxed)
         } else {
             0
         };
-        if counted && before.saturating_add(result.content.len()) > cap {
+        if counted && before.saturating_add(text_bytes) > cap {
+            result.blocks = Vec::new();
             result.content = format!(
                 "This result was dropped: the results of this round reached {cap} bytes \
                  (max_round_result_bytes), so later results of the round are not sent. Ask \
@@ -392,6 +409,7 @@ impl Round<'_> {
                     output: result.content.clone(),
                     is_error: result.is_error,
                     truncated,
+                    blocks: result.blocks.clone(),
                 })
                 .await;
         }
@@ -401,7 +419,9 @@ impl Round<'_> {
             tool_name: job.call.name.clone(),
             arguments,
             result_bytes: cut.original_bytes as u64,
-            sent_bytes: result.content.len() as u64,
+            sent_bytes: (result.content.len()
+                + blocks_text_len(&result.blocks)
+                + cut.binary_sent_bytes) as u64,
             truncated,
             duration,
             error,
@@ -412,5 +432,92 @@ impl Round<'_> {
             trace,
             stop,
         }
+    }
+}
+
+/// What a handler produced: a JSON value (sent as its text) or content blocks.
+enum Produced {
+    Value(Value),
+    Content(ToolContent),
+}
+
+/// A result after its caps: the leading text, the blocks after it, whether anything was cut,
+/// and the sizes the trace reports.
+struct Cut {
+    text: String,
+    blocks: Vec<ToolResultBlock>,
+    truncated: bool,
+    /// Text bytes plus inline binary bytes, before the caps.
+    original_bytes: usize,
+    /// Inline binary bytes kept.
+    binary_sent_bytes: usize,
+}
+
+impl Cut {
+    fn text(cut: agent_tools::Truncated) -> Self {
+        Self {
+            text: cut.text,
+            blocks: Vec::new(),
+            truncated: cut.truncated,
+            original_bytes: cut.original_bytes,
+            binary_sent_bytes: 0,
+        }
+    }
+}
+
+/// The bytes of a result's text and JSON blocks, as the text they travel as.
+fn blocks_text_len(blocks: &[ToolResultBlock]) -> usize {
+    blocks
+        .iter()
+        .map(|block| match block {
+            ToolResultBlock::Text { text } => text.len(),
+            ToolResultBlock::Json { value } => value.to_string().len(),
+            ToolResultBlock::Image { .. } | ToolResultBlock::File(_) => 0,
+        })
+        .sum()
+}
+
+/// Caps a content result: images and files together under `max_binary` (blocks past it
+/// become a note), text and JSON together under the text policy. Text that does not fit is
+/// joined into one leading text block and cut with the usual marker; the images and files
+/// follow it, in order.
+fn cap_content(content: ToolContent, policy: &TruncationPolicy, max_binary: usize) -> Cut {
+    let mut blocks = content.into_blocks();
+    // The handler's own text, before any note about dropped blocks joins it.
+    let original_text = blocks_text_len(&blocks);
+    let binary = cap_binary(&mut blocks, max_binary);
+    let texts: Vec<String> = blocks
+        .iter()
+        .filter_map(|block| match block {
+            ToolResultBlock::Text { text } => Some(text.clone()),
+            ToolResultBlock::Json { value } => Some(value.to_string()),
+            ToolResultBlock::Image { .. } | ToolResultBlock::File(_) => None,
+        })
+        .collect();
+    let escaped: usize = texts.iter().map(|text| escaped_len(text)).sum();
+    let original_bytes = original_text + binary.original_bytes;
+    if escaped <= policy.max_bytes() {
+        let result = ToolResult::with_blocks("", "", blocks);
+        return Cut {
+            text: result.content,
+            blocks: result.blocks,
+            truncated: binary.dropped > 0,
+            original_bytes,
+            binary_sent_bytes: binary.sent_bytes,
+        };
+    }
+    let cut = truncate(texts.join("\n"), policy);
+    blocks.retain(|block| {
+        matches!(
+            block,
+            ToolResultBlock::Image { .. } | ToolResultBlock::File(_)
+        )
+    });
+    Cut {
+        text: cut.text,
+        blocks,
+        truncated: true,
+        original_bytes,
+        binary_sent_bytes: binary.sent_bytes,
     }
 }

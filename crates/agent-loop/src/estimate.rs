@@ -10,7 +10,9 @@
 use std::fmt;
 use std::io;
 
-use agent_types::{AssistantBlock, Message, ToolSpec, UserBlock};
+use agent_types::{
+    AssistantBlock, FileBlock, FileSource, Message, ToolResultBlock, ToolSpec, UserBlock,
+};
 use serde_json::Value;
 
 /// Counts a request's input tokens, part by part, for the budget check before each model
@@ -164,6 +166,22 @@ impl io::Write for Runs {
     }
 }
 
+impl ByteEstimate {
+    /// Inline bytes (base64 text): about one token per three bytes, never below an image's
+    /// flat estimate. Rough, like the rest of the estimate; it only has to not be zero.
+    fn inline_tokens(base64: &str) -> u64 {
+        (base64.len() as u64 / 4).max(Self::IMAGE_TOKENS)
+    }
+
+    /// A file: its inline bytes, or an image's flat estimate when the provider fetches it.
+    fn file_tokens(file: &FileBlock) -> u64 {
+        match &file.source {
+            FileSource::Base64 { data } => Self::inline_tokens(data),
+            FileSource::Url { .. } | FileSource::FileId { .. } => Self::IMAGE_TOKENS,
+        }
+    }
+}
+
 impl TokenCounter for ByteEstimate {
     fn message_tokens(&self, message: &Message) -> u64 {
         let body = match message {
@@ -174,6 +192,8 @@ impl TokenCounter for ByteEstimate {
                 .map(|block| match block {
                     UserBlock::Text { text } => Self::text_tokens(text),
                     UserBlock::Image { .. } => Self::IMAGE_TOKENS,
+                    UserBlock::File(file) => Self::file_tokens(file),
+                    UserBlock::Audio(audio) => Self::inline_tokens(&audio.data),
                 })
                 .sum(),
             Message::Assistant(assistant) => assistant
@@ -196,6 +216,16 @@ impl TokenCounter for ByteEstimate {
                 Self::text_tokens(result.tool_call_id.as_str())
                     + Self::text_tokens(&result.name)
                     + Self::text_tokens(&result.content)
+                    + result
+                        .blocks
+                        .iter()
+                        .map(|block| match block {
+                            ToolResultBlock::Text { text } => Self::text_tokens(text),
+                            ToolResultBlock::Image { .. } => Self::IMAGE_TOKENS,
+                            ToolResultBlock::File(file) => Self::file_tokens(file),
+                            ToolResultBlock::Json { value } => Self::json_tokens(value),
+                        })
+                        .sum::<u64>()
             }
         };
         Self::MESSAGE_TOKENS + body
@@ -333,6 +363,35 @@ mod tests {
             }],
         });
         assert_eq!(counter.message_tokens(&image), 4 + 1_600);
+
+        // Inline files and audio count by size (a quarter token per base64 byte), never
+        // below an image; a file the provider fetches counts like an image.
+        let pdf = Message::User(UserMessage {
+            content: vec![
+                UserBlock::File(FileBlock::base64("application/pdf", "A".repeat(40_000))),
+                UserBlock::Audio(agent_types::AudioBlock {
+                    media_type: "audio/wav".into(),
+                    data: "A".repeat(8),
+                }),
+            ],
+        });
+        assert_eq!(counter.message_tokens(&pdf), 4 + 10_000 + 1_600);
+        let rich = Message::Tool(ToolResult::with_blocks(
+            "c1",
+            "read",
+            vec![
+                ToolResultBlock::Text {
+                    text: "x".repeat(400),
+                },
+                ToolResultBlock::Image {
+                    source: agent_types::ImageSource::Url {
+                        url: "https://example.com/a.png".into(),
+                    },
+                },
+                ToolResultBlock::Json { value: json!(7) },
+            ],
+        ));
+        assert_eq!(counter.message_tokens(&rich), 4 + 2 + 1 + 100 + 1_600 + 1);
     }
 
     #[test]

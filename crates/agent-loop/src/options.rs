@@ -155,6 +155,11 @@ pub struct Options {
     /// The cap on each serialized tool result the model sees; longer results are cut with a
     /// marker stating the full size.
     pub tool_result_max_bytes: usize,
+    /// The cap on the images and files (decoded bytes, together) of each tool result that
+    /// returned content blocks (default 5,000,000 = 5 MB). Blocks past it, in order, are
+    /// replaced by a text block saying what was dropped, and the result counts as truncated.
+    /// Text and JSON blocks fall under `tool_result_max_bytes` instead.
+    pub tool_result_max_binary_bytes: usize,
     /// The most tool calls one round runs (default 32, at least 1). Calls beyond it, in call
     /// order, are not run: each gets an error result the model sees, saying so.
     pub max_tool_calls_per_round: usize,
@@ -217,6 +222,7 @@ impl Default for Options {
             rate_card: Arc::new(RateCard::new()),
             tool_parallelism: ToolParallelism::default(),
             tool_result_max_bytes: 65_536,
+            tool_result_max_binary_bytes: agent_tools::DEFAULT_MAX_BINARY_BYTES,
             max_tool_calls_per_round: Self::DEFAULT_MAX_TOOL_CALLS_PER_ROUND,
             max_round_result_bytes: Self::DEFAULT_MAX_ROUND_RESULT_BYTES,
             token_counter: Arc::new(ByteEstimate),
@@ -287,6 +293,8 @@ impl Options {
         with_tool_parallelism(tool_parallelism: ToolParallelism);
         /// Sets the cap on each tool result.
         with_tool_result_max_bytes(tool_result_max_bytes: usize);
+        /// Sets the cap on each tool result's images and files.
+        with_tool_result_max_binary_bytes(tool_result_max_binary_bytes: usize);
         /// Sets the most tool calls one round runs.
         with_max_tool_calls_per_round(max_tool_calls_per_round: usize);
         /// Sets the most bytes of results one round sends back.
@@ -440,6 +448,10 @@ impl fmt::Debug for Options {
             .field("max_cost_usd", &self.max_cost_usd)
             .field("tool_parallelism", &self.tool_parallelism)
             .field("tool_result_max_bytes", &self.tool_result_max_bytes)
+            .field(
+                "tool_result_max_binary_bytes",
+                &self.tool_result_max_binary_bytes,
+            )
             .field("max_tool_calls_per_round", &self.max_tool_calls_per_round)
             .field("max_round_result_bytes", &self.max_round_result_bytes)
             .field("token_counter", &self.token_counter)

@@ -251,7 +251,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             SessionInput::User(user) => messages.push(Message::User(user)),
             SessionInput::ToolResults(results) => {
                 // Remote results count against the budgets as input of the next call.
-                messages.extend(order_results(results, &pending, &policy));
+                messages.extend(order_results(
+                    results,
+                    &pending,
+                    &policy,
+                    options.tool_result_max_binary_bytes,
+                ));
             }
             SessionInput::Continue => {}
         }
@@ -1302,6 +1307,7 @@ fn order_results(
     results: Vec<ToolResult>,
     pending: &[ToolCall],
     policy: &TruncationPolicy,
+    max_binary_bytes: usize,
 ) -> Vec<Message> {
     let mut slots: Vec<Option<ToolResult>> = pending.iter().map(|_| None).collect();
     for mut result in results {
@@ -1314,6 +1320,8 @@ fn order_results(
             }
             result.content =
                 agent_tools::truncate(std::mem::take(&mut result.content), policy).text;
+            // The caller's images and files fall under the same cap as a local handler's.
+            agent_tools::cap_binary(&mut result.blocks, max_binary_bytes);
             slots[at] = Some(result);
         }
     }

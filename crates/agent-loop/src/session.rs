@@ -69,7 +69,9 @@ impl From<Vec<ToolResult>> for SessionInput {
 /// system prompt, the messages, remote tool specs, the status, cumulative usage and cost, and
 /// the calls waiting for the caller.
 ///
-/// A session is plain data: it serializes with serde (a versioned format, `"format": 1`), so
+/// A session is plain data: it serializes with serde (a versioned format, `"format": 2`; format
+/// 1, written before tool results and user turns carried files and other content blocks, still
+/// reads), so
 /// a run suspended for remote tools in one process can be stored and resumed in another with
 /// [`execute`](crate::execute). Local tools are not part of it; the resuming process supplies
 /// them through [`Options::tools`](crate::Options::tools), by the same names.
@@ -252,12 +254,20 @@ pub(crate) struct RepeatedCall {
     pub(crate) times: u32,
 }
 
-/// The session format version; serialized as `1`, and anything else is refused on read.
+/// The session format version; serialized as `2`. Format 1 (before content blocks) reads as
+/// well: every format-1 session is a valid format-2 one, as the block forms only added
+/// alternatives (a tool result's `content` may be a block list, a user turn may hold file and
+/// audio blocks). Anything else is refused on read.
+///
+/// The bump exists for older readers: an agentry that knows only format 1 refuses a format-2
+/// session by its number instead of failing on a block form it does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Format;
 
 impl Format {
-    const CURRENT: u32 = 1;
+    const CURRENT: u32 = 2;
+    /// The oldest format this version reads.
+    const OLDEST: u32 = 1;
 }
 
 impl Serialize for Format {
@@ -269,11 +279,13 @@ impl Serialize for Format {
 impl<'de> Deserialize<'de> for Format {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let version = u32::deserialize(deserializer)?;
-        if version == Self::CURRENT {
+        if (Self::OLDEST..=Self::CURRENT).contains(&version) {
             Ok(Self)
         } else {
             Err(serde::de::Error::custom(format!(
-                "session format {version} is not supported (this version of agentry reads format {})",
+                "session format {version} is not supported (this version of agentry reads \
+                 formats {} to {})",
+                Self::OLDEST,
                 Self::CURRENT
             )))
         }
@@ -300,14 +312,19 @@ mod tests {
     #[test]
     fn unknown_format_is_refused_with_a_reason() {
         let mut json = serde_json::to_value(Session::with_id("s", "m")).unwrap();
-        assert_eq!(json["format"], 1);
-        json["format"] = 2.into();
-        let error = serde_json::from_value::<Session>(json).unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .contains("session format 2 is not supported")
-        );
+        assert_eq!(json["format"], 2);
+        json["format"] = 1.into();
+        assert!(serde_json::from_value::<Session>(json.clone()).is_ok());
+        for unknown in [0, 3] {
+            json["format"] = unknown.into();
+            let error = serde_json::from_value::<Session>(json.clone()).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains(&format!("session format {unknown} is not supported")),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -88,7 +88,15 @@ pub struct ToolContext {
     hard_stop: Option<CancellationToken>,
     accounting: Accounting,
     max_result_bytes: Option<usize>,
+    max_binary_bytes: Option<usize>,
+    content: ContentSlot,
 }
+
+/// Where a handler's [`ToolContent`](crate::ToolContent) result waits for the caller that
+/// made the context (the loop reads it when the call is done). Shared by the context's
+/// clones.
+#[derive(Debug, Clone, Default)]
+struct ContentSlot(Arc<std::sync::Mutex<Option<crate::ToolContent>>>);
 
 impl ToolContext {
     /// A context for call `call_id` of tool `tool_name`, with an anonymous caller (no
@@ -102,7 +110,41 @@ impl ToolContext {
             hard_stop: None,
             accounting: Accounting::default(),
             max_result_bytes: None,
+            max_binary_bytes: None,
+            content: ContentSlot::default(),
         }
+    }
+
+    /// Tells the handler how many bytes of images and files (decoded) its result may carry;
+    /// blocks past it are replaced by a note. The loop sets it from
+    /// `tool_result_max_binary_bytes`.
+    #[must_use]
+    pub fn with_max_binary_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_binary_bytes = Some(max_bytes);
+        self
+    }
+
+    /// The most inline image and file bytes this call's result may carry, when the caller
+    /// said.
+    pub fn max_binary_bytes(&self) -> Option<usize> {
+        self.max_binary_bytes
+    }
+
+    /// Makes `content` this call's result, in place of the JSON value the handler returns.
+    /// A handler returning [`ToolContent`](crate::ToolContent) through
+    /// [`Tool::from_fn`](crate::Tool::from_fn) or [`Tool::streaming`](crate::Tool::streaming)
+    /// gets this done for it; a raw [`Handler`](crate::Handler) calls it before its final
+    /// event.
+    pub fn set_content(&self, content: crate::ToolContent) {
+        if let Ok(mut slot) = self.content.0.lock() {
+            *slot = Some(content);
+        }
+    }
+
+    /// Takes the content a handler set with [`set_content`](Self::set_content) (on this
+    /// context or any clone of it), if any.
+    pub fn take_content(&self) -> Option<crate::ToolContent> {
+        self.content.0.lock().ok().and_then(|mut slot| slot.take())
     }
 
     /// Sets who is calling.

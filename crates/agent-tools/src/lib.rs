@@ -79,6 +79,7 @@
 
 #[cfg(feature = "builtin")]
 pub mod builtin;
+mod content;
 mod context;
 mod error;
 mod handler;
@@ -90,6 +91,7 @@ mod tool;
 mod truncate;
 mod validate;
 
+pub use content::{BinaryCap, DEFAULT_MAX_BINARY_BYTES, ToolContent, binary_len, cap_binary};
 pub use context::{Accounting, AccountingTotals, Caller, ToolContext};
 pub use error::{Error, ToolError, ToolErrorKind};
 pub use handler::{Handler, ToolEvent, ToolOutput, ToolStream, collect_output};

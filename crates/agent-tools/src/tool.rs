@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::content::ToolContent;
 use crate::context::ToolContext;
 use crate::error::ToolError;
 use crate::handler::{Handler, ToolEvent, ToolStream, done, guarded};
@@ -42,13 +43,25 @@ impl fmt::Debug for Tool {
     }
 }
 
-fn to_json<T: Serialize + 'static>(result: Result<T, ToolError>) -> Result<Value, ToolError> {
+fn to_json<T: Serialize + 'static>(
+    result: Result<T, ToolError>,
+    context: &ToolContext,
+) -> Result<Value, ToolError> {
     result.and_then(|value| {
         // A result that already is JSON is handed over as it is: `to_value` would serialize it
         // again, copying every string in it (a file's content, a page of text).
         let mut slot = Some(value);
         if let Some(json) = (&mut slot as &mut dyn Any).downcast_mut::<Option<Value>>() {
             return Ok(json.take().unwrap_or_default());
+        }
+        // Content blocks go to the caller through the context; the JSON value still shows
+        // them, for callers that only look at the stream.
+        if let Some(content) = (&mut slot as &mut dyn Any).downcast_mut::<Option<ToolContent>>()
+            && let Some(content) = content.take()
+        {
+            let json = serde_json::to_value(&content).unwrap_or_default();
+            context.set_content(content);
+            return Ok(json);
         }
         serde_json::to_value(slot.take()).map_err(|e| {
             ToolError::respond_to_model(format!("the tool's result could not be serialized: {e}"))
@@ -95,9 +108,10 @@ where
             Ok(args) => args,
             Err(error) => return done(error),
         };
-        Box::pin((self.f)(args, context).map(|event| match event {
+        let slot = context.clone();
+        Box::pin((self.f)(args, context).map(move |event| match event {
             ToolEvent::Delta(text) => ToolEvent::Delta(text),
-            ToolEvent::Done(result) => ToolEvent::Done(to_json(result)),
+            ToolEvent::Done(result) => ToolEvent::Done(to_json(result, &slot)),
         }))
     }
 }

@@ -355,6 +355,20 @@ impl BackendError {
         }
     }
 
+    /// The error an adapter returns, before sending anything, for a content block its
+    /// provider cannot take: [`Unsupported`](BackendErrorKind::Unsupported) (400), naming the
+    /// provider, the block kind and where it sat (`"a tool result"`, `"a user turn"`).
+    pub fn unsupported_content(provider: &str, kind: crate::ContentKind, place: &str) -> Self {
+        let article = match kind {
+            crate::ContentKind::Image | crate::ContentKind::Audio => "an",
+            _ => "a",
+        };
+        Self::new(
+            BackendErrorKind::Unsupported,
+            format!("{provider} cannot take {article} {kind} block in {place}; nothing was sent"),
+        )
+    }
+
     /// Whether sending the same request again may succeed.
     pub fn is_retryable(&self) -> bool {
         match self.kind {

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::error::AgentError;
 use crate::id::{SessionId, ToolCallId};
-use crate::message::{Message, Role, ToolCall, is_false};
+use crate::message::{Message, Role, ToolCall, ToolResultBlock, is_false};
 use crate::stop::StopReason;
 
 /// One event of a running loop, across every model call and tool round.
@@ -171,9 +171,14 @@ pub enum AgentEvent {
         /// Whether `output` describes a failure.
         #[serde(default, skip_serializing_if = "is_false")]
         is_error: bool,
-        /// Whether `output` was cut to the result cap.
+        /// Whether `output` was cut to the result cap (or, for a result with content
+        /// blocks, whether text was cut or a block past the binary cap was dropped).
         #[serde(default, skip_serializing_if = "is_false")]
         truncated: bool,
+        /// The blocks after `output` when the tool returned content blocks (images, files,
+        /// JSON), as the model will see them; left out for a text-only result.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        blocks: Vec<ToolResultBlock>,
     },
     /// The structured answer streamed so far, parsed best-effort (open strings, arrays and
     /// objects closed; an unfinished member left out). Only in a run with an output schema;

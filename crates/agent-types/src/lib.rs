@@ -74,8 +74,8 @@ pub use error::{
 pub use event::AgentEvent;
 pub use id::{SessionId, ToolCallId};
 pub use message::{
-    AssistantBlock, AssistantMessage, ImageSource, Message, Role, Thinking, ToolCall, ToolResult,
-    UserBlock, UserMessage,
+    AssistantBlock, AssistantMessage, AudioBlock, ContentKind, FileBlock, FileSource, ImageSource,
+    Message, Role, Thinking, ToolCall, ToolResult, ToolResultBlock, UserBlock, UserMessage,
 };
 pub use pricing::{ModelPrice, RateCard, cost};
 pub use request::{

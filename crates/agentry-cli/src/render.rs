@@ -610,6 +610,7 @@ mod tests {
                 output: r#"{"result":2}"#.into(),
                 is_error: false,
                 truncated: false,
+                blocks: Vec::new(),
             },
             AgentEvent::ToolExecutionStart {
                 call_id: "c2".into(),
@@ -622,6 +623,7 @@ mod tests {
                 output: "path is outside the allowed directory".into(),
                 is_error: true,
                 truncated: false,
+                blocks: Vec::new(),
             },
         ]
     }

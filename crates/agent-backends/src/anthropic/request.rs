@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, BackendError, BackendErrorKind, GenerationSettings, ImageSource, Message,
-    ModelRequest, Thinking, ToolChoice, UserBlock,
+    AssistantBlock, BackendError, BackendErrorKind, FileBlock, FileSource, GenerationSettings,
+    ImageSource, Message, ModelRequest, Thinking, ToolChoice, ToolResult, ToolResultBlock,
+    UserBlock,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -155,9 +156,16 @@ pub(super) enum Block<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
+    Document {
+        source: WireDocument<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: ToolResultContent<'a>,
         #[serde(skip_serializing_if = "is_false")]
         is_error: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,11 +187,37 @@ impl<'a> Block<'a> {
         match self {
             Self::Text { cache_control, .. }
             | Self::Image { cache_control, .. }
+            | Self::Document { cache_control, .. }
             | Self::ToolUse { cache_control, .. }
             | Self::ToolResult { cache_control, .. } => Some(cache_control),
             Self::Thinking { .. } | Self::RedactedThinking { .. } => None,
         }
     }
+}
+
+/// A tool result's content: a plain string for a text-only result, else a block list.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(super) enum ToolResultContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<Block<'a>>),
+}
+
+/// A document block's source.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum WireDocument<'a> {
+    /// Inline PDF bytes.
+    Base64 { media_type: &'a str, data: &'a str },
+    /// A plain-text document, as its text.
+    Text {
+        media_type: &'static str,
+        data: String,
+    },
+    /// A PDF Anthropic fetches.
+    Url { url: &'a str },
+    /// A file uploaded through the Files API.
+    File { file_id: &'a str },
 }
 
 #[derive(Debug, Serialize)]
@@ -252,7 +286,7 @@ pub(super) fn build<'a>(
             }
         }
     }
-    let messages = turns(&request.messages, reminders);
+    let messages = turns(&request.messages, reminders)?;
 
     let mut body = Body {
         model: &request.model,
@@ -351,7 +385,7 @@ fn tool_choice(request: &ModelRequest) -> Result<Option<WireToolChoice<'_>>, Bac
 }
 
 /// The history as alternating user and assistant turns.
-fn turns(history: &[Message], reminders: bool) -> Vec<Turn<'_>> {
+fn turns(history: &[Message], reminders: bool) -> Result<Vec<Turn<'_>>, BackendError> {
     let mut turns: Vec<Turn<'_>> = Vec::with_capacity(history.len());
     for message in history {
         let (role, blocks): (Role, Vec<Block<'_>>) = match message {
@@ -364,7 +398,10 @@ fn turns(history: &[Message], reminders: bool) -> Vec<Turn<'_>> {
             }
             Message::User(user) => (
                 Role::User,
-                user.content.iter().filter_map(user_block).collect(),
+                user.content
+                    .iter()
+                    .filter_map(|block| user_block(block).transpose())
+                    .collect::<Result<_, _>>()?,
             ),
             Message::Assistant(assistant) => (
                 Role::Assistant,
@@ -378,7 +415,7 @@ fn turns(history: &[Message], reminders: bool) -> Vec<Turn<'_>> {
                 Role::User,
                 vec![Block::ToolResult {
                     tool_use_id: result.tool_call_id.as_str(),
-                    content: &result.content,
+                    content: tool_result_content(result)?,
                     is_error: result.is_error,
                     cache_control: None,
                 }],
@@ -403,22 +440,99 @@ fn turns(history: &[Message], reminders: bool) -> Vec<Turn<'_>> {
                 .sort_by_key(|block| !matches!(block, Block::ToolResult { .. }));
         }
     }
-    turns
+    Ok(turns)
 }
 
-fn user_block(block: &UserBlock) -> Option<Block<'_>> {
-    Some(match block {
-        // Anthropic rejects empty text blocks.
-        UserBlock::Text { text } if text.is_empty() => return None,
-        UserBlock::Text { text } => Block::text(text.as_str()),
-        UserBlock::Image { source } => Block::Image {
-            source: match source {
-                ImageSource::Base64 { media_type, data } => WireImage::Base64 { media_type, data },
-                ImageSource::Url { url } => WireImage::Url { url },
-            },
-            cache_control: None,
+/// A tool result's content: the plain string when it is text only, else Anthropic's block
+/// list (text, image and document blocks; a JSON block as its compact text).
+fn tool_result_content(result: &ToolResult) -> Result<ToolResultContent<'_>, BackendError> {
+    if result.blocks.is_empty() {
+        return Ok(ToolResultContent::Text(&result.content));
+    }
+    let mut blocks = Vec::with_capacity(result.blocks.len() + 1);
+    if !result.content.is_empty() {
+        blocks.push(Block::text(result.content.as_str()));
+    }
+    for block in &result.blocks {
+        blocks.push(match block {
+            // Anthropic rejects empty text blocks.
+            ToolResultBlock::Text { text } if text.is_empty() => continue,
+            ToolResultBlock::Text { text } => Block::text(text.as_str()),
+            ToolResultBlock::Image { source } => image_block(source),
+            ToolResultBlock::File(file) => document(file)?,
+            ToolResultBlock::Json { value } => Block::text(value.to_string()),
+        });
+    }
+    Ok(ToolResultContent::Blocks(blocks))
+}
+
+fn image_block(source: &ImageSource) -> Block<'_> {
+    Block::Image {
+        source: match source {
+            ImageSource::Base64 { media_type, data } => WireImage::Base64 { media_type, data },
+            ImageSource::Url { url } => WireImage::Url { url },
         },
+        cache_control: None,
+    }
+}
+
+/// A document block: PDFs inline, by URL or by file id; plain text as its text.
+fn document(file: &FileBlock) -> Result<Block<'_>, BackendError> {
+    let media_type = file.media_type.as_str();
+    let source = match &file.source {
+        FileSource::Base64 { data } if media_type == "application/pdf" => {
+            WireDocument::Base64 { media_type, data }
+        }
+        FileSource::Base64 { data } if media_type.starts_with("text/plain") => {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map_err(|error| {
+                    invalid(format!(
+                        "a text/plain file block's data is not valid base64: {error}"
+                    ))
+                })?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| invalid("a text/plain file block's data is not UTF-8 text"))?;
+            WireDocument::Text {
+                media_type: "text/plain",
+                data: text,
+            }
+        }
+        FileSource::Base64 { .. } => {
+            return Err(BackendError::new(
+                BackendErrorKind::Unsupported,
+                format!(
+                    "Anthropic takes PDF and plain-text documents, not a `{media_type}` file block; \
+                     nothing was sent"
+                ),
+            ));
+        }
+        FileSource::Url { url } => WireDocument::Url { url },
+        FileSource::FileId { file_id } => WireDocument::File { file_id },
+    };
+    Ok(Block::Document {
+        source,
+        title: file.filename.as_deref(),
+        cache_control: None,
     })
+}
+
+fn user_block(block: &UserBlock) -> Result<Option<Block<'_>>, BackendError> {
+    Ok(Some(match block {
+        // Anthropic rejects empty text blocks.
+        UserBlock::Text { text } if text.is_empty() => return Ok(None),
+        UserBlock::Text { text } => Block::text(text.as_str()),
+        UserBlock::Image { source } => image_block(source),
+        UserBlock::File(file) => document(file)?,
+        UserBlock::Audio(_) => {
+            return Err(BackendError::unsupported_content(
+                "Anthropic",
+                block.kind(),
+                "a user turn",
+            ));
+        }
+    }))
 }
 
 fn assistant_block(block: &AssistantBlock) -> Option<Block<'_>> {

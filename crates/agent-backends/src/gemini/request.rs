@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ImageSource, Message,
-    ModelRequest, Reasoning, ReasoningEffort, ToolCall, ToolChoice, ToolResult, UserBlock,
-    UserMessage,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ContentKind, FileBlock,
+    FileSource, ImageSource, Message, ModelRequest, Reasoning, ReasoningEffort, ToolCall,
+    ToolChoice, ToolResult, ToolResultBlock, UserBlock, UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -103,7 +103,7 @@ struct Blob<'a> {
 #[serde(rename_all = "camelCase")]
 struct FileData<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    mime_type: Option<&'static str>,
+    mime_type: Option<&'a str>,
     file_uri: &'a str,
 }
 
@@ -121,6 +121,8 @@ struct FunctionResponse<'a> {
     id: Option<&'a str>,
     name: &'a str,
     response: ResponseBody<'a>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    parts: Vec<Part<'a>>,
 }
 
 /// `{"result": …}` or `{"error": "…"}` (serde's external tagging is exactly that shape).
@@ -128,7 +130,7 @@ struct FunctionResponse<'a> {
 #[serde(rename_all = "snake_case")]
 enum ResponseBody<'a> {
     Result(Value),
-    Error(&'a str),
+    Error(Cow<'a, str>),
 }
 
 #[derive(Debug, Serialize)]
@@ -415,8 +417,37 @@ fn user_parts(user: &UserMessage) -> Result<Vec<Part<'_>>, BackendError> {
         .map(|block| match block {
             UserBlock::Text { text } => Ok(Part::text(text)),
             UserBlock::Image { source } => image(source),
+            UserBlock::File(file) => Ok(file_part(file)),
+            UserBlock::Audio(audio) => Ok(Part {
+                inline_data: Some(Blob {
+                    mime_type: &audio.media_type,
+                    data: &audio.data,
+                }),
+                ..Part::default()
+            }),
         })
         .collect()
+}
+
+/// A file as `inlineData` (base64) or `fileData` (a URL, or an uploaded file's URI: the
+/// Files API's `files/…` or its full address).
+fn file_part(file: &FileBlock) -> Part<'_> {
+    match &file.source {
+        FileSource::Base64 { data } => Part {
+            inline_data: Some(Blob {
+                mime_type: &file.media_type,
+                data,
+            }),
+            ..Part::default()
+        },
+        FileSource::Url { url: uri } | FileSource::FileId { file_id: uri } => Part {
+            file_data: Some(FileData {
+                mime_type: Some(&file.media_type),
+                file_uri: uri,
+            }),
+            ..Part::default()
+        },
+    }
 }
 
 fn image(source: &ImageSource) -> Result<Part<'_>, BackendError> {
@@ -594,12 +625,28 @@ fn function_responses<'a>(
             } else {
                 result.name.as_str()
             };
+            // Text and JSON blocks join as text (a JSON-only result parses back to its
+            // value below); images and files travel as the function response's own parts
+            // (Gemini's multimodal function responses).
+            let (content, media) = crate::content::split_tool_result(
+                result,
+                "Gemini",
+                &[ContentKind::Image, ContentKind::File],
+            )?;
+            let parts = media
+                .into_iter()
+                .filter_map(|block| match block {
+                    ToolResultBlock::Image { source } => Some(image(source)),
+                    ToolResultBlock::File(file) => Some(Ok(file_part(file))),
+                    ToolResultBlock::Text { .. } | ToolResultBlock::Json { .. } => None,
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let response = if result.is_error {
-                ResponseBody::Error(&result.content)
+                ResponseBody::Error(content)
             } else {
                 ResponseBody::Result(
-                    serde_json::from_str(&result.content)
-                        .unwrap_or_else(|_| Value::String(result.content.clone())),
+                    serde_json::from_str(&content)
+                        .unwrap_or_else(|_| Value::String(content.into_owned())),
                 )
             };
             Ok(Part {
@@ -607,6 +654,7 @@ fn function_responses<'a>(
                     id: provider_id(result.tool_call_id.as_str()),
                     name,
                     response,
+                    parts,
                 }),
                 ..Part::default()
             })

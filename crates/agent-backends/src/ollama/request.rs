@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ImageSource, Message,
-    ModelRequest, ReasoningEffort, ToolCall, ToolChoice, ToolResult, UserBlock, UserMessage,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ContentKind, ImageSource,
+    Message, ModelRequest, ReasoningEffort, ToolCall, ToolChoice, ToolResult, ToolResultBlock,
+    UserBlock, UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -192,7 +193,7 @@ pub(super) fn build(request: &ModelRequest) -> Result<WireRequest<'_>, BackendEr
             Message::System { content } => WireMessage::new("system", content.as_str()),
             Message::User(user) => user_message(user)?,
             Message::Assistant(assistant) => assistant_message(assistant),
-            Message::Tool(result) => tool_message(result),
+            Message::Tool(result) => tool_message(result)?,
         });
     }
     let wire = WireRequest {
@@ -260,6 +261,14 @@ fn user_message(user: &UserMessage) -> Result<WireMessage<'_>, BackendError> {
         match block {
             UserBlock::Text { text } => texts.push(text.as_str()),
             UserBlock::Image { source } => images.push(image(source)?),
+            // Ollama's chat API takes text and images only.
+            UserBlock::File(_) | UserBlock::Audio(_) => {
+                return Err(BackendError::unsupported_content(
+                    "Ollama",
+                    block.kind(),
+                    "a user turn",
+                ));
+            }
         }
     }
     let content = match texts.as_slice() {
@@ -352,16 +361,26 @@ fn arguments(call: &ToolCall) -> Cow<'_, Value> {
     }
 }
 
-fn tool_message(result: &ToolResult) -> WireMessage<'_> {
-    let content = if result.is_error {
-        Cow::Owned(format!("Error: {}", result.content))
-    } else {
-        Cow::Borrowed(result.content.as_str())
+fn tool_message(result: &ToolResult) -> Result<WireMessage<'_>, BackendError> {
+    // Text and JSON blocks join as text; images travel in the message's `images`, as in a
+    // user turn; files are refused before sending.
+    let (text, media) = crate::content::split_tool_result(result, "Ollama", &[ContentKind::Image])?;
+    let content = match text {
+        text if result.is_error => Cow::Owned(format!("Error: {text}")),
+        text => text,
     };
-    WireMessage {
+    let images = media
+        .into_iter()
+        .filter_map(|block| match block {
+            ToolResultBlock::Image { source } => Some(image(source)),
+            _ => None,
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(WireMessage {
         tool_name: (!result.name.is_empty()).then_some(result.name.as_str()),
         tool_call_id: (!result.tool_call_id.as_str().is_empty())
             .then_some(result.tool_call_id.as_str()),
+        images,
         ..WireMessage::new("tool", content)
-    }
+    })
 }

@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ImageSource, Message,
-    ModelRequest, ReasoningEffort, ToolCall, ToolChoice, UserBlock, UserMessage,
+    AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ContentKind, FileBlock,
+    FileSource, ImageSource, Message, ModelRequest, ReasoningEffort, ToolCall, ToolChoice,
+    ToolResultBlock, UserBlock, UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -159,19 +160,61 @@ fn messages(
     if let Some(system) = &request.system {
         out.push(WireMessage::System { content: system });
     }
+    // Chat Completions takes only text in a tool message, so the images and files of a run of
+    // tool results follow it in one user turn (after every tool message of the round, as the
+    // API requires), each introduced by the call it answers: what the major SDKs do.
+    let mut media: Vec<Part<'_>> = Vec::new();
     for message in &request.messages {
+        if !matches!(message, Message::Tool(_)) && !media.is_empty() {
+            out.push(WireMessage::User {
+                content: UserContent::Parts(std::mem::take(&mut media)),
+            });
+        }
         out.push(match message {
             Message::System { content } => WireMessage::System { content },
             Message::User(user) => WireMessage::User {
                 content: user_content(user)?,
             },
             Message::Assistant(assistant) => assistant_message(assistant, reasoning_in_history),
-            Message::Tool(result) => WireMessage::Tool {
-                tool_call_id: result.tool_call_id.as_str(),
-                // Chat Completions has no error flag on tool messages; the content says what
-                // went wrong.
-                content: &result.content,
-            },
+            Message::Tool(result) => {
+                let (text, found) = crate::content::split_tool_result(
+                    result,
+                    PROVIDER,
+                    &[ContentKind::Image, ContentKind::File],
+                )?;
+                if !found.is_empty() {
+                    media.push(Part::Text {
+                        text: Cow::Owned(format!(
+                            "The result of tool call `{}` includes:",
+                            result.tool_call_id
+                        )),
+                    });
+                    for block in found {
+                        match block {
+                            ToolResultBlock::Image { source } => media.push(Part::ImageUrl {
+                                image_url: ImageUrl {
+                                    url: image_url(source)?,
+                                },
+                            }),
+                            ToolResultBlock::File(file) => media.push(Part::File {
+                                file: file_part(file)?,
+                            }),
+                            ToolResultBlock::Text { .. } | ToolResultBlock::Json { .. } => {}
+                        }
+                    }
+                }
+                WireMessage::Tool {
+                    tool_call_id: result.tool_call_id.as_str(),
+                    // Chat Completions has no error flag on tool messages; the content says
+                    // what went wrong. Text and JSON blocks join as text.
+                    content: text,
+                }
+            }
+        });
+    }
+    if !media.is_empty() {
+        out.push(WireMessage::User {
+            content: UserContent::Parts(media),
         });
     }
     Ok(out)
@@ -190,16 +233,69 @@ fn user_content(user: &UserMessage) -> Result<UserContent<'_>, BackendError> {
         .iter()
         .map(|block| {
             Ok(match block {
-                UserBlock::Text { text } => Part::Text { text },
+                UserBlock::Text { text } => Part::Text {
+                    text: Cow::Borrowed(text),
+                },
                 UserBlock::Image { source } => Part::ImageUrl {
                     image_url: ImageUrl {
                         url: image_url(source)?,
+                    },
+                },
+                UserBlock::File(file) => Part::File {
+                    file: file_part(file)?,
+                },
+                UserBlock::Audio(audio) => Part::InputAudio {
+                    input_audio: InputAudio {
+                        data: &audio.data,
+                        format: audio_format(&audio.media_type).ok_or_else(|| {
+                            BackendError::new(
+                                BackendErrorKind::Unsupported,
+                                format!(
+                                    "{PROVIDER} takes audio as wav or mp3, not `{}`; nothing was sent",
+                                    audio.media_type
+                                ),
+                            )
+                        })?,
                     },
                 },
             })
         })
         .collect::<Result<_, BackendError>>()
         .map(UserContent::Parts)
+}
+
+/// The name the provider is refused under.
+const PROVIDER: &str = "OpenAI Chat Completions";
+
+/// A file part: inline bytes as a data URL, or an uploaded file's id. Chat Completions does
+/// not fetch files by URL.
+fn file_part(file: &FileBlock) -> Result<FilePart<'_>, BackendError> {
+    match &file.source {
+        FileSource::Base64 { data } => Ok(FilePart {
+            // OpenAI requires a name next to inline data.
+            filename: Some(file.filename.as_deref().unwrap_or("file")),
+            file_data: Some(format!("data:{};base64,{data}", file.media_type)),
+            file_id: None,
+        }),
+        FileSource::FileId { file_id } => Ok(FilePart {
+            filename: None,
+            file_data: None,
+            file_id: Some(file_id),
+        }),
+        FileSource::Url { .. } => Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            format!("{PROVIDER} cannot take a file block by URL in a user turn; nothing was sent"),
+        )),
+    }
+}
+
+/// The `input_audio` format for a media type.
+fn audio_format(media_type: &str) -> Option<&'static str> {
+    match media_type {
+        "audio/wav" | "audio/x-wav" | "audio/wave" => Some("wav"),
+        "audio/mpeg" | "audio/mp3" => Some("mp3"),
+        _ => None,
+    }
 }
 
 fn image_url(source: &ImageSource) -> Result<Cow<'_, str>, BackendError> {
@@ -341,7 +437,7 @@ enum WireMessage<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: &'a str,
+        content: Cow<'a, str>,
     },
 }
 
@@ -355,8 +451,26 @@ enum UserContent<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Part<'a> {
-    Text { text: &'a str },
+    Text { text: Cow<'a, str> },
     ImageUrl { image_url: ImageUrl<'a> },
+    File { file: FilePart<'a> },
+    InputAudio { input_audio: InputAudio<'a> },
+}
+
+#[derive(Serialize)]
+struct FilePart<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filename: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_data: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct InputAudio<'a> {
+    data: &'a str,
+    format: &'static str,
 }
 
 #[derive(Serialize)]

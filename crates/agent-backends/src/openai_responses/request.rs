@@ -6,8 +6,9 @@
 use std::borrow::Cow;
 
 use agent_types::{
-    AssistantBlock, BackendError, BackendErrorKind, ImageSource, Message, ModelRequest,
-    ReasoningEffort, Thinking, ToolChoice, UserBlock,
+    AssistantBlock, BackendError, BackendErrorKind, ContentKind, FileBlock, FileSource,
+    ImageSource, Message, ModelRequest, ReasoningEffort, Thinking, ToolChoice, ToolResultBlock,
+    UserBlock,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -55,7 +56,7 @@ pub(super) fn build<'a>(
         .get("store")
         .and_then(Value::as_bool)
         .unwrap_or(settings.store);
-    let input = input(&request.messages, store);
+    let input = input(&request.messages, store)?;
     let replays_reasoning = input
         .iter()
         .any(|item| matches!(item, Item::Reasoning { .. }));
@@ -227,8 +228,79 @@ enum Item<'a> {
     },
     FunctionCallOutput {
         call_id: &'a str,
-        output: Cow<'a, str>,
+        output: Output<'a>,
     },
+}
+
+/// A function call's output: a string, or a content array when it carries images or files.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Output<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<OutputPart<'a>>),
+}
+
+// The variants are named after the API's `type` tags, which all start with `input_`.
+#[allow(clippy::enum_variant_names)]
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutputPart<'a> {
+    InputText {
+        text: Cow<'a, str>,
+    },
+    InputImage {
+        image_url: Cow<'a, str>,
+        detail: &'static str,
+    },
+    InputFile {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        filename: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_data: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_url: Option<&'a str>,
+    },
+}
+
+fn input_image(source: &ImageSource) -> Part<'_> {
+    Part::InputImage {
+        image_url: match source {
+            ImageSource::Base64 { media_type, data } => {
+                Cow::Owned(format!("data:{media_type};base64,{data}"))
+            }
+            ImageSource::Url { url } => Cow::Borrowed(url.as_str()),
+        },
+        detail: "auto",
+    }
+}
+
+fn input_file(file: &FileBlock) -> Part<'_> {
+    match &file.source {
+        FileSource::Base64 { data } => Part::InputFile {
+            // OpenAI requires a name next to inline data.
+            filename: Some(file.filename.as_deref().unwrap_or("file")),
+            file_data: Some(Cow::Owned(format!(
+                "data:{};base64,{data}",
+                file.media_type
+            ))),
+            file_id: None,
+            file_url: None,
+        },
+        FileSource::Url { url } => Part::InputFile {
+            filename: file.filename.as_deref(),
+            file_data: None,
+            file_id: None,
+            file_url: Some(url.as_str()),
+        },
+        FileSource::FileId { file_id } => Part::InputFile {
+            filename: None,
+            file_data: None,
+            file_id: Some(file_id.as_str()),
+            file_url: None,
+        },
+    }
 }
 
 /// One content part of a message item.
@@ -241,6 +313,16 @@ enum Part<'a> {
     InputImage {
         image_url: Cow<'a, str>,
         detail: &'static str,
+    },
+    InputFile {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        filename: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_data: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file_url: Option<&'a str>,
     },
     OutputText {
         text: &'a str,
@@ -289,7 +371,10 @@ struct ReasoningParam {
     summary: &'static str,
 }
 
-fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
+/// The name the provider is refused under.
+const PROVIDER: &str = "OpenAI Responses";
+
+fn input(messages: &[Message], store: bool) -> Result<Vec<Item<'_>>, BackendError> {
     let mut items = Vec::with_capacity(messages.len());
     for message in messages {
         match message {
@@ -302,18 +387,16 @@ fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
                     .content
                     .iter()
                     .map(|block| match block {
-                        UserBlock::Text { text } => Part::InputText { text },
-                        UserBlock::Image { source } => Part::InputImage {
-                            image_url: match source {
-                                ImageSource::Base64 { media_type, data } => {
-                                    Cow::Owned(format!("data:{media_type};base64,{data}"))
-                                }
-                                ImageSource::Url { url } => Cow::Borrowed(url.as_str()),
-                            },
-                            detail: "auto",
-                        },
+                        UserBlock::Text { text } => Ok(Part::InputText { text }),
+                        UserBlock::Image { source } => Ok(input_image(source)),
+                        UserBlock::File(file) => Ok(input_file(file)),
+                        UserBlock::Audio(_) => Err(BackendError::unsupported_content(
+                            PROVIDER,
+                            block.kind(),
+                            "a user turn",
+                        )),
                     })
-                    .collect();
+                    .collect::<Result<_, BackendError>>()?;
                 items.push(Item::Message {
                     role: "user",
                     content,
@@ -353,18 +436,61 @@ fn input(messages: &[Message], store: bool) -> Vec<Item<'_>> {
                     }
                 }
             }
-            Message::Tool(result) => items.push(Item::FunctionCallOutput {
-                call_id: result.tool_call_id.as_str(),
+            Message::Tool(result) => {
+                // Text and JSON blocks join as text; with images or files the output is a
+                // content array: the text, then each of them.
+                let (text, media) = crate::content::split_tool_result(
+                    result,
+                    PROVIDER,
+                    &[ContentKind::Image, ContentKind::File],
+                )?;
                 // The API has no error flag on a function result; the text says it instead.
-                output: if result.is_error {
-                    Cow::Owned(format!("Error: {}", result.content))
+                let text = match text {
+                    text if result.is_error => Cow::Owned(format!("Error: {text}")),
+                    text => text,
+                };
+                let output = if media.is_empty() {
+                    Output::Text(text)
                 } else {
-                    Cow::Borrowed(result.content.as_str())
-                },
-            }),
+                    let mut parts = Vec::with_capacity(media.len() + 1);
+                    if !text.is_empty() {
+                        parts.push(OutputPart::InputText { text });
+                    }
+                    for block in media {
+                        parts.push(match block {
+                            ToolResultBlock::Image { source } => match input_image(source) {
+                                Part::InputImage { image_url, detail } => {
+                                    OutputPart::InputImage { image_url, detail }
+                                }
+                                _ => continue,
+                            },
+                            ToolResultBlock::File(file) => match input_file(file) {
+                                Part::InputFile {
+                                    filename,
+                                    file_data,
+                                    file_id,
+                                    file_url,
+                                } => OutputPart::InputFile {
+                                    filename,
+                                    file_data,
+                                    file_id,
+                                    file_url,
+                                },
+                                _ => continue,
+                            },
+                            ToolResultBlock::Text { .. } | ToolResultBlock::Json { .. } => continue,
+                        });
+                    }
+                    Output::Parts(parts)
+                };
+                items.push(Item::FunctionCallOutput {
+                    call_id: result.tool_call_id.as_str(),
+                    output,
+                });
+            }
         }
     }
-    items
+    Ok(items)
 }
 
 /// The reasoning item for a thinking block, or `None` when the block cannot be sent back.

@@ -11,3 +11,5 @@ mod fixtures;
 mod jsonl;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "jsonl", feature = "sqlite"))]
+mod v1_logs;

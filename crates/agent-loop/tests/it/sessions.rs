@@ -174,7 +174,7 @@ async fn a_session_suspended_in_one_process_resumes_in_another_after_a_json_roun
     };
 
     let stored: Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(stored["format"], 1);
+    assert_eq!(stored["format"], 2);
     assert_eq!(stored["id"], "sess-trip");
     assert_eq!(stored["status"], "awaiting_tool_execution");
     assert_eq!(stored["pending_tool_calls"][0]["id"], "call_p");
@@ -702,16 +702,137 @@ fn a_session_of_an_unknown_format_is_refused() {
     assert_eq!(Session::from_json(&json).unwrap(), session);
 
     let mut value: Value = serde_json::from_str(&json).unwrap();
-    value["format"] = json!(2);
+    value["format"] = json!(3);
     let error = Session::from_json(&value.to_string()).unwrap_err();
     assert!(
         error
             .to_string()
-            .contains("session format 2 is not supported"),
+            .contains("session format 3 is not supported"),
         "{error}"
     );
 
     value.as_object_mut().unwrap().remove("format");
     let error = Session::from_json(&value.to_string()).unwrap_err();
     assert!(error.to_string().contains("format"), "{error}");
+}
+
+/// A session written by agentry before content blocks (format 1, `fixtures/sessions/v1/`,
+/// never rewritten) loads, and resumes where it stopped: the remote call gets its result and
+/// the run finishes, its budgets continuing from the stored ones.
+#[tokio::test]
+async fn a_version_1_session_written_by_the_previous_release_loads_and_resumes() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sessions/v1/session.json");
+    let json = std::fs::read_to_string(path).unwrap();
+    let mut session = Session::from_json(&json).unwrap();
+    assert_eq!(session.id.as_str(), "sess-v1");
+    assert_eq!(session.status, SessionStatus::AwaitingToolExecution);
+    assert_eq!(session.messages.len(), 4);
+    assert_eq!(tool_result(&session.messages[2]).content, DENVER);
+    assert_eq!(session.pending_tool_calls, vec![approve_call("call_p")]);
+
+    let options = Options::auto()
+        .with_tools(registry([weather_tool()]))
+        .with_max_tool_iterations(3);
+    let backend = ScriptedBackend::new([ScriptedTurn::text("Booked.")]);
+    let result = execute(
+        &mut session,
+        vec![ToolResult::ok("call_p", "approve_payment", "approved")],
+        &backend,
+        &options,
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.status, SessionStatus::Completed);
+    assert_eq!(result.text(), "Booked.");
+    assert_eq!(session.messages.len(), 6);
+    assert_eq!(tool_result(&session.messages[4]).content, "approved");
+}
+
+/// Format 2 writes content blocks in their documented forms and reads them back: a rich tool
+/// result as its block list, a text-only one as a plain string, a user file block as is.
+#[test]
+fn a_version_2_session_round_trips_content_blocks() {
+    use agent_types::{FileBlock, ImageSource, ToolResultBlock, UserBlock};
+
+    let rich = ToolResult::with_blocks(
+        "call_c",
+        "chart",
+        vec![
+            ToolResultBlock::Text {
+                text: "The chart:".into(),
+            },
+            ToolResultBlock::Image {
+                source: ImageSource::Base64 {
+                    media_type: "image/png".into(),
+                    data: "iVBORw0KGgo=".into(),
+                },
+            },
+            ToolResultBlock::Json {
+                value: json!({"rows": 3}),
+            },
+        ],
+    );
+    let session = Session::with_id("sess-v2", MODEL)
+        .with_message(Message::User(UserMessage {
+            content: vec![
+                UserBlock::Text {
+                    text: "Chart this report.".into(),
+                },
+                UserBlock::File(
+                    FileBlock::base64("application/pdf", "JVBERi0x").with_filename("r.pdf"),
+                ),
+            ],
+        }))
+        .with_message(rich)
+        .with_message(ToolResult::ok("call_w", "get_weather", DENVER));
+    let json: Value = serde_json::from_str(&session.to_json().unwrap()).unwrap();
+    assert_eq!(json["format"], 2);
+    assert_eq!(json["messages"][0]["content"][1]["type"], "file");
+    assert_eq!(json["messages"][1]["content"].as_array().unwrap().len(), 3);
+    assert_eq!(json["messages"][2]["content"], DENVER);
+    assert_eq!(Session::from_json(&json.to_string()).unwrap(), session);
+}
+
+/// A caller's result for a remote call may carry images; they fall under
+/// `tool_result_max_binary_bytes` like a local handler's, and reach the model as blocks.
+#[tokio::test]
+async fn a_remote_result_with_images_is_capped_and_sent_as_blocks() {
+    use agent_types::{ImageSource, ToolResultBlock};
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sessions/v1/session.json");
+    let mut session = Session::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let image = |data: &str| ToolResultBlock::Image {
+        source: ImageSource::Base64 {
+            media_type: "image/png".into(),
+            data: data.into(),
+        },
+    };
+    // 6 bytes each, decoded.
+    let result = ToolResult::with_blocks(
+        "call_p",
+        "approve_payment",
+        vec![
+            ToolResultBlock::Text {
+                text: "Signed:".into(),
+            },
+            image("AAAAAAAA"),
+            image("AQEBAQEB"),
+        ],
+    );
+    let options = Options::auto()
+        .with_tools(registry([weather_tool()]))
+        .with_tool_result_max_binary_bytes(8);
+    let backend = ScriptedBackend::new([ScriptedTurn::text("Booked.")]).recording();
+    execute(&mut session, vec![result], &backend, &options)
+        .await
+        .unwrap();
+    let sent = tool_result(&backend.requests()[0].messages[4]).clone();
+    assert_eq!(sent.content, "Signed:");
+    assert_eq!(sent.blocks[0], image("AAAAAAAA"));
+    let ToolResultBlock::Text { text } = &sent.blocks[1] else {
+        panic!("{:?}", sent.blocks[1]);
+    };
+    assert!(text.contains("of 6 bytes was dropped"), "{text}");
 }

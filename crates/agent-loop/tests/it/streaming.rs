@@ -244,6 +244,7 @@ async fn a_streaming_handler_reports_progress_between_start_and_end() {
             output: r#"{"counted":3}"#.into(),
             is_error: false,
             truncated: false,
+            blocks: Vec::new(),
         }
     );
     // Then the tool message: start and end, after the execution ended.

@@ -1068,3 +1068,166 @@ async fn dollars_reported_by_a_handler_count_against_the_cost_budget_and_in_the_
         .unwrap();
     assert!((result.cost_usd.unwrap() - 0.500_04).abs() < 1e-12);
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Shots {
+    /// How many screenshots.
+    n: usize,
+}
+
+/// A tool that returns a caption, `n` screenshots of 6 bytes each and a JSON summary.
+fn screenshot_tool() -> Tool {
+    Tool::from_fn(
+        "screenshot",
+        "Takes screenshots.",
+        |args: Shots, _ctx| async move {
+            let mut content = agent_tools::ToolContent::text("Screens:");
+            for i in 0..args.n {
+                content = content.and(agent_tools::ToolContent::image([i as u8; 6], "image/png"));
+            }
+            Ok::<_, ToolError>(content.and(agent_tools::ToolContent::json(json!({"n": args.n}))))
+        },
+    )
+}
+
+/// A handler's content blocks reach the history, the next request, the end event and the
+/// trace as blocks, not as their JSON text.
+#[tokio::test]
+async fn content_blocks_from_a_tool_reach_the_model_the_events_and_the_trace() {
+    use agent_types::{ImageSource, ToolResultBlock};
+
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "screenshot", json!({"n": 1})),
+        ScriptedTurn::text("A blank screen."),
+    ])
+    .recording();
+    let options = Options::auto()
+        .with_tools(registry([screenshot_tool()]))
+        .with_tool_trace(true);
+    let (events, result) = collect(generate_stream(
+        &backend,
+        Input::new("m").user("What is on screen?"),
+        &options,
+    ))
+    .await;
+    let result = result.unwrap();
+
+    let expected_blocks = vec![
+        ToolResultBlock::Image {
+            source: ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: "AAAAAAAA".into(),
+            },
+        },
+        ToolResultBlock::Json {
+            value: json!({"n": 1}),
+        },
+    ];
+    let sent = tool_result(&result.messages[1]);
+    assert_eq!(sent.content, "Screens:");
+    assert_eq!(sent.blocks, expected_blocks);
+    assert!(!sent.is_error);
+    let requests = backend.requests();
+    assert_eq!(sent_results(&requests[1])[0], sent);
+
+    let end = events
+        .iter()
+        .find_map(|event| match event {
+            AgentEvent::ToolExecutionEnd {
+                output,
+                blocks,
+                truncated,
+                ..
+            } => Some((output.clone(), blocks.clone(), *truncated)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(end, ("Screens:".to_owned(), expected_blocks, false));
+    let entry = &result.trace[0];
+    // "Screens:" (8) + `{"n":1}` (7) + 6 image bytes.
+    assert_eq!(entry.result_bytes, 21);
+    assert_eq!(entry.sent_bytes, 21);
+    assert!(!entry.truncated);
+}
+
+/// Images past `tool_result_max_binary_bytes` are replaced by a note saying what was
+/// dropped; the result, its end event and its trace entry say it was truncated.
+#[tokio::test]
+async fn images_past_the_binary_cap_are_replaced_by_a_note() {
+    use agent_types::ToolResultBlock;
+
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "screenshot", json!({"n": 3})),
+        ScriptedTurn::text("Two screens."),
+    ]);
+    let options = Options::auto()
+        .with_tools(registry([screenshot_tool()]))
+        .with_tool_result_max_binary_bytes(12)
+        .with_tool_trace(true);
+    let (events, result) = collect(generate_stream(
+        &backend,
+        Input::new("m").user("Screens?"),
+        &options,
+    ))
+    .await;
+    let result = result.unwrap();
+
+    let sent = tool_result(&result.messages[1]);
+    let kinds: Vec<&str> = sent.blocks.iter().map(|b| b.kind().as_str()).collect();
+    assert_eq!(kinds, ["image", "image", "text", "json"]);
+    let ToolResultBlock::Text { text } = &sent.blocks[2] else {
+        unreachable!()
+    };
+    assert_eq!(
+        text,
+        "[an image (image/png) of 6 bytes was dropped: this result's images and files are \
+         capped at 12 bytes (tool_result_max_binary_bytes)]"
+    );
+    assert!(events.iter().any(|event| matches!(
+        event,
+        AgentEvent::ToolExecutionEnd {
+            truncated: true,
+            ..
+        }
+    )));
+    let entry = &result.trace[0];
+    assert!(entry.truncated);
+    assert_eq!(entry.result_bytes, 8 + 7 + 18);
+    assert_eq!(entry.sent_bytes, 8 + 7 + text.len() as u64 + 12);
+}
+
+/// Text and JSON blocks over `tool_result_max_bytes` are joined and cut with the usual
+/// marker; the images stay.
+#[tokio::test]
+async fn content_text_over_the_text_cap_is_cut_with_the_marker() {
+    let long = "x".repeat(2_000);
+    let tool = Tool::from_fn("page", "A page.", move |_args: Shots, _ctx| {
+        let long = long.clone();
+        async move {
+            Ok::<_, ToolError>(
+                agent_tools::ToolContent::text(long)
+                    .and(agent_tools::ToolContent::image([1u8; 3], "image/png")),
+            )
+        }
+    });
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "page", json!({"n": 1})),
+        ScriptedTurn::text("Long."),
+    ]);
+    let options = Options::auto()
+        .with_tools(registry([tool]))
+        .with_tool_result_max_bytes(1_024)
+        .with_tool_trace(true);
+    let result = generate(&backend, Input::new("m").user("Page?"), &options)
+        .await
+        .unwrap();
+    let sent = tool_result(&result.messages[1]);
+    assert!(sent.content.len() <= 1_024, "{}", sent.content.len());
+    assert!(
+        sent.content.contains("truncated"),
+        "{}",
+        &sent.content[900..]
+    );
+    assert_eq!(sent.blocks.len(), 1);
+    assert!(result.trace[0].truncated);
+}

@@ -255,6 +255,28 @@ fn agent_event_tool_execution() {
             output: r#"{"temp_c":21}"#.into(),
             is_error: false,
             truncated: false,
+            blocks: Vec::new(),
+        }
+    );
+    check!(
+        "agent_tool_execution_end_blocks",
+        AgentEvent::ToolExecutionEnd {
+            call_id: "call_2".into(),
+            tool_name: "screenshot".into(),
+            output: "The screen:".into(),
+            is_error: false,
+            truncated: false,
+            blocks: vec![
+                agent_types::ToolResultBlock::Image {
+                    source: agent_types::ImageSource::Base64 {
+                        media_type: "image/png".into(),
+                        data: "iVBORw0KGgo=".into(),
+                    },
+                },
+                agent_types::ToolResultBlock::Json {
+                    value: serde_json::json!({"width": 1280}),
+                },
+            ],
         }
     );
     check!(
@@ -265,6 +287,7 @@ fn agent_event_tool_execution() {
             output: "upstream said 503".into(),
             is_error: true,
             truncated: true,
+            blocks: Vec::new(),
         }
     );
 }

@@ -161,6 +161,70 @@ fn tool_results() {
 }
 
 #[test]
+fn tool_result_blocks() {
+    use agent_types::{FileBlock, FileSource, ToolResultBlock};
+
+    check!(
+        "message_tool_blocks",
+        Message::from(ToolResult::with_blocks(
+            "call_2",
+            "chart",
+            vec![
+                ToolResultBlock::Text {
+                    text: "Sales by region:".into()
+                },
+                ToolResultBlock::Image {
+                    source: ImageSource::Base64 {
+                        media_type: "image/png".into(),
+                        data: "iVBORw0KGgo=".into()
+                    }
+                },
+                ToolResultBlock::File(
+                    FileBlock::base64("application/pdf", "JVBERi0xLjQK").with_filename("sales.pdf")
+                ),
+                ToolResultBlock::File(FileBlock {
+                    media_type: "text/plain".into(),
+                    source: FileSource::FileId {
+                        file_id: "file-abc123".into()
+                    },
+                    filename: None
+                }),
+                ToolResultBlock::Json {
+                    value: serde_json::json!({"north": 120, "south": 95})
+                },
+            ],
+        ))
+    );
+}
+
+#[test]
+fn user_files_and_audio() {
+    use agent_types::{AudioBlock, FileBlock, FileSource};
+
+    check!(
+        "message_user_file_audio",
+        Message::User(UserMessage {
+            content: vec![
+                UserBlock::Text {
+                    text: "Summarize the report and the voice note.".into()
+                },
+                UserBlock::File(FileBlock {
+                    media_type: "application/pdf".into(),
+                    source: FileSource::Url {
+                        url: "https://example.com/report.pdf".into()
+                    },
+                    filename: Some("report.pdf".into())
+                }),
+                UserBlock::Audio(AudioBlock {
+                    media_type: "audio/wav".into(),
+                    data: "UklGRiQAAABXQVZF".into()
+                }),
+            ]
+        })
+    );
+}
+
+#[test]
 fn roles() {
     check!(
         "roles",
