@@ -165,6 +165,11 @@ struct Plan {
     forced: bool,
     /// `Some(include_usage)` when streaming.
     stream: Option<bool>,
+    /// `response_format` asked for JSON: the spec and how to ask for it.
+    output: Option<(
+        agent_loop::output::OutputSpec,
+        agent_loop::output::OutputStrategy,
+    )>,
 }
 
 async fn respond(
@@ -224,6 +229,7 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
         ));
     }
     request::unsupported(&request.rest)?;
+    let output = request::response_format(request.response_format.as_ref())?;
     let settings = request::settings(&request)?;
     model
         .limits
@@ -277,6 +283,7 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
         completion,
         shadowed,
         forced,
+        output,
         stream: request.stream.unwrap_or(false).then(|| {
             request
                 .stream_options
@@ -333,6 +340,7 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         shadowed,
         forced,
         stream,
+        output,
     } = plan;
     let Running {
         sender,
@@ -359,8 +367,13 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         new_call: false,
         gone: false,
         refusal: None,
+        structured: output.is_some(),
     };
     let mut options = options(&state, &tenant, &record, cancel.clone());
+    if let Some((spec, strategy)) = output {
+        options.output = Some(spec);
+        options.output_strategy = strategy;
+    }
     let meter = state.inner.spend.meter(&tenant.name);
     if let Some(meter) = &meter {
         meter.install(&mut options);
@@ -478,6 +491,10 @@ struct Sink {
     gone: bool,
     /// A spend cap ended the run: the error to answer with.
     refusal: Option<OpenAiError>,
+    /// `response_format` asked for JSON: the model's text (which may be a failed try, or
+    /// the words around a final-answer tool call) is held back, and the validated answer
+    /// is the content.
+    structured: bool,
 }
 
 impl Sink {
@@ -490,7 +507,7 @@ impl Sink {
             AgentEvent::MessageStart {
                 role: Role::Assistant,
             } => self.new_call = true,
-            AgentEvent::TextDelta { delta } if !delta.is_empty() => {
+            AgentEvent::TextDelta { delta } if !delta.is_empty() && !self.structured => {
                 let mut content = String::with_capacity(delta.len() + 2);
                 if std::mem::take(&mut self.new_call) && self.text_sent {
                     content.push_str("\n\n");
@@ -500,6 +517,14 @@ impl Sink {
                 let chunk = self
                     .completion
                     .chunk(json!({"content": content}), None, include_usage);
+                self.send_started(chunk).await;
+            }
+            AgentEvent::Output { value } => {
+                let chunk = self.completion.chunk(
+                    json!({"content": value.to_string()}),
+                    None,
+                    include_usage,
+                );
                 self.send_started(chunk).await;
             }
             AgentEvent::RefusalDelta { delta } => {
@@ -577,6 +602,29 @@ impl Sink {
         }
         let result = match outcome {
             Ok(result) => result,
+            // OpenAI answers a refused structured request with the refusal, not an error.
+            Err(error)
+                if self.refusal.is_none()
+                    && matches!(error.kind, ErrorKind::OutputRefused { .. }) =>
+            {
+                let ErrorKind::OutputRefused { refusal } = &error.kind else {
+                    return;
+                };
+                let Some(include_usage) = self.stream else {
+                    let body = self.completion.refusal_body(refusal, usage);
+                    self.send(Out::Body(body)).await;
+                    return;
+                };
+                if !self.started {
+                    // The refusal did not stream as it was generated (a final-answer tool).
+                    let chunk =
+                        self.completion
+                            .chunk(json!({"refusal": refusal}), None, include_usage);
+                    self.send_started(chunk).await;
+                }
+                self.send_end("stop", include_usage, usage).await;
+                return;
+            }
             Err(error) => {
                 // What was spent, on every error path: a budget trip most of all.
                 let error = self
@@ -603,11 +651,15 @@ impl Sink {
                     .chunk(response::tool_call_delta(index, call), None, include_usage);
             self.send_started(chunk).await;
         }
-        let last = self.completion.chunk(
-            json!({}),
-            Some(response::finish_reason(result)),
-            include_usage,
-        );
+        self.send_end(response::finish_reason(result), include_usage, usage)
+            .await;
+    }
+
+    /// The stream's last chunks: `finish_reason`, the usage when asked for, `[DONE]`.
+    async fn send_end(&mut self, finish: &str, include_usage: bool, usage: &Usage) {
+        let last = self
+            .completion
+            .chunk(json!({}), Some(finish), include_usage);
         self.send_started(last).await;
         if include_usage {
             let chunk = self.completion.usage_chunk(usage);
