@@ -87,34 +87,6 @@ impl Drop for Permit {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn the_bucket_allows_a_burst_then_says_how_long_to_wait() {
-        let limiter = RateLimiter::new(2);
-        let start = Instant::now();
-        assert_eq!(limiter.take_at(start), Ok(()));
-        assert_eq!(limiter.take_at(start), Ok(()));
-        assert_eq!(limiter.take_at(start), Err(30));
-        // Half a minute later one token is back.
-        assert_eq!(limiter.take_at(start + Duration::from_secs(30)), Ok(()));
-    }
-
-    #[test]
-    fn the_gate_counts_permits_and_frees_them_on_drop() {
-        let gate = Gate::new(2);
-        let first = gate.enter();
-        let second = gate.enter();
-        assert!(first.is_some() && second.is_some());
-        assert!(gate.enter().is_none());
-        drop(first);
-        assert!(gate.enter().is_some());
-    }
-}
-
 /// The largest caller-supplied output schema, in bytes of its JSON text.
 pub(crate) const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// The deepest nesting of arrays and objects in a caller-supplied output schema.
@@ -161,4 +133,32 @@ fn depth(value: &serde_json::Value) -> usize {
         }
     }
     deepest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_says_how_long_to_wait() {
+        let limiter = RateLimiter::new(2);
+        let start = Instant::now();
+        assert_eq!(limiter.take_at(start), Ok(()));
+        assert_eq!(limiter.take_at(start), Ok(()));
+        assert_eq!(limiter.take_at(start), Err(30));
+        // Half a minute later one token is back.
+        assert_eq!(limiter.take_at(start + Duration::from_secs(30)), Ok(()));
+    }
+
+    #[test]
+    fn the_gate_counts_permits_and_frees_them_on_drop() {
+        let gate = Gate::new(2);
+        let first = gate.enter();
+        let second = gate.enter();
+        assert!(first.is_some() && second.is_some());
+        assert!(gate.enter().is_none());
+        drop(first);
+        assert!(gate.enter().is_some());
+    }
 }

@@ -904,7 +904,7 @@ mod tests {
             }
         );
         let error = read(json!([{"role": "user", "content": [
-            {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+            {"type": "video_url", "video_url": {"url": "https://example.com/a.mp4"}}
         ]}]))
         .unwrap_err();
         assert_eq!(
