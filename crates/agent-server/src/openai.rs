@@ -10,15 +10,16 @@
 //! |---|---|
 //! | `model` | a model of the allow-list (else 404 `model_not_found`) |
 //! | `system` and `developer` messages | the system prompt, joined by blank lines, wherever they stand |
-//! | `user` messages | user turns; `text` and `image_url` parts (`data:` URLs inline), other parts 400 |
+//! | `user` messages | user turns; `text`, `image_url` (`data:` URLs inline), `file` (`file_data` or `file_id`) and `input_audio` parts, other parts 400 |
 //! | `assistant` messages | assistant turns: text, refusal, `tool_calls` (arguments parsed from their JSON text) |
-//! | `tool` messages | tool results; each must answer a call of the assistant message before it |
+//! | `tool` messages | tool results (text, or `text`, `image_url` and `file` parts); each must answer a call of the assistant message before it |
+//! | `response_format` | `json_schema`: the run's output schema (strategy `Auto`, bounded before compiling); `json_object`: strategy `Prompted` with an object schema; `text`: nothing |
 //! | `tools` (`type: function`) | the client's tools: remote tools of the session (`strict: true` is a 400: structured output is not implemented yet) |
 //! | `tool_choice` | the tool choice; see below for `required` and named functions |
 //! | `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`), `stop`, `parallel_tool_calls`, `reasoning_effort` | the generation settings |
 //! | `n` | only 1 (400 otherwise) |
 //! | `user`, `safety_identifier`, `metadata`, `service_tier`, `prompt_cache_key`, `seed` | ignored: they change nothing the client gets back |
-//! | `response_format` (but `{"type": "text"}`), `logprobs`, `top_logprobs`, `functions`, `function_call`, `audio`, `modalities` (but `["text"]`), `prediction`, penalties, `logit_bias`, `store: true`, `web_search_options`, `verbosity`, unknown fields | 400 naming the field in `param` (their "off" values are accepted) |
+//! | `logprobs`, `top_logprobs`, `functions`, `function_call`, `audio`, `modalities` (but `["text"]`), `prediction`, penalties, `logit_bias`, `store: true`, `web_search_options`, `verbosity`, unknown fields | 400 naming the field in `param` (their "off" values are accepted) |
 //!
 //! Empty input is refused: an empty `messages` (or one with only system messages) and a
 //! user message with no text (`""` or whitespace only) are 400s, before any model call.
@@ -68,6 +69,10 @@
 //! : tool_execution_start clock toolu_01… {}
 //! : tool_execution_end clock toolu_01… ok "{\"utc\":…}"
 //! ```
+//!
+//! With `response_format`, the message content is the validated JSON (streamed as one delta
+//! at the end: the model's own text may be a failed try); a refusal is the message's
+//! `refusal` with `content: null`; an answer still invalid after the retries is a 422.
 //!
 //! # Errors
 //!
