@@ -141,6 +141,34 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn schemas_are_bounded_in_size_depth_and_must_compile() {
+        let mut deep = serde_json::json!({"type": "string"});
+        for _ in 0..MAX_SCHEMA_DEPTH {
+            deep = serde_json::json!({"type": "array", "items": deep});
+        }
+        assert!(
+            schema_problem(&deep)
+                .unwrap()
+                .contains("nests deeper than the limit of 32 levels")
+        );
+        let fine = serde_json::json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(schema_problem(&fine), None);
+        let big =
+            serde_json::json!({"type": "object", "description": "x".repeat(MAX_SCHEMA_BYTES)});
+        assert!(
+            schema_problem(&big)
+                .unwrap()
+                .contains("the limit is 65536 bytes")
+        );
+        assert!(schema_problem(&serde_json::json!(true)).is_some());
+        assert!(
+            schema_problem(&serde_json::json!({"type": "nope"}))
+                .unwrap()
+                .contains("not a usable JSON Schema")
+        );
+    }
+
+    #[test]
     fn the_bucket_allows_a_burst_then_says_how_long_to_wait() {
         let limiter = RateLimiter::new(2);
         let start = Instant::now();

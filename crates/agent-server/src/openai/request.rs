@@ -914,6 +914,85 @@ mod tests {
     }
 
     #[test]
+    fn response_formats() {
+        assert!(response_format(None).unwrap().is_none());
+        assert!(
+            response_format(Some(&json!({"type": "text"})))
+                .unwrap()
+                .is_none()
+        );
+        let (spec, strategy) = response_format(Some(&json!({"type": "json_object"})))
+            .unwrap()
+            .unwrap();
+        assert_eq!(strategy, OutputStrategy::Prompted);
+        assert_eq!(spec.schema(), &json!({"type": "object"}));
+        let (spec, strategy) = response_format(Some(&json!({"type": "json_schema",
+            "json_schema": {"name": "city", "strict": true,
+                            "schema": {"type": "object", "properties": {"n": {"type": "string"}}}}})))
+        .unwrap()
+        .unwrap();
+        assert_eq!(strategy, OutputStrategy::Auto);
+        assert_eq!(spec.name(), "city");
+        for (format, param) in [
+            (
+                json!({"type": "json_schema"}),
+                "response_format.json_schema",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"schema": {}}}),
+                "response_format.json_schema.name",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "a b"}}),
+                "response_format.json_schema.name",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "a", "schema": []}}),
+                "response_format.json_schema.schema",
+            ),
+            (json!({"type": "yaml"}), "response_format.type"),
+        ] {
+            let error = response_format(Some(&format)).err().unwrap();
+            assert_eq!(error.body()["error"]["param"], param, "{format}");
+        }
+    }
+
+    #[test]
+    fn file_and_audio_parts_map_to_blocks() {
+        let conversation = read(json!([{"role": "user", "content": [
+            {"type": "file", "file": {"file_data": "data:text/plain;base64,aGk=", "filename": "a.txt"}},
+            {"type": "file", "file": {"file_data": "JVBERi0x"}},
+            {"type": "input_audio", "input_audio": {"data": "SUQz", "format": "mp3"}}
+        ]}]))
+        .unwrap();
+        let Message::User(user) = &conversation.messages[0] else {
+            panic!();
+        };
+        assert_eq!(
+            user.content[0],
+            UserBlock::File(FileBlock::base64("text/plain", "aGk=").with_filename("a.txt"))
+        );
+        assert_eq!(
+            user.content[1],
+            UserBlock::File(FileBlock::base64("application/pdf", "JVBERi0x"))
+        );
+        assert_eq!(
+            user.content[2],
+            UserBlock::Audio(AudioBlock {
+                media_type: "audio/mpeg".into(),
+                data: "SUQz".into()
+            })
+        );
+        let error = read(json!([{"role": "user", "content": [
+            {"type": "file", "file": {"filename": "a.pdf"}}]}]))
+        .unwrap_err();
+        assert_eq!(
+            error.body()["error"]["param"],
+            "messages[0].content[0].file"
+        );
+    }
+
+    #[test]
     fn tool_choice_forms() {
         let offered = |name: &str| name == "get_weather";
         assert_eq!(

@@ -244,6 +244,39 @@ async fn a_refusal_is_the_message_refusal_as_openai_sends_it() {
 }
 
 #[tokio::test]
+async fn a_streamed_refusal_comes_as_refusal_deltas() {
+    let (server, _upstream) = server(vec![json!({"refusal": "I can't help with that."})]).await;
+    let response = server
+        .post("/v1/chat/completions", KEY)
+        .json(
+            &json!({"model": "up", "stream": true, "response_format": city_format(),
+                      "messages": [{"role": "user", "content": "Something bad"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let chunks = parse_sse(text.trim_end_matches("data: [DONE]\n\n"));
+    let refusal: String = chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["delta"]["refusal"].as_str())
+        .collect();
+    assert_eq!(refusal, "I can't help with that.", "{text}");
+    assert!(
+        chunks
+            .iter()
+            .all(|chunk| chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .is_empty()),
+        "{text}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn json_object_asks_in_the_prompt_and_returns_the_object() {
     let (server, upstream) = server(vec![json!({"content": "{\"ok\": true}"})]).await;
     let (status, body) = chat(
@@ -311,6 +344,18 @@ async fn hostile_schemas_are_bounded_before_compiling() {
         let message = error["error"]["message"].as_str().unwrap();
         assert!(message.contains(expected), "{expected:?} not in {message}");
     }
+    // And an execute that creates its session from a context.
+    let executed = server
+        .post("/v1/sessions/sess_deep/execute", KEY)
+        .json(&json!({"message": "x",
+                      "context": {"model": "up", "output_schema": deep_schema(40)}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(executed.status(), 400);
+    let error: Value = executed.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("nests deeper"), "{message}");
     let (status, body) = chat(
         &server,
         json!({"model": "up", "messages": [{"role": "user", "content": "x"}],
