@@ -215,11 +215,28 @@ async fn an_invalid_answer_is_retried_then_422_in_openai_shape() {
 
     // Wrong every time: after `max_output_retries` (1), a 422 that keeps the raw answer.
     let (server, upstream) = server_always("{\"name\":\"Lisbon\"}").await;
-    let (status, body) = chat(&server, request).await;
+    let (status, body) = chat(&server, request.clone()).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
     assert_eq!(body["error"]["code"], "invalid_output", "{body}");
+    // The raw answer and what is wrong with it ride along inside `error`.
+    assert_eq!(body["error"]["raw"], "{\"name\":\"Lisbon\"}", "{body}");
+    assert!(
+        body["error"]["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("population"),
+        "{body}"
+    );
     assert_eq!(upstream.bodies().len(), 2);
+
+    // Streaming: the failed tries were held back, so the 422 is still a plain JSON answer.
+    let mut streamed = request;
+    streamed["stream"] = json!(true);
+    let (status, body) = chat(&server, streamed).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_output", "{body}");
+    assert_eq!(upstream.bodies().len(), 4);
     server.shutdown().await;
 }
 
