@@ -49,6 +49,9 @@ pub struct ExecuteComplete<'a> {
     /// The tenant's spend cap that refused a model call, and when it resets.
     #[serde(skip_serializing_if = "Option::is_none")]
     spend_cap: Option<crate::spend::CapHit>,
+    /// The validated answer when the session has an output schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a serde_json::Value>,
 }
 
 /// What [`start`] needs; the lease is already held.
@@ -245,6 +248,10 @@ pub(crate) fn options(
     if chosen.parallel_tools == Some(false) {
         options.tool_parallelism = ToolParallelism::Serial;
     }
+    if let Some(schema) = &chosen.output_schema {
+        // Bounded when the session was created; compiled per execute (a small schema).
+        options.output = Some(agent_loop::output::OutputSpec::from_schema(schema.clone()));
+    }
     options
 }
 
@@ -412,6 +419,10 @@ fn complete_event<'a>(
         cost_usd,
         error,
         spend_cap: None,
+        output: outcome
+            .as_ref()
+            .ok()
+            .and_then(|result| result.output.as_ref()),
     }
 }
 

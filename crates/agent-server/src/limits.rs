@@ -87,10 +87,86 @@ impl Drop for Permit {
     }
 }
 
+/// The largest caller-supplied output schema, in bytes of its JSON text.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// The deepest nesting of arrays and objects in a caller-supplied output schema.
+pub(crate) const MAX_SCHEMA_DEPTH: usize = 32;
+
+/// What is wrong with a caller's output schema before it is compiled, if anything: a tenant
+/// must not make the server compile something huge or recurse deeply into it. The text
+/// follows the field's name ("… is 70000 bytes; the limit is 65536 bytes").
+pub(crate) fn schema_problem(schema: &serde_json::Value) -> Option<String> {
+    if !schema.is_object() {
+        return Some("must be a JSON Schema object".to_owned());
+    }
+    let size = schema.to_string().len();
+    if size > MAX_SCHEMA_BYTES {
+        return Some(format!(
+            "is {size} bytes; the limit is {MAX_SCHEMA_BYTES} bytes"
+        ));
+    }
+    if depth(schema) > MAX_SCHEMA_DEPTH {
+        return Some(format!(
+            "nests deeper than the limit of {MAX_SCHEMA_DEPTH} levels"
+        ));
+    }
+    let compiled = agent_tools::ArgumentValidator::new(schema);
+    compiled
+        .err()
+        .map(|error| format!("is not a usable JSON Schema: {error}"))
+}
+
+/// Nesting depth, iteratively: a deep value must not overflow the stack here either.
+fn depth(value: &serde_json::Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((value, level)) = stack.pop() {
+        deepest = deepest.max(level);
+        match value {
+            serde_json::Value::Array(items) => {
+                stack.extend(items.iter().map(|item| (item, level + 1)));
+            }
+            serde_json::Value::Object(map) => {
+                stack.extend(map.values().map(|item| (item, level + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn schemas_are_bounded_in_size_depth_and_must_compile() {
+        let mut deep = serde_json::json!({"type": "string"});
+        for _ in 0..MAX_SCHEMA_DEPTH {
+            deep = serde_json::json!({"type": "array", "items": deep});
+        }
+        assert!(
+            schema_problem(&deep)
+                .unwrap()
+                .contains("nests deeper than the limit of 32 levels")
+        );
+        let fine = serde_json::json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(schema_problem(&fine), None);
+        let big =
+            serde_json::json!({"type": "object", "description": "x".repeat(MAX_SCHEMA_BYTES)});
+        assert!(
+            schema_problem(&big)
+                .unwrap()
+                .contains("the limit is 65536 bytes")
+        );
+        assert!(schema_problem(&serde_json::json!(true)).is_some());
+        assert!(
+            schema_problem(&serde_json::json!({"type": "nope"}))
+                .unwrap()
+                .contains("not a usable JSON Schema")
+        );
+    }
 
     #[test]
     fn the_bucket_allows_a_burst_then_says_how_long_to_wait() {

@@ -10,15 +10,16 @@
 //! |---|---|
 //! | `model` | a model of the allow-list (else 404 `model_not_found`) |
 //! | `system` and `developer` messages | the system prompt, joined by blank lines, wherever they stand |
-//! | `user` messages | user turns; `text` and `image_url` parts (`data:` URLs inline), other parts 400 |
+//! | `user` messages | user turns; `text`, `image_url` (`data:` URLs inline), `file` (`file_data` or `file_id`) and `input_audio` parts, other parts 400 |
 //! | `assistant` messages | assistant turns: text, refusal, `tool_calls` (arguments parsed from their JSON text) |
-//! | `tool` messages | tool results; each must answer a call of the assistant message before it |
+//! | `tool` messages | tool results (text, or `text`, `image_url` and `file` parts); each must answer a call of the assistant message before it |
+//! | `response_format` | `json_schema`: the run's output schema (strategy `Auto`, bounded before compiling); `json_object`: strategy `Prompted` with an object schema; `text`: nothing |
 //! | `tools` (`type: function`) | the client's tools: remote tools of the session (`strict: true` is a 400: structured output is not implemented yet) |
 //! | `tool_choice` | the tool choice; see below for `required` and named functions |
 //! | `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`), `stop`, `parallel_tool_calls`, `reasoning_effort` | the generation settings |
 //! | `n` | only 1 (400 otherwise) |
 //! | `user`, `safety_identifier`, `metadata`, `service_tier`, `prompt_cache_key`, `seed` | ignored: they change nothing the client gets back |
-//! | `response_format` (but `{"type": "text"}`), `logprobs`, `top_logprobs`, `functions`, `function_call`, `audio`, `modalities` (but `["text"]`), `prediction`, penalties, `logit_bias`, `store: true`, `web_search_options`, `verbosity`, unknown fields | 400 naming the field in `param` (their "off" values are accepted) |
+//! | `logprobs`, `top_logprobs`, `functions`, `function_call`, `audio`, `modalities` (but `["text"]`), `prediction`, penalties, `logit_bias`, `store: true`, `web_search_options`, `verbosity`, unknown fields | 400 naming the field in `param` (their "off" values are accepted) |
 //!
 //! Empty input is refused: an empty `messages` (or one with only system messages) and a
 //! user message with no text (`""` or whitespace only) are 400s, before any model call.
@@ -68,6 +69,10 @@
 //! : tool_execution_start clock toolu_01… {}
 //! : tool_execution_end clock toolu_01… ok "{\"utc\":…}"
 //! ```
+//!
+//! With `response_format`, the message content is the validated JSON (streamed as one delta
+//! at the end: the model's own text may be a failed try); a refusal is the message's
+//! `refusal` with `content: null`; an answer still invalid after the retries is a 422.
 //!
 //! # Errors
 //!
@@ -165,6 +170,11 @@ struct Plan {
     forced: bool,
     /// `Some(include_usage)` when streaming.
     stream: Option<bool>,
+    /// `response_format` asked for JSON: the spec and how to ask for it.
+    output: Option<(
+        agent_loop::output::OutputSpec,
+        agent_loop::output::OutputStrategy,
+    )>,
 }
 
 async fn respond(
@@ -224,6 +234,7 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
         ));
     }
     request::unsupported(&request.rest)?;
+    let output = request::response_format(request.response_format.as_ref())?;
     let settings = request::settings(&request)?;
     model
         .limits
@@ -277,6 +288,7 @@ fn plan(state: &AppState, tenant: &Arc<Tenant>, request: ChatRequest) -> Result<
         completion,
         shadowed,
         forced,
+        output,
         stream: request.stream.unwrap_or(false).then(|| {
             request
                 .stream_options
@@ -333,6 +345,7 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         shadowed,
         forced,
         stream,
+        output,
     } = plan;
     let Running {
         sender,
@@ -359,8 +372,13 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         new_call: false,
         gone: false,
         refusal: None,
+        structured: output.is_some(),
     };
     let mut options = options(&state, &tenant, &record, cancel.clone());
+    if let Some((spec, strategy)) = output {
+        options.output = Some(spec);
+        options.output_strategy = strategy;
+    }
     let meter = state.inner.spend.meter(&tenant.name);
     if let Some(meter) = &meter {
         meter.install(&mut options);
@@ -478,6 +496,10 @@ struct Sink {
     gone: bool,
     /// A spend cap ended the run: the error to answer with.
     refusal: Option<OpenAiError>,
+    /// `response_format` asked for JSON: the model's text (which may be a failed try, or
+    /// the words around a final-answer tool call) is held back, and the validated answer
+    /// is the content.
+    structured: bool,
 }
 
 impl Sink {
@@ -490,7 +512,7 @@ impl Sink {
             AgentEvent::MessageStart {
                 role: Role::Assistant,
             } => self.new_call = true,
-            AgentEvent::TextDelta { delta } if !delta.is_empty() => {
+            AgentEvent::TextDelta { delta } if !delta.is_empty() && !self.structured => {
                 let mut content = String::with_capacity(delta.len() + 2);
                 if std::mem::take(&mut self.new_call) && self.text_sent {
                     content.push_str("\n\n");
@@ -500,6 +522,14 @@ impl Sink {
                 let chunk = self
                     .completion
                     .chunk(json!({"content": content}), None, include_usage);
+                self.send_started(chunk).await;
+            }
+            AgentEvent::Output { value } => {
+                let chunk = self.completion.chunk(
+                    json!({"content": value.to_string()}),
+                    None,
+                    include_usage,
+                );
                 self.send_started(chunk).await;
             }
             AgentEvent::RefusalDelta { delta } => {
@@ -577,6 +607,29 @@ impl Sink {
         }
         let result = match outcome {
             Ok(result) => result,
+            // OpenAI answers a refused structured request with the refusal, not an error.
+            Err(error)
+                if self.refusal.is_none()
+                    && matches!(error.kind, ErrorKind::OutputRefused { .. }) =>
+            {
+                let ErrorKind::OutputRefused { refusal } = &error.kind else {
+                    return;
+                };
+                let Some(include_usage) = self.stream else {
+                    let body = self.completion.refusal_body(refusal, usage);
+                    self.send(Out::Body(body)).await;
+                    return;
+                };
+                if !self.started {
+                    // The refusal did not stream as it was generated (a final-answer tool).
+                    let chunk =
+                        self.completion
+                            .chunk(json!({"refusal": refusal}), None, include_usage);
+                    self.send_started(chunk).await;
+                }
+                self.send_end("stop", include_usage, usage).await;
+                return;
+            }
             Err(error) => {
                 // What was spent, on every error path: a budget trip most of all.
                 let error = self
@@ -603,11 +656,15 @@ impl Sink {
                     .chunk(response::tool_call_delta(index, call), None, include_usage);
             self.send_started(chunk).await;
         }
-        let last = self.completion.chunk(
-            json!({}),
-            Some(response::finish_reason(result)),
-            include_usage,
-        );
+        self.send_end(response::finish_reason(result), include_usage, usage)
+            .await;
+    }
+
+    /// The stream's last chunks: `finish_reason`, the usage when asked for, `[DONE]`.
+    async fn send_end(&mut self, finish: &str, include_usage: bool, usage: &Usage) {
+        let last = self
+            .completion
+            .chunk(json!({}), Some(finish), include_usage);
         self.send_started(last).await;
         if include_usage {
             let chunk = self.completion.usage_chunk(usage);

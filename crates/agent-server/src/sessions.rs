@@ -49,6 +49,10 @@ pub struct NewSession {
     /// Sampling settings for every call.
     #[serde(default)]
     pub settings: Option<GenerationSettings>,
+    /// The JSON Schema the final answer of every execute must match (the same as
+    /// `options.output_schema`).
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// The body of `POST /v1/sessions/{id}/execute`: a user message or results, and optionally
@@ -442,7 +446,7 @@ impl Leased<'_> {
 fn record(
     state: &AppState,
     tenant: &Tenant,
-    new: NewSession,
+    mut new: NewSession,
     id: Option<&str>,
 ) -> Result<SessionRecord, ApiError> {
     let inner = &state.inner;
@@ -489,6 +493,22 @@ fn record(
                 spec.name
             )));
         }
+    }
+    if let Some(schema) = new.output_schema {
+        if new.options.output_schema.is_some() {
+            return Err(ApiError::bad_request(
+                "give the output schema once: `output_schema` or `options.output_schema`",
+            ));
+        }
+        new.options.output_schema = Some(schema);
+    }
+    if let Some(problem) = new
+        .options
+        .output_schema
+        .as_ref()
+        .and_then(crate::limits::schema_problem)
+    {
+        return Err(ApiError::bad_request(format!("output_schema {problem}")));
     }
     check_caps(state, &new.options)?;
     // Server-made ids are 128 random bits: nothing to guess from one's neighbours.

@@ -90,6 +90,10 @@ pub struct SessionOptions {
     /// The most bytes of one round's results together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_round_result_bytes: Option<usize>,
+    /// The JSON Schema every execute's final answer must match (bounded in size and depth);
+    /// the validated answer is `output` in `execute_complete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// The storage a tenant may use; `None` is no limit. Checked in the same atomic step as the

@@ -36,6 +36,9 @@ pub(crate) struct OpenAiError {
     /// priced), shown inside `error` as `usage` and `cost_usd`. Boxed: it is rare, and the
     /// error rides in every `Result` of the request's checks.
     spent: Option<Box<(Usage, Option<f64>)>>,
+    /// For an answer that failed its output schema: the last answer as the model gave it and
+    /// what is wrong with it, shown inside `error` as `raw` and `errors`.
+    output: Option<Box<agent_types::InvalidOutput>>,
 }
 
 impl OpenAiError {
@@ -62,6 +65,7 @@ impl OpenAiError {
             retry_after: None,
             retry: None,
             spent: None,
+            output: None,
         }
     }
 
@@ -148,6 +152,10 @@ impl OpenAiError {
             retry_after: None,
             retry,
             spent: None,
+            output: match &error.kind {
+                ErrorKind::InvalidOutput { output } => Some(output.clone()),
+                _ => None,
+            },
         }
     }
 
@@ -168,6 +176,10 @@ impl OpenAiError {
             "code": self.code,
             "status": self.status.as_u16(),
         }});
+        if let Some(output) = self.output.as_deref() {
+            body["error"]["raw"] = json!(output.raw);
+            body["error"]["errors"] = json!(output.errors);
+        }
         if let Some((usage, cost_usd)) = self.spent.as_deref() {
             body["error"]["usage"] = super::response::usage_json(usage);
             // Left out when nothing could be priced, as in the session API's events.
@@ -196,6 +208,7 @@ impl From<ApiError> for OpenAiError {
             retry_after: error.retry_after,
             retry: None,
             spent: None,
+            output: None,
         }
     }
 }

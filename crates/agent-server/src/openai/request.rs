@@ -3,10 +3,11 @@
 
 use std::collections::HashSet;
 
+use agent_loop::output::{OutputSpec, OutputStrategy};
 use agent_types::{
-    AssistantBlock, AssistantMessage, GenerationSettings, ImageSource, Message, Reasoning,
-    ReasoningEffort, StopReason, ToolCall, ToolChoice, ToolResult, ToolSpec, UserBlock,
-    UserMessage,
+    AssistantBlock, AssistantMessage, AudioBlock, FileBlock, FileSource, GenerationSettings,
+    ImageSource, Message, Reasoning, ReasoningEffort, StopReason, ToolCall, ToolChoice, ToolResult,
+    ToolResultBlock, ToolSpec, UserBlock, UserMessage,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -33,6 +34,8 @@ pub(crate) struct ChatRequest {
     pub(crate) parallel_tool_calls: Option<bool>,
     pub(crate) n: Option<u32>,
     pub(crate) reasoning_effort: Option<String>,
+    /// Structured output, read by [`response_format`].
+    pub(crate) response_format: Option<Value>,
     /// Every other field, checked by [`unsupported`].
     #[serde(flatten)]
     pub(crate) rest: serde_json::Map<String, Value>,
@@ -55,7 +58,7 @@ const IGNORED: &[&str] = &[
 /// that this server does not implement: 400 `invalid_request_error` with `param` naming it.
 ///
 /// A field sent with its "off" value (`null`, `logprobs: false`, a zero penalty,
-/// `response_format: {"type": "text"}`, `modalities: ["text"]`, an empty `logit_bias`,
+/// `modalities: ["text"]`, an empty `logit_bias`,
 /// `store: false`) asks for nothing and is accepted, since SDKs send some of these by default.
 pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), OpenAiError> {
     // Sorted so that the error names the same field whatever order the client sent them in.
@@ -66,11 +69,6 @@ pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), O
             continue;
         }
         let why = match field.as_str() {
-            "response_format" if value.get("type") == Some(&json!("text")) => continue,
-            "response_format" => {
-                "structured output (`response_format` other than `{\"type\": \"text\"}`) is not \
-                 supported yet"
-            }
             "logprobs" if value == &json!(false) => continue,
             "logprobs" => "log probabilities are not available from this server",
             "top_logprobs" if value == &json!(0) => continue,
@@ -234,8 +232,12 @@ pub(crate) fn conversation(messages: Vec<InMessage>) -> Result<Conversation, Ope
                     ));
                 };
                 let (id, name) = open.remove(position);
-                let content = text(&content, &format!("{param}.content"))?;
-                history.push(Message::Tool(ToolResult::ok(id, name, content)));
+                history.push(Message::Tool(tool_result(
+                    id,
+                    name,
+                    &content,
+                    &format!("{param}.content"),
+                )?));
             }
         }
     }
@@ -300,7 +302,7 @@ fn text(content: &Value, param: &str) -> Result<String, OpenAiError> {
     }
 }
 
-/// A user turn: a string, or `text` and `image_url` parts in order.
+/// A user turn: a string, or `text`, `image_url`, `file` and `input_audio` parts in order.
 fn user(content: &Value, param: &str) -> Result<UserMessage, OpenAiError> {
     let empty = || {
         OpenAiError::invalid(
@@ -329,6 +331,8 @@ fn user(content: &Value, param: &str) -> Result<UserMessage, OpenAiError> {
             Some("image_url") => UserBlock::Image {
                 source: image(part, &param)?,
             },
+            Some("file") => UserBlock::File(file(part, &param)?),
+            Some("input_audio") => UserBlock::Audio(audio(part, &param)?),
             other => return Err(unsupported_part(other, &param)),
         });
     }
@@ -356,17 +360,190 @@ fn image(part: &Value, param: &str) -> Result<ImageSource, OpenAiError> {
     let Some(data_url) = url.strip_prefix("data:") else {
         return Ok(ImageSource::Url { url: url.into() });
     };
-    match data_url
-        .split_once(',')
-        .and_then(|(head, data)| Some((head.strip_suffix(";base64")?, data)))
-    {
-        Some((media_type, data)) if !media_type.is_empty() => Ok(ImageSource::Base64 {
+    match data_url_parts(data_url) {
+        Some((media_type, data)) => Ok(ImageSource::Base64 {
             media_type: media_type.into(),
             data: data.into(),
         }),
         _ => Err(OpenAiError::invalid(
             format!("{param}.image_url.url"),
             "a data URL image must be `data:<media type>;base64,<data>`",
+        )),
+    }
+}
+
+/// A tool message: a string, or `text`, `image_url` and `file` parts (a provider that
+/// cannot take a kind in a tool result refuses it before sending, naming it).
+fn tool_result(
+    id: String,
+    name: String,
+    content: &Value,
+    param: &str,
+) -> Result<ToolResult, OpenAiError> {
+    let Value::Array(parts) = content else {
+        return Ok(ToolResult::ok(id, name, text(content, param)?));
+    };
+    let mut blocks = Vec::with_capacity(parts.len());
+    for (at, part) in parts.iter().enumerate() {
+        let param = format!("{param}[{at}]");
+        blocks.push(match part_type(part) {
+            Some("text") => ToolResultBlock::Text {
+                text: part_text(part, "text", &param)?,
+            },
+            Some("image_url") => ToolResultBlock::Image {
+                source: image(part, &param)?,
+            },
+            Some("file") => ToolResultBlock::File(file(part, &param)?),
+            other => return Err(unsupported_part(other, &param)),
+        });
+    }
+    Ok(ToolResult::with_blocks(id, name, blocks))
+}
+
+/// A `file` part: `file_data` (a `data:` URL, or bare base64 of a PDF as OpenAI accepts it)
+/// with an optional `filename`, or `file_id` of a file uploaded to the provider.
+fn file(part: &Value, param: &str) -> Result<FileBlock, OpenAiError> {
+    let file = part.get("file").and_then(Value::as_object).ok_or_else(|| {
+        OpenAiError::invalid(
+            format!("{param}.file"),
+            format!("{param} needs an object `file`"),
+        )
+    })?;
+    let filename = file
+        .get("filename")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let Some(data) = file.get("file_data").and_then(Value::as_str) {
+        let (media_type, data) = match data.strip_prefix("data:") {
+            Some(url) => data_url_parts(url).ok_or_else(|| {
+                OpenAiError::invalid(
+                    format!("{param}.file.file_data"),
+                    "a data URL file must be `data:<media type>;base64,<data>`",
+                )
+            })?,
+            None => ("application/pdf", data),
+        };
+        return Ok(FileBlock {
+            media_type: media_type.to_owned(),
+            source: FileSource::Base64 { data: data.into() },
+            filename,
+        });
+    }
+    if let Some(file_id) = file.get("file_id").and_then(Value::as_str) {
+        // The provider knows the file's type; PDF is what OpenAI's file parts hold.
+        return Ok(FileBlock {
+            media_type: "application/pdf".to_owned(),
+            source: FileSource::FileId {
+                file_id: file_id.into(),
+            },
+            filename,
+        });
+    }
+    Err(OpenAiError::invalid(
+        format!("{param}.file"),
+        format!("{param} needs `file.file_data` or `file.file_id`"),
+    ))
+}
+
+/// An `input_audio` part: base64 `data` in `format` `wav` or `mp3`.
+fn audio(part: &Value, param: &str) -> Result<AudioBlock, OpenAiError> {
+    let audio = part.get("input_audio");
+    let data = audio
+        .and_then(|audio| audio.get("data"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            OpenAiError::invalid(
+                format!("{param}.input_audio.data"),
+                format!("{param} needs `input_audio.data`"),
+            )
+        })?;
+    let media_type = match audio
+        .and_then(|audio| audio.get("format"))
+        .and_then(Value::as_str)
+    {
+        Some("wav") => "audio/wav",
+        Some("mp3") => "audio/mpeg",
+        _ => {
+            return Err(OpenAiError::invalid(
+                format!("{param}.input_audio.format"),
+                "`input_audio.format` must be `wav` or `mp3`",
+            ));
+        }
+    };
+    Ok(AudioBlock {
+        media_type: media_type.to_owned(),
+        data: data.to_owned(),
+    })
+}
+
+/// `<media type>;base64,<data>` (after `data:`).
+fn data_url_parts(url: &str) -> Option<(&str, &str)> {
+    let (head, data) = url.split_once(',')?;
+    let media_type = head.strip_suffix(";base64")?;
+    (!media_type.is_empty()).then_some((media_type, data))
+}
+
+/// Bounds a caller's schema before it is compiled: a 400 naming the limit.
+fn bounded_schema(schema: &Value, param: &str) -> Result<(), OpenAiError> {
+    match crate::limits::schema_problem(schema) {
+        Some(problem) => Err(OpenAiError::invalid(param, format!("{param} {problem}"))),
+        None => Ok(()),
+    }
+}
+
+/// `response_format`: `text` (or absent) asks for nothing; `json_object` for any JSON object
+/// (the `Prompted` strategy with a permissive object schema); `json_schema` for an answer
+/// matching the caller's schema (the `Auto` strategy: native where the provider has it).
+pub(crate) fn response_format(
+    format: Option<&Value>,
+) -> Result<Option<(OutputSpec, OutputStrategy)>, OpenAiError> {
+    let Some(format) = format.filter(|format| !format.is_null()) else {
+        return Ok(None);
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some((
+            OutputSpec::from_schema(json!({"type": "object"})).with_name("json_object"),
+            OutputStrategy::Prompted,
+        ))),
+        Some("json_schema") => {
+            let Some(spec) = format.get("json_schema").and_then(Value::as_object) else {
+                return Err(OpenAiError::invalid(
+                    "response_format.json_schema",
+                    "`response_format.json_schema` is required for `type: json_schema`",
+                ));
+            };
+            let name = spec.get("name").and_then(Value::as_str).ok_or_else(|| {
+                OpenAiError::invalid(
+                    "response_format.json_schema.name",
+                    "`response_format.json_schema.name` is required",
+                )
+            })?;
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(OpenAiError::invalid(
+                    "response_format.json_schema.name",
+                    "`response_format.json_schema.name` must match ^[a-zA-Z0-9_-]{1,64}$",
+                ));
+            }
+            let schema = spec
+                .get("schema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"}));
+            bounded_schema(&schema, "response_format.json_schema.schema")?;
+            let mut output = OutputSpec::from_schema(schema).with_name(name);
+            if let Some(description) = spec.get("description").and_then(Value::as_str) {
+                output = output.with_description(description);
+            }
+            Ok(Some((output, OutputStrategy::Auto)))
+        }
+        _ => Err(OpenAiError::invalid(
+            "response_format.type",
+            "`response_format.type` must be `text`, `json_object` or `json_schema`",
         )),
     }
 }
@@ -727,12 +904,91 @@ mod tests {
             }
         );
         let error = read(json!([{"role": "user", "content": [
-            {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+            {"type": "video_url", "video_url": {"url": "https://example.com/a.mp4"}}
         ]}]))
         .unwrap_err();
         assert_eq!(
             error.body()["error"]["param"],
             "messages[0].content[0].type"
+        );
+    }
+
+    #[test]
+    fn response_formats() {
+        assert!(response_format(None).unwrap().is_none());
+        assert!(
+            response_format(Some(&json!({"type": "text"})))
+                .unwrap()
+                .is_none()
+        );
+        let (spec, strategy) = response_format(Some(&json!({"type": "json_object"})))
+            .unwrap()
+            .unwrap();
+        assert_eq!(strategy, OutputStrategy::Prompted);
+        assert_eq!(spec.schema(), &json!({"type": "object"}));
+        let (spec, strategy) = response_format(Some(&json!({"type": "json_schema",
+            "json_schema": {"name": "city", "strict": true,
+                            "schema": {"type": "object", "properties": {"n": {"type": "string"}}}}})))
+        .unwrap()
+        .unwrap();
+        assert_eq!(strategy, OutputStrategy::Auto);
+        assert_eq!(spec.name(), "city");
+        for (format, param) in [
+            (
+                json!({"type": "json_schema"}),
+                "response_format.json_schema",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"schema": {}}}),
+                "response_format.json_schema.name",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "a b"}}),
+                "response_format.json_schema.name",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "a", "schema": []}}),
+                "response_format.json_schema.schema",
+            ),
+            (json!({"type": "yaml"}), "response_format.type"),
+        ] {
+            let error = response_format(Some(&format)).err().unwrap();
+            assert_eq!(error.body()["error"]["param"], param, "{format}");
+        }
+    }
+
+    #[test]
+    fn file_and_audio_parts_map_to_blocks() {
+        let conversation = read(json!([{"role": "user", "content": [
+            {"type": "file", "file": {"file_data": "data:text/plain;base64,aGk=", "filename": "a.txt"}},
+            {"type": "file", "file": {"file_data": "JVBERi0x"}},
+            {"type": "input_audio", "input_audio": {"data": "SUQz", "format": "mp3"}}
+        ]}]))
+        .unwrap();
+        let Message::User(user) = &conversation.messages[0] else {
+            panic!();
+        };
+        assert_eq!(
+            user.content[0],
+            UserBlock::File(FileBlock::base64("text/plain", "aGk=").with_filename("a.txt"))
+        );
+        assert_eq!(
+            user.content[1],
+            UserBlock::File(FileBlock::base64("application/pdf", "JVBERi0x"))
+        );
+        assert_eq!(
+            user.content[2],
+            UserBlock::Audio(AudioBlock {
+                media_type: "audio/mpeg".into(),
+                data: "SUQz".into()
+            })
+        );
+        let error = read(json!([{"role": "user", "content": [
+            {"type": "file", "file": {"filename": "a.pdf"}}]}]))
+        .unwrap_err();
+        assert_eq!(
+            error.body()["error"]["param"],
+            "messages[0].content[0].file"
         );
     }
 

@@ -21,7 +21,11 @@ impl Completion {
     /// The non-streaming body for a run that ended with `result`; `usage` is over every model
     /// call of the request.
     pub(crate) fn body(&self, result: &GenerateResult, usage: &Usage) -> Value {
-        let text = result.message.text_content();
+        // A structured answer is the validated JSON, whatever the model said around it.
+        let text = match &result.output {
+            Some(output) => output.to_string(),
+            None => result.message.text_content(),
+        };
         let refusal = refusal(&result.message.content);
         let calls = &result.pending_tool_calls;
         // OpenAI sends `content: null` for a turn that is only tool calls or a refusal.
@@ -43,6 +47,24 @@ impl Completion {
                 "index": 0,
                 "message": message,
                 "finish_reason": finish_reason(result),
+                "logprobs": null,
+            }],
+            "usage": usage_json(usage),
+        })
+    }
+
+    /// The body for a structured request the model refused: `content: null` and the
+    /// refusal, as OpenAI answers it.
+    pub(crate) fn refusal_body(&self, refusal: &str, usage: &Usage) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": null, "refusal": refusal},
+                "finish_reason": "stop",
                 "logprobs": null,
             }],
             "usage": usage_json(usage),

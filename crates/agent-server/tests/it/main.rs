@@ -9,6 +9,7 @@ mod sessions;
 mod settings;
 mod spend;
 mod store;
+mod structured;
 mod support;
 mod tenancy;
 mod tenant_spend;

@@ -733,11 +733,6 @@ async fn models_are_listed_as_openai_lists_them() {
 async fn accepted_but_ignored_fields_are_refused_naming_the_field() {
     let server = TestServer::start().await;
     let refused = [
-        ("response_format", json!({"type": "json_object"})),
-        (
-            "response_format",
-            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
-        ),
         ("logprobs", json!(true)),
         ("top_logprobs", json!(3)),
         (
@@ -909,7 +904,7 @@ async fn capped_server() -> TestServer {
 
 /// The program in `$variable` (set by a `.ci` script), or `None` to skip outside CI; under
 /// `CI` a missing one fails the test.
-fn client_program(variable: &str, script: &str) -> Option<std::ffi::OsString> {
+pub(crate) fn client_program(variable: &str, script: &str) -> Option<std::ffi::OsString> {
     if let Some(program) = std::env::var_os(variable) {
         return Some(program);
     }

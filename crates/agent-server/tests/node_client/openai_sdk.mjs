@@ -157,12 +157,12 @@ const weatherTool = {
       client.chat.completions.create({
         model: 'demo',
         messages: opening,
-        response_format: { type: 'json_object' },
+        logprobs: true,
       }),
-    'response_format',
+    'logprobs',
   );
   assert.ok(error instanceof OpenAI.BadRequestError, String(error));
-  assert.equal(error.param, 'response_format');
+  assert.equal(error.param, 'logprobs');
 }
 
 // A budget trip with the default retries (2): one request, surfaced as a 402.

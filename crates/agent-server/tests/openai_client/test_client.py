@@ -248,11 +248,11 @@ def errors(client, base_url):
             check(error.param == param, f"param {error.param}")
     try:
         client.chat.completions.create(
-            model="demo", messages=opening(), response_format={"type": "json_object"}
+            model="demo", messages=opening(), response_format={"type": "xml"}
         )
-        raise AssertionError("response_format must fail")
+        raise AssertionError("an unknown response_format must fail")
     except openai.BadRequestError as error:
-        check(error.param == "response_format", f"param {error.param}")
+        check(error.param == "response_format.type", f"param {error.param}")
     log("errors: NotFoundError, BadRequestError, AuthenticationError")
 
 
