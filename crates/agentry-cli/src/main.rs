@@ -16,6 +16,7 @@
 
 mod agent;
 mod args;
+mod attach;
 mod config;
 mod demo;
 mod endpoint;
@@ -35,7 +36,7 @@ use clap::{Parser, Subcommand};
 
 use agent_backends::Api;
 
-use crate::args::{LoopArgs, ModelArgs, OutputArgs, parse_api};
+use crate::args::{LoopArgs, ModelArgs, OutputArgs, PromptArgs, parse_api};
 use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
@@ -94,6 +95,8 @@ enum Command {
         /// if it exists; every turn is stored as it completes
         #[arg(long, value_name = "FILE")]
         session: Option<PathBuf>,
+        #[command(flatten)]
+        attach: PromptArgs,
         #[command(flatten)]
         loop_args: LoopArgs,
         #[command(flatten)]
@@ -222,6 +225,7 @@ fn main() -> ExitCode {
                 model,
                 remote_tools,
                 session,
+                attach,
                 loop_args,
                 output,
             } => {
@@ -231,6 +235,7 @@ fn main() -> ExitCode {
                     model: &model,
                     remote_tools: &remote_tools,
                     session: session.as_deref(),
+                    attach: &attach,
                     loop_args: &loop_args,
                 };
                 run::run(request, &mut renderer).await.map(ExitCode::from)

@@ -11,7 +11,10 @@ use std::io::{self, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use agent_loop::ModelCallRecord;
-use agent_types::{AgentEvent, Message, ToolCallId, TraceEntry, Usage};
+use agent_types::{
+    AgentEvent, ErrorKind, FileSource, ImageSource, Message, ToolCallId, ToolResultBlock,
+    TraceEntry, Usage,
+};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// The longest argument text shown on a tool line.
@@ -30,6 +33,9 @@ pub(crate) struct Renderer<O: Write, E: Write> {
     /// Whether the last thing written to `err` ended a line.
     err_at_line_start: bool,
     refusal_open: bool,
+    /// The run asks for a structured answer: stdout gets only the validated value, not the
+    /// text the model streamed on the way.
+    structured: bool,
 }
 
 /// A tool call between its start and end events.
@@ -69,7 +75,13 @@ impl<O: Write, E: Write> Renderer<O, E> {
             out_at_line_start: true,
             err_at_line_start: true,
             refusal_open: false,
+            structured: false,
         }
+    }
+
+    /// Keeps stdout for the validated structured answer alone (`--output-schema`).
+    pub(crate) fn structured(&mut self) {
+        self.structured = true;
     }
 
     /// Whether events go out as JSON lines.
@@ -113,8 +125,15 @@ impl<O: Write, E: Write> Renderer<O, E> {
             return self.out.flush();
         }
         match event {
+            AgentEvent::TextDelta { .. } | AgentEvent::TextEnd { .. } if self.structured => Ok(()),
             AgentEvent::TextDelta { delta } => self.answer(delta, false),
             AgentEvent::TextEnd { .. } => self.end_out_line(),
+            AgentEvent::Output { value } => {
+                self.end_out_line()?;
+                serde_json::to_writer(&mut self.out, value)?;
+                self.out.write_all(b"\n")?;
+                self.out.flush()
+            }
             AgentEvent::RefusalDelta { delta } => {
                 if !self.refusal_open {
                     self.refusal_open = true;
@@ -168,8 +187,9 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 output,
                 is_error,
                 truncated,
+                blocks,
                 ..
-            } => self.tool_ended(call_id, output, *is_error, *truncated),
+            } => self.tool_ended(call_id, output, blocks, *is_error, *truncated),
             AgentEvent::AwaitingToolExecution { tool_calls, .. } => {
                 let names: Vec<&str> = tool_calls.iter().map(|call| call.name.as_str()).collect();
                 let line = format!(
@@ -182,7 +202,18 @@ impl<O: Write, E: Write> Renderer<O, E> {
             }
             AgentEvent::Error { error } => {
                 let line = self.paint.red(&format!("error: {error}"));
-                self.note(&line)
+                self.note(&line)?;
+                if let ErrorKind::InvalidOutput { output } = &error.kind {
+                    // What was wrong, each problem on its line, then what the model sent.
+                    for problem in &output.errors {
+                        self.note(&format!("  {problem}"))?;
+                    }
+                    let raw = self
+                        .paint
+                        .dim(&format!("  answer: {}", one_line(&output.raw, 400)));
+                    self.note(&raw)?;
+                }
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -258,6 +289,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
         &mut self,
         call_id: &ToolCallId,
         output: &str,
+        blocks: &[ToolResultBlock],
         is_error: bool,
         truncated: bool,
     ) -> io::Result<()> {
@@ -274,11 +306,21 @@ impl<O: Write, E: Write> Renderer<O, E> {
             )
         } else {
             let cut = if truncated { " (truncated)" } else { "" };
+            let mut shown = if output.is_empty() && !blocks.is_empty() {
+                String::new()
+            } else {
+                format_bytes(output.len() as u64)
+            };
+            for block in blocks {
+                if !shown.is_empty() {
+                    shown.push(' ');
+                }
+                shown.push_str(&block_label(block));
+            }
             format!(
-                "  {} {} · {took} · {}{cut}",
+                "  {} {} · {took} · {shown}{cut}",
                 self.paint.green("✓"),
                 running.label,
-                format_bytes(output.len() as u64)
             )
         };
         match (running.spinner, &self.spinners) {
@@ -499,6 +541,42 @@ pub(crate) fn format_duration(duration: Duration) -> String {
     } else {
         format!("{:.2} s", ms / 1000.0)
     }
+}
+
+/// A tool result block as one short bracket: `[image/png 12.3 KiB]`, `[application/pdf
+/// report.pdf 1.2 MiB]`, `[image https://…]`, `[json 52 B]`, `[text 80 B]`.
+pub(crate) fn block_label(block: &ToolResultBlock) -> String {
+    match block {
+        ToolResultBlock::Text { text } => format!("[text {}]", format_bytes(text.len() as u64)),
+        ToolResultBlock::Json { value } => {
+            format!("[json {}]", format_bytes(value.to_string().len() as u64))
+        }
+        ToolResultBlock::Image { source } => match source {
+            ImageSource::Base64 { media_type, data } => {
+                format!("[{media_type} {}]", format_bytes(decoded_len(data)))
+            }
+            ImageSource::Url { url } => format!("[image {}]", one_line(url, 60)),
+        },
+        ToolResultBlock::File(file) => {
+            let name = file
+                .filename
+                .as_deref()
+                .map(|name| format!(" {}", one_line(name, 40)))
+                .unwrap_or_default();
+            let place = match &file.source {
+                FileSource::Base64 { data } => format_bytes(decoded_len(data)),
+                FileSource::Url { url } => one_line(url, 60),
+                FileSource::FileId { file_id } => format!("file {}", one_line(file_id, 40)),
+            };
+            format!("[{}{name} {place}]", file.media_type)
+        }
+    }
+}
+
+/// How many bytes base64 text stands for, without decoding it.
+fn decoded_len(data: &str) -> u64 {
+    let padding = data.bytes().rev().take_while(|byte| *byte == b'=').count();
+    ((data.len() / 4 * 3).saturating_sub(padding)) as u64
 }
 
 /// `92 B`, `1.4 KiB`, `2.0 MiB`.

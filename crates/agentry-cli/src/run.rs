@@ -4,15 +4,15 @@
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
-use agent_loop::{Session, SessionInput, SessionStatus};
+use agent_loop::{OutputSpec, OutputStrategy, Session, SessionInput, SessionStatus};
 use agent_tools::{Registry, builtin};
-use agent_types::{ModelPrice, ToolCall, ToolResult, ToolSpec, UserMessage};
+use agent_types::{ModelPrice, ToolCall, ToolResult, ToolSpec, UserBlock, UserMessage};
 use serde_json::{Value, json};
 
 use crate::agent;
 use agent_backends::Api;
 
-use crate::args::{BuiltinTool, LoopArgs, ModelArgs};
+use crate::args::{BuiltinTool, LoopArgs, ModelArgs, PromptArgs};
 use crate::config::{Config, FileConfig, LoopSettings, rate_card};
 use crate::endpoint;
 use crate::error::Error;
@@ -27,6 +27,7 @@ pub(crate) struct RunRequest<'a> {
     pub(crate) model: &'a ModelArgs,
     pub(crate) remote_tools: &'a [String],
     pub(crate) session: Option<&'a Path>,
+    pub(crate) attach: &'a PromptArgs,
     pub(crate) loop_args: &'a LoopArgs,
 }
 
@@ -58,13 +59,27 @@ pub(crate) async fn run<O: Write, E: Write>(
     for name in request.remote_tools {
         add_remote_tool(&mut state.session, name)?;
     }
+    // The schema and the files are read before the prompt, so a bad one is refused without
+    // waiting on stdin.
+    let output = structured(request.attach)?;
+    let mut message = UserMessage::text(String::new());
+    for path in &request.attach.files {
+        message.content.push(crate::attach::block(path)?);
+    }
     let prompt = prompt(request.prompt)?;
+    message.content[0] = UserBlock::Text { text: prompt };
+    if output.is_some() {
+        renderer.structured();
+    }
     go(
         state,
         file,
-        SessionInput::User(UserMessage::text(prompt)),
+        SessionInput::User(message),
         &config.merged,
-        request.loop_args,
+        Run {
+            loop_args: request.loop_args,
+            output,
+        },
         renderer,
     )
     .await
@@ -104,7 +119,10 @@ pub(crate) async fn resume<O: Write, E: Write>(
         Some(file),
         SessionInput::ToolResults(results),
         &config.merged,
-        loop_args,
+        Run {
+            loop_args,
+            output: None,
+        },
         renderer,
     )
     .await
@@ -367,10 +385,10 @@ async fn go<O: Write, E: Write>(
     file: Option<SessionFile>,
     input: SessionInput,
     config: &FileConfig,
-    loop_args: &LoopArgs,
+    run: Run<'_>,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
-    let settings = LoopSettings::resolve(loop_args, config)?;
+    let settings = LoopSettings::resolve(run.loop_args, config)?;
     let tools = registry(&state.tools, state.root.as_deref())?;
     let model = connect(state.provider, state.base_url.as_deref())?;
     let mut prices = rate_card(config);
@@ -379,6 +397,12 @@ async fn go<O: Write, E: Write>(
         prices.insert(state.session.model.clone(), ModelPrice::default());
     }
     let mut options = settings.options(prices).with_tools(tools);
+    if let Some((spec, strategy, retries)) = run.output {
+        options = options
+            .with_output_spec(spec)
+            .with_output_strategy(strategy)
+            .with_max_output_retries(retries);
+    }
     if let Some(file) = &file {
         // The input goes to the log too, so the log alone is the whole history.
         options = options
@@ -421,6 +445,34 @@ async fn go<O: Write, E: Write>(
         }
     }
     Ok(exit)
+}
+
+/// The loop flags and the structured answer asked for, if any.
+struct Run<'a> {
+    loop_args: &'a LoopArgs,
+    output: Option<(OutputSpec, OutputStrategy, u32)>,
+}
+
+/// `--output-schema` and its companions: the compiled schema, the strategy, the retries.
+fn structured(args: &PromptArgs) -> Result<Option<(OutputSpec, OutputStrategy, u32)>, Error> {
+    let Some(path) = &args.output_schema else {
+        return Ok(None);
+    };
+    let refuse =
+        |message: String| Error::Usage(format!("--output-schema {}: {message}", path.display()));
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| refuse(format!("cannot read it: {error}")))?;
+    let schema: Value =
+        serde_json::from_str(&text).map_err(|error| refuse(format!("not JSON: {error}")))?;
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        // Every provider's structured output (and the final-answer tool) takes an object.
+        return Err(refuse(
+            "the schema must describe an object (\"type\": \"object\")".to_owned(),
+        ));
+    }
+    let spec = OutputSpec::from_schema(schema);
+    let strategy = args.output_strategy.unwrap_or_default().into();
+    Ok(Some((spec, strategy, args.max_output_retries.unwrap_or(1))))
 }
 
 /// The provider's backend, its key from the environment.

@@ -786,3 +786,186 @@ fn ctrl_c_aborts_with_130_and_leaves_a_readable_session() {
         serde_json::from_str::<Value>(line).unwrap();
     }
 }
+
+/// An OpenAI Chat Completions stream answering with this text, in the recordings' chunk
+/// shape (the content split in two deltas, as a model streams it).
+fn chat_text(text: &str) -> Cassette {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
+                   "model": "gpt-4.1-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let half = text.len() / 2;
+    let cut = (half..=text.len())
+        .find(|at| text.is_char_boundary(*at))
+        .unwrap_or(text.len());
+    let mut body = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    body.push_str(&chunk(json!({"content": &text[..cut]}), Value::Null));
+    body.push_str(&chunk(json!({"content": &text[cut..]}), Value::Null));
+    body.push_str(&chunk(json!({}), json!("stop")));
+    body.push_str("data: [DONE]\n\n");
+    Cassette::body(body)
+}
+
+fn weather_schema(dir: &Path) -> PathBuf {
+    let path = dir.join("schema.json");
+    std::fs::write(
+        &path,
+        json!({
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "celsius": {"type": "integer"}
+            },
+            "required": ["city", "celsius"]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    path
+}
+
+fn run_openai(server: &ReplayServer, args: &[&str]) -> (i32, String, String) {
+    let url = server.url();
+    let mut all = vec![
+        "run",
+        "--provider",
+        "openai",
+        "--base-url",
+        &url,
+        "--model",
+        "gpt-4.1-mini",
+    ];
+    all.extend_from_slice(args);
+    run(agentry().args(&all).env("OPENAI_API_KEY", "test-key"))
+}
+
+#[test]
+fn output_schema_prints_only_the_validated_object_on_one_line() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let server = serve(
+        &runtime,
+        vec![chat_text("{\"city\": \"Lisbon\",\n  \"celsius\": 19}")],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "Weather in Lisbon?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "{\"celsius\":19,\"city\":\"Lisbon\"}\n", "{stderr}");
+    // Auto picks OpenAI's native structured output: the strict schema in response_format.
+    let body = server.requests()[0].json().unwrap();
+    assert_eq!(body["response_format"]["type"], "json_schema", "{body}");
+    assert_eq!(body["response_format"]["json_schema"]["strict"], true);
+    assert_eq!(
+        body["response_format"]["json_schema"]["schema"]["additionalProperties"],
+        false
+    );
+
+    // --output-strategy tool: a final-answer tool instead, answered by a tool call.
+    let server = serve(
+        &runtime,
+        vec![chat_tool_calls(&[(
+            "call_1",
+            "final_answer",
+            json!({"city": "Oslo", "celsius": 4}),
+        )])],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "--output-strategy",
+            "tool",
+            "Weather in Oslo?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "{\"celsius\":4,\"city\":\"Oslo\"}\n", "{stderr}");
+    let body = server.requests()[0].json().unwrap();
+    assert!(body.get("response_format").is_none(), "{body}");
+    assert_eq!(
+        body["tools"][0]["function"]["name"], "final_answer",
+        "{body}"
+    );
+}
+
+#[test]
+fn an_answer_invalid_after_every_retry_exits_1_with_the_problems_on_stderr() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let server = serve(
+        &runtime,
+        vec![
+            chat_text(r#"{"city": "Lisbon", "celsius": "warm"}"#),
+            chat_text(r#"{"city": "Lisbon"}"#),
+        ],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &["--output-schema", schema.to_str().unwrap(), "Weather?"],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "", "nothing unvalidated reaches stdout");
+    assert!(
+        stderr.contains("does not match the output schema"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("celsius"), "the problem is named: {stderr}");
+    assert!(stderr.contains(r#"answer: {"city": "Lisbon"}"#), "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "one retry by default");
+    // The retry tells the model what was wrong.
+    assert!(
+        requests[1].json().unwrap().to_string().contains("celsius"),
+        "{}",
+        requests[1].json().unwrap()
+    );
+
+    // --max-output-retries 0: the first invalid answer ends the run.
+    let server = serve(&runtime, vec![chat_text(r#"{"city": 3}"#)]);
+    let (code, _, stderr) = run_openai(
+        &server,
+        &[
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "--max-output-retries",
+            "0",
+            "Weather?",
+        ],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn a_bad_output_schema_is_a_usage_error_before_anything_is_sent() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&runtime, vec![]);
+    for (text, expected) in [
+        ("{not json", "not JSON"),
+        (r#"{"type": "array"}"#, "must describe an object"),
+    ] {
+        let path = dir.path().join("bad.json");
+        std::fs::write(&path, text).unwrap();
+        let (code, _, stderr) =
+            run_openai(&server, &["--output-schema", path.to_str().unwrap(), "hi"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(stderr.contains("bad.json"), "{stderr}");
+    }
+    let (code, _, stderr) = run_openai(&server, &["--output-strategy", "tool", "hi"]);
+    assert_eq!(code, 2, "needs --output-schema: {stderr}");
+    assert!(server.requests().is_empty());
+}
