@@ -969,3 +969,99 @@ fn a_bad_output_schema_is_a_usage_error_before_anything_is_sent() {
     assert_eq!(code, 2, "needs --output-schema: {stderr}");
     assert!(server.requests().is_empty());
 }
+
+#[test]
+fn files_go_with_the_prompt_as_image_and_document_parts() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("chart.png");
+    let png_bytes = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    std::fs::write(&png, png_bytes).unwrap();
+    let pdf = dir.path().join("report.pdf");
+    std::fs::write(&pdf, b"%PDF-1.7\n%%EOF\n").unwrap();
+    let server = serve(&runtime, vec![chat_text("Seen both.")]);
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--file",
+            png.to_str().unwrap(),
+            "--file",
+            pdf.to_str().unwrap(),
+            "What do these show?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "Seen both.\n");
+    let body = server.requests()[0].json().unwrap();
+    let content = &body["messages"][0]["content"];
+    assert_eq!(
+        content[0],
+        json!({"type": "text", "text": "What do these show?"}),
+        "{body}"
+    );
+    // base64 of the PNG bytes above and of the PDF.
+    assert_eq!(content[1]["type"], "image_url", "{body}");
+    assert_eq!(
+        content[1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==",
+        "{body}"
+    );
+    assert_eq!(content[2]["type"], "file", "{body}");
+    assert_eq!(content[2]["file"]["filename"], "report.pdf", "{body}");
+    assert_eq!(
+        content[2]["file"]["file_data"], "data:application/pdf;base64,JVBERi0xLjcKJSVFT0YK",
+        "{body}"
+    );
+
+    // The same files to Anthropic: an image block and a document block.
+    let server = serve(&runtime, vec![cassette("anthropic/stream-text.sse")]);
+    let (code, _, stderr) = run(agentry()
+        .args([
+            "run",
+            "--provider",
+            "anthropic",
+            "--base-url",
+            &server.url(),
+            "--file",
+            png.to_str().unwrap(),
+            "--file",
+            pdf.to_str().unwrap(),
+            "What do these show?",
+        ])
+        .env("ANTHROPIC_API_KEY", "test-key"));
+    assert_eq!(code, 0, "{stderr}");
+    let body = server.requests()[0].json().unwrap();
+    let content = &body["messages"][0]["content"];
+    assert_eq!(content[1]["type"], "image", "{body}");
+    assert_eq!(content[1]["source"]["media_type"], "image/png", "{body}");
+    assert_eq!(content[2]["type"], "document", "{body}");
+    assert_eq!(
+        content[2]["source"]["media_type"], "application/pdf",
+        "{body}"
+    );
+}
+
+#[test]
+fn a_file_of_unknown_type_or_too_big_is_refused_with_exit_2_naming_it() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&runtime, vec![]);
+    let docx = dir.path().join("letter.docx");
+    std::fs::write(&docx, b"PK\x03\x04 not supported").unwrap();
+    let fake = dir.path().join("photo.png");
+    std::fs::write(&fake, b"<html>not a png</html>").unwrap();
+    let big = dir.path().join("huge.txt");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(20 * 1024 * 1024 + 1).unwrap();
+    for (path, expected) in [
+        (&docx, "unknown file type"),
+        (&fake, "not png"),
+        (&big, "over the 20 MiB limit"),
+        (&dir.path().join("missing.pdf"), "cannot read it"),
+    ] {
+        let (code, _, stderr) = run_openai(&server, &["--file", path.to_str().unwrap(), "hi"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    assert!(server.requests().is_empty(), "nothing was sent");
+}
