@@ -707,6 +707,115 @@ mod tests {
     }
 
     #[test]
+    fn tool_results_with_blocks_show_each_block_instead_of_dropping_it() {
+        use agent_types::FileBlock;
+        // 12.3 KiB of image: 12_600 bytes is 16_800 base64 characters.
+        let image = "A".repeat(16_800);
+        let events = vec![
+            AgentEvent::ToolExecutionStart {
+                call_id: "c1".into(),
+                tool_name: "screenshot".into(),
+                arguments: json!({}),
+            },
+            AgentEvent::ToolExecutionEnd {
+                call_id: "c1".into(),
+                tool_name: "screenshot".into(),
+                output: "the page".into(),
+                is_error: false,
+                truncated: false,
+                blocks: vec![
+                    ToolResultBlock::Image {
+                        source: ImageSource::Base64 {
+                            media_type: "image/png".into(),
+                            data: image,
+                        },
+                    },
+                    ToolResultBlock::File(
+                        FileBlock::base64("application/pdf", "JVBERi0xLjcKJSVFT0YK")
+                            .with_filename("report.pdf"),
+                    ),
+                    ToolResultBlock::Json {
+                        value: json!({"ok": true}),
+                    },
+                    ToolResultBlock::Image {
+                        source: ImageSource::Url {
+                            url: "https://example.com/a.png".into(),
+                        },
+                    },
+                ],
+            },
+            AgentEvent::ToolExecutionStart {
+                call_id: "c2".into(),
+                tool_name: "chart".into(),
+                arguments: json!({}),
+            },
+            AgentEvent::ToolExecutionEnd {
+                call_id: "c2".into(),
+                tool_name: "chart".into(),
+                output: String::new(),
+                is_error: false,
+                truncated: true,
+                blocks: vec![ToolResultBlock::Image {
+                    source: ImageSource::Base64 {
+                        media_type: "image/jpeg".into(),
+                        data: "/9j/4A==".into(),
+                    },
+                }],
+            },
+        ];
+        let (_, err) = render(false, &events);
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines[0].ends_with(
+                " · 8 B [image/png 12.3 KiB] [application/pdf report.pdf 15 B] [json 11 B] \
+                 [image https://example.com/a.png]"
+            ),
+            "{err}"
+        );
+        assert!(
+            lines[1].ends_with(" · [image/jpeg 4 B] (truncated)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_structured_run_prints_only_the_validated_value_and_the_problems_on_failure() {
+        let mut renderer = Renderer::new(false, Vec::new(), Vec::new(), false);
+        renderer.structured();
+        let error = agent_types::AgentError::new(
+            ErrorKind::InvalidOutput {
+                output: Box::new(agent_types::InvalidOutput {
+                    raw: "{\"n\": \"x\"}".into(),
+                    errors: vec!["/n: \"x\" is not of type \"integer\"".into()],
+                }),
+            },
+            "the answer does not match the output schema",
+        );
+        for event in [
+            AgentEvent::TextDelta {
+                delta: "{\"n\": 1}".into(),
+            },
+            AgentEvent::TextEnd {
+                text: "{\"n\": 1}".into(),
+            },
+            AgentEvent::Output {
+                value: json!({"n": 1}),
+            },
+            AgentEvent::Error { error },
+        ] {
+            renderer.event(&event).unwrap();
+        }
+        let out = String::from_utf8(renderer.out).unwrap();
+        let err = String::from_utf8(renderer.err).unwrap();
+        assert_eq!(out, "{\"n\":1}\n");
+        assert!(
+            err.contains("\n  /n: \"x\" is not of type \"integer\"\n"),
+            "{err}"
+        );
+        assert!(err.contains("  answer: {\"n\": \"x\"}"), "{err}");
+    }
+
+    #[test]
     fn people_get_the_answer_on_stdout_and_one_line_per_tool_on_stderr() {
         let (out, err) = render(false, &tool_round());
         assert_eq!(out, "Let me check.\n");
