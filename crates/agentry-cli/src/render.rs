@@ -125,7 +125,15 @@ impl<O: Write, E: Write> Renderer<O, E> {
             return self.out.flush();
         }
         match event {
-            AgentEvent::TextDelta { .. } | AgentEvent::TextEnd { .. } if self.structured => Ok(()),
+            // stdout is for the validated value alone; a refusal is told on stderr by the
+            // error that ends the run, which quotes it.
+            AgentEvent::TextDelta { .. }
+            | AgentEvent::TextEnd { .. }
+            | AgentEvent::RefusalDelta { .. }
+                if self.structured =>
+            {
+                Ok(())
+            }
             AgentEvent::TextDelta { delta } => self.answer(delta, false),
             AgentEvent::TextEnd { .. } => self.end_out_line(),
             AgentEvent::Output { value } => {

@@ -1065,3 +1065,86 @@ fn a_file_of_unknown_type_or_too_big_is_refused_with_exit_2_naming_it() {
     }
     assert!(server.requests().is_empty(), "nothing was sent");
 }
+
+#[test]
+fn a_structured_refusal_exits_1_with_the_refusal_on_stderr_and_nothing_on_stdout() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    // The refusal of `openai-chat/refusal.json`, streamed as the Chat API streams refusals.
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
+                   "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let mut body = chunk(
+        json!({"role": "assistant", "content": null, "refusal": ""}),
+        Value::Null,
+    );
+    body.push_str(&chunk(
+        json!({"refusal": "I'm sorry, but I can't assist with that request."}),
+        Value::Null,
+    ));
+    body.push_str(&chunk(json!({}), json!("stop")));
+    body.push_str("data: [DONE]\n\n");
+    let server = serve(&runtime, vec![Cassette::body(body)]);
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &["--output-schema", schema.to_str().unwrap(), "Weather?"],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("error: the model refused to answer")
+            && stderr.contains("I'm sorry, but I can't assist"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn structured_output_in_json_mode_and_native_where_the_provider_has_none() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let server = serve(
+        &runtime,
+        vec![chat_text(r#"{"city": "Lisbon", "celsius": 19}"#)],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--json",
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "Weather?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let events = events(&stdout);
+    assert!(
+        events.iter().any(|event| matches!(event,
+            AgentEvent::Output { value } if *value == json!({"city": "Lisbon", "celsius": 19}))),
+        "{stdout}"
+    );
+
+    // Anthropic has no native structured output here: asking for it is a usage error.
+    let server = serve(&runtime, vec![]);
+    let (code, stdout, stderr) = run(agentry()
+        .args([
+            "run",
+            "--provider",
+            "anthropic",
+            "--base-url",
+            &server.url(),
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "--output-strategy",
+            "native",
+            "Weather?",
+        ])
+        .env("ANTHROPIC_API_KEY", "test-key"));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(server.requests().is_empty());
+}
