@@ -1148,3 +1148,41 @@ fn structured_output_in_json_mode_and_native_where_the_provider_has_none() {
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(server.requests().is_empty());
 }
+
+#[test]
+fn an_attached_file_is_kept_in_the_session_and_sent_again_in_the_next_run() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("chart.png");
+    std::fs::write(&png, b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
+    for store in ["s.jsonl", "s.db"] {
+        let session = dir.path().join(store);
+        let server = serve(
+            &runtime,
+            vec![chat_text("A chart."), chat_text("Still a chart.")],
+        );
+        let (code, _, stderr) = run_openai(
+            &server,
+            &[
+                "--session",
+                session.to_str().unwrap(),
+                "--file",
+                png.to_str().unwrap(),
+                "What is this?",
+            ],
+        );
+        assert_eq!(code, 0, "{store}: {stderr}");
+        let (code, stdout, stderr) = run_openai(
+            &server,
+            &["--session", session.to_str().unwrap(), "And now?"],
+        );
+        assert_eq!(code, 0, "{store}: {stderr}");
+        assert_eq!(stdout, "Still a chart.\n");
+        let second = server.requests()[1].json().unwrap();
+        assert_eq!(
+            second["messages"][0]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==",
+            "{store}: {second}"
+        );
+    }
+}
