@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use agent_loop::{OutputSpec, OutputStrategy, Session, SessionInput, SessionStatus};
 use agent_tools::{Registry, builtin};
-use agent_types::{ModelPrice, ToolCall, ToolResult, ToolSpec, UserBlock, UserMessage};
+use agent_types::{
+    ModelPrice, ToolCall, ToolResult, ToolResultBlock, ToolSpec, UserBlock, UserMessage,
+};
 use serde_json::{Value, json};
 
 use crate::agent;
@@ -571,7 +573,9 @@ fn read_results(path: &Path) -> Result<String, Error> {
 
 /// The results file: an object mapping call ids to outputs, or an array of results
 /// (`{"tool_call_id", "content", "is_error"?}`; `id` and `output` are accepted too). An output
-/// that is not a string is sent as its JSON text. Names come from the pending calls.
+/// that is not a string is sent as its JSON text, except, in the array form, a list of
+/// content blocks (`docs/wire-format.md`), which is sent as those blocks. Names come from the
+/// pending calls.
 pub(crate) fn parse_results(text: &str, pending: &[ToolCall]) -> Result<Vec<ToolResult>, String> {
     let value: Value = serde_json::from_str(text).map_err(|error| format!("not JSON: {error}"))?;
     let name_of = |id: &str| {
@@ -606,7 +610,18 @@ pub(crate) fn parse_results(text: &str, pending: &[ToolCall]) -> Result<Vec<Tool
                     .get("is_error")
                     .and_then(Value::as_bool)
                     .unwrap_or(false);
-                let mut result = ToolResult::ok(id, name_of(id), as_content(content));
+                // A list of content blocks in the documented form (`docs/wire-format.md`)
+                // is a rich result (an image, a file); any other value is its JSON text.
+                let blocks = match content {
+                    Value::Array(items) if !items.is_empty() => {
+                        serde_json::from_value::<Vec<ToolResultBlock>>(content.clone()).ok()
+                    }
+                    _ => None,
+                };
+                let mut result = match blocks {
+                    Some(blocks) => ToolResult::with_blocks(id, name_of(id), blocks),
+                    None => ToolResult::ok(id, name_of(id), as_content(content)),
+                };
                 result.is_error = is_error;
                 Ok(result)
             })
@@ -703,6 +718,27 @@ mod tests {
         .unwrap();
         assert!(array[0].is_error);
         assert_eq!(array[1].content, "7");
+    }
+
+    #[test]
+    fn a_list_of_content_blocks_is_a_rich_result_and_any_other_list_its_json_text() {
+        let text = r#"[{"tool_call_id": "call_1", "content": [
+            {"type": "text", "text": "the chart:"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]},
+          {"tool_call_id": "call_2", "content": [1, {"type": "nope"}]}]"#;
+        let results = parse_results(text, &pending()).unwrap();
+        assert_eq!(results[0].content, "the chart:");
+        assert_eq!(results[0].blocks.len(), 1, "{results:?}");
+        assert!(matches!(
+            results[0].blocks[0],
+            ToolResultBlock::Image { .. }
+        ));
+        assert_eq!(results[1].content, r#"[1,{"type":"nope"}]"#);
+        assert!(results[1].blocks.is_empty());
+        // The map form keeps every value as JSON text.
+        let map =
+            parse_results(r#"{"call_1": [{"type": "text", "text": "x"}]}"#, &pending()).unwrap();
+        assert_eq!(map[0].content, r#"[{"text":"x","type":"text"}]"#);
     }
 
     #[test]

@@ -1186,3 +1186,64 @@ fn an_attached_file_is_kept_in_the_session_and_sent_again_in_the_next_run() {
         );
     }
 }
+
+#[test]
+fn resume_sends_a_remote_tools_image_result_as_an_image() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s.jsonl");
+    let server = serve(
+        &runtime,
+        vec![
+            chat_tool_calls(&[("call_1", "screenshot", json!({}))]),
+            chat_text("A login page."),
+        ],
+    );
+    let (code, _, stderr) = run_openai(
+        &server,
+        &[
+            "--session",
+            session.to_str().unwrap(),
+            "--remote-tool",
+            "screenshot",
+            "What is on screen?",
+        ],
+    );
+    assert_eq!(code, 4, "{stderr}");
+    let results = dir.path().join("results.json");
+    std::fs::write(
+        &results,
+        json!([{"tool_call_id": "call_1", "content": [
+            {"type": "text", "text": "the screen:"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+        ]}])
+        .to_string(),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(agentry()
+        .args([
+            "resume",
+            "--session",
+            session.to_str().unwrap(),
+            "--results",
+            results.to_str().unwrap(),
+            "--provider",
+            "openai",
+            "--base-url",
+            &server.url(),
+        ])
+        .env("OPENAI_API_KEY", "test-key"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "A login page.\n");
+    let body = server.requests()[1].json().unwrap();
+    // The image reaches the model in OpenAI Chat's form, not as JSON text.
+    assert!(
+        body.to_string()
+            .contains("data:image/png;base64,iVBORw0KGgo="),
+        "{body}"
+    );
+    assert!(
+        !body.to_string().contains(r#"\"type\":\"image\""#),
+        "{body}"
+    );
+}
