@@ -176,6 +176,13 @@ pub(crate) struct PromptArgs {
     /// at most 20 MiB each (repeatable)
     #[arg(long = "file", value_name = "PATH")]
     pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) schema: SchemaArgs,
+}
+
+/// A structured answer (`agentry run` and `agentry resume`).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct SchemaArgs {
     /// Ask for an answer matching this JSON Schema (a file holding an object schema); stdout
     /// gets only the validated JSON object, on one line
     #[arg(long, value_name = "SCHEMA.json")]

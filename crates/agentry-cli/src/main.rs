@@ -36,7 +36,7 @@ use clap::{Parser, Subcommand};
 
 use agent_backends::Api;
 
-use crate::args::{LoopArgs, ModelArgs, OutputArgs, PromptArgs, parse_api};
+use crate::args::{LoopArgs, ModelArgs, OutputArgs, PromptArgs, SchemaArgs, parse_api};
 use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
@@ -114,6 +114,9 @@ enum Command {
         results: PathBuf,
         #[command(flatten)]
         model: ModelArgs,
+        // The answer schema is not stored in the session: a resumed run is given it again.
+        #[command(flatten)]
+        schema: SchemaArgs,
         #[command(flatten)]
         loop_args: LoopArgs,
         #[command(flatten)]
@@ -244,13 +247,21 @@ fn main() -> ExitCode {
                 session,
                 results,
                 model,
+                schema,
                 loop_args,
                 output,
             } => {
                 let mut renderer = Renderer::stdio(output.json);
-                run::resume(&session, &results, &model, &loop_args, &mut renderer)
-                    .await
-                    .map(ExitCode::from)
+                run::resume(
+                    &session,
+                    &results,
+                    &model,
+                    &schema,
+                    &loop_args,
+                    &mut renderer,
+                )
+                .await
+                .map(ExitCode::from)
             }
         }
     });

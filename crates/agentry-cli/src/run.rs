@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::agent;
 use agent_backends::Api;
 
-use crate::args::{BuiltinTool, LoopArgs, ModelArgs, PromptArgs};
+use crate::args::{BuiltinTool, LoopArgs, ModelArgs, PromptArgs, SchemaArgs};
 use crate::config::{Config, FileConfig, LoopSettings, rate_card};
 use crate::endpoint;
 use crate::error::Error;
@@ -63,7 +63,7 @@ pub(crate) async fn run<O: Write, E: Write>(
     }
     // The schema and the files are read before the prompt, so a bad one is refused without
     // waiting on stdin.
-    let output = structured(request.attach)?;
+    let output = structured(&request.attach.schema)?;
     let mut message = UserMessage::text(String::new());
     for path in &request.attach.files {
         message.content.push(crate::attach::block(path)?);
@@ -92,10 +92,12 @@ pub(crate) async fn resume<O: Write, E: Write>(
     session: &Path,
     results: &Path,
     model: &ModelArgs,
+    schema: &SchemaArgs,
     loop_args: &LoopArgs,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
     let config = Config::load(model.config.as_deref())?;
+    let output = structured(schema)?;
     let file = SessionFile::new(session);
     let Some(stored) = file.load().await? else {
         return Err(Error::session(
@@ -116,15 +118,15 @@ pub(crate) async fn resume<O: Write, E: Write>(
     let results = parse_results(&text, &stored.session.pending_tool_calls)
         .map_err(|message| Error::Usage(format!("{}: {message}", results.display())))?;
     let state = settle(Some(stored), model, &config, Some(&file))?;
+    if output.is_some() {
+        renderer.structured();
+    }
     go(
         state,
         Some(file),
         SessionInput::ToolResults(results),
         &config.merged,
-        Run {
-            loop_args,
-            output: None,
-        },
+        Run { loop_args, output },
         renderer,
     )
     .await
@@ -456,7 +458,7 @@ struct Run<'a> {
 }
 
 /// `--output-schema` and its companions: the compiled schema, the strategy, the retries.
-fn structured(args: &PromptArgs) -> Result<Option<(OutputSpec, OutputStrategy, u32)>, Error> {
+fn structured(args: &SchemaArgs) -> Result<Option<(OutputSpec, OutputStrategy, u32)>, Error> {
     let Some(path) = &args.output_schema else {
         return Ok(None);
     };

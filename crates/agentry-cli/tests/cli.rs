@@ -1247,3 +1247,54 @@ fn resume_sends_a_remote_tools_image_result_as_an_image() {
         "{body}"
     );
 }
+
+#[test]
+fn a_structured_run_that_waits_for_a_remote_tool_resumes_to_the_validated_object() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let session = dir.path().join("s.jsonl");
+    let server = serve(
+        &runtime,
+        vec![
+            chat_tool_calls(&[("call_1", "thermometer", json!({"city": "Oslo"}))]),
+            chat_text(r#"{"city": "Oslo", "celsius": 4}"#),
+        ],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--session",
+            session.to_str().unwrap(),
+            "--remote-tool",
+            "thermometer",
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "Weather in Oslo?",
+        ],
+    );
+    assert_eq!(code, 4, "{stderr}");
+    // The pending calls are what the caller must act on: still printed.
+    assert!(stdout.contains("pending_tool_calls"), "{stdout}");
+    let results = dir.path().join("results.json");
+    std::fs::write(&results, json!({"call_1": "4 °C"}).to_string()).unwrap();
+    let (code, stdout, stderr) = run(agentry()
+        .args([
+            "resume",
+            "--session",
+            session.to_str().unwrap(),
+            "--results",
+            results.to_str().unwrap(),
+            "--provider",
+            "openai",
+            "--base-url",
+            &server.url(),
+            "--output-schema",
+            schema.to_str().unwrap(),
+        ])
+        .env("OPENAI_API_KEY", "test-key"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "{\"celsius\":4,\"city\":\"Oslo\"}\n", "{stderr}");
+    let body = server.requests()[1].json().unwrap();
+    assert_eq!(body["response_format"]["type"], "json_schema", "{body}");
+}
