@@ -64,19 +64,23 @@ pub(crate) async fn run<O: Write, E: Write>(
     // The schema and the files are read before the prompt, so a bad one is refused without
     // waiting on stdin.
     let output = structured(&request.attach.schema)?;
-    let mut message = UserMessage::text(String::new());
-    for path in &request.attach.files {
-        message.content.push(crate::attach::block(path)?);
-    }
-    let prompt = prompt(request.prompt)?;
-    message.content[0] = UserBlock::Text { text: prompt };
+    let attached = request
+        .attach
+        .files
+        .iter()
+        .map(|path| crate::attach::block(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut content = vec![UserBlock::Text {
+        text: prompt(request.prompt)?,
+    }];
+    content.extend(attached);
     if output.is_some() {
         renderer.structured();
     }
     go(
         state,
         file,
-        SessionInput::User(message),
+        SessionInput::User(UserMessage { content }),
         &config.merged,
         Run {
             loop_args: request.loop_args,

@@ -965,6 +965,19 @@ fn a_bad_output_schema_is_a_usage_error_before_anything_is_sent() {
         assert!(stderr.contains(expected), "{stderr}");
         assert!(stderr.contains("bad.json"), "{stderr}");
     }
+    // A schema that does not compile: refused by the loop before the first model call.
+    let path = dir.path().join("uncompilable.json");
+    std::fs::write(
+        &path,
+        r#"{"type": "object", "properties": {"a": {"type": "nope"}}}"#,
+    )
+    .unwrap();
+    let (code, _, stderr) = run_openai(&server, &["--output-schema", path.to_str().unwrap(), "hi"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("the output schema is not usable"),
+        "{stderr}"
+    );
     let (code, _, stderr) = run_openai(&server, &["--output-strategy", "tool", "hi"]);
     assert_eq!(code, 2, "needs --output-schema: {stderr}");
     assert!(server.requests().is_empty());
