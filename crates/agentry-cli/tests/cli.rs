@@ -1311,3 +1311,29 @@ fn a_structured_run_that_waits_for_a_remote_tool_resumes_to_the_validated_object
     let body = server.requests()[1].json().unwrap();
     assert_eq!(body["response_format"]["type"], "json_schema", "{body}");
 }
+
+#[test]
+fn a_file_the_provider_cannot_take_fails_before_any_request_naming_both() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let pdf = dir.path().join("report.pdf");
+    std::fs::write(&pdf, b"%PDF-1.7\n%%EOF\n").unwrap();
+    let server = serve(&runtime, vec![]);
+    let (code, stdout, stderr) = run(agentry().args([
+        "run",
+        "--provider",
+        "ollama",
+        "--base-url",
+        &server.url(),
+        "--file",
+        pdf.to_str().unwrap(),
+        "Summarize",
+    ]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let lower = stderr.to_lowercase();
+    assert!(
+        lower.contains("ollama") && lower.contains("file"),
+        "{stderr}"
+    );
+    assert!(server.requests().is_empty(), "nothing was sent");
+}
