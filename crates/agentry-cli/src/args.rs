@@ -143,3 +143,55 @@ pub(crate) struct OutputArgs {
     #[arg(long)]
     pub(crate) json: bool,
 }
+
+/// How the final answer is asked for (`--output-strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputStrategyArg {
+    /// The provider's own structured output when it has one, else a final-answer tool
+    #[default]
+    Auto,
+    /// The provider's own structured output (refused where there is none)
+    Native,
+    /// A final-answer tool the model must call
+    Tool,
+    /// The schema in the system prompt, the JSON parsed from the answer
+    Prompted,
+}
+
+impl From<OutputStrategyArg> for agent_loop::OutputStrategy {
+    fn from(strategy: OutputStrategyArg) -> Self {
+        match strategy {
+            OutputStrategyArg::Auto => Self::Auto,
+            OutputStrategyArg::Native => Self::Native,
+            OutputStrategyArg::Tool => Self::Tool,
+            OutputStrategyArg::Prompted => Self::Prompted,
+        }
+    }
+}
+
+/// What goes with the prompt and what shape the answer takes (`agentry run` only).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct PromptArgs {
+    /// Attach an image (PNG, JPEG, GIF, WEBP) or document (PDF, .txt/.md text) to the prompt,
+    /// at most 20 MiB each (repeatable)
+    #[arg(long = "file", value_name = "PATH")]
+    pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) schema: SchemaArgs,
+}
+
+/// A structured answer (`agentry run` and `agentry resume`).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct SchemaArgs {
+    /// Ask for an answer matching this JSON Schema (a file holding an object schema); stdout
+    /// gets only the validated JSON object, on one line
+    #[arg(long, value_name = "SCHEMA.json")]
+    pub(crate) output_schema: Option<PathBuf>,
+    /// How the structured answer is asked for [default: auto]
+    #[arg(long, value_enum, value_name = "STRATEGY", requires = "output_schema")]
+    pub(crate) output_strategy: Option<OutputStrategyArg>,
+    /// How many times an answer that fails the schema goes back to the model with the
+    /// problems [default: 1]
+    #[arg(long, value_name = "N", requires = "output_schema")]
+    pub(crate) max_output_retries: Option<u32>,
+}

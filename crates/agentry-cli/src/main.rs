@@ -16,6 +16,7 @@
 
 mod agent;
 mod args;
+mod attach;
 mod config;
 mod demo;
 mod endpoint;
@@ -35,7 +36,7 @@ use clap::{Parser, Subcommand};
 
 use agent_backends::Api;
 
-use crate::args::{LoopArgs, ModelArgs, OutputArgs, parse_api};
+use crate::args::{LoopArgs, ModelArgs, OutputArgs, PromptArgs, SchemaArgs, parse_api};
 use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
@@ -95,6 +96,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         session: Option<PathBuf>,
         #[command(flatten)]
+        attach: PromptArgs,
+        #[command(flatten)]
         loop_args: LoopArgs,
         #[command(flatten)]
         output: OutputArgs,
@@ -111,6 +114,9 @@ enum Command {
         results: PathBuf,
         #[command(flatten)]
         model: ModelArgs,
+        // The answer schema is not stored in the session: a resumed run is given it again.
+        #[command(flatten)]
+        schema: SchemaArgs,
         #[command(flatten)]
         loop_args: LoopArgs,
         #[command(flatten)]
@@ -222,6 +228,7 @@ fn main() -> ExitCode {
                 model,
                 remote_tools,
                 session,
+                attach,
                 loop_args,
                 output,
             } => {
@@ -231,6 +238,7 @@ fn main() -> ExitCode {
                     model: &model,
                     remote_tools: &remote_tools,
                     session: session.as_deref(),
+                    attach: &attach,
                     loop_args: &loop_args,
                 };
                 run::run(request, &mut renderer).await.map(ExitCode::from)
@@ -239,13 +247,21 @@ fn main() -> ExitCode {
                 session,
                 results,
                 model,
+                schema,
                 loop_args,
                 output,
             } => {
                 let mut renderer = Renderer::stdio(output.json);
-                run::resume(&session, &results, &model, &loop_args, &mut renderer)
-                    .await
-                    .map(ExitCode::from)
+                run::resume(
+                    &session,
+                    &results,
+                    &model,
+                    &schema,
+                    &loop_args,
+                    &mut renderer,
+                )
+                .await
+                .map(ExitCode::from)
             }
         }
     });

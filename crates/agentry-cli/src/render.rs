@@ -11,7 +11,10 @@ use std::io::{self, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use agent_loop::ModelCallRecord;
-use agent_types::{AgentEvent, Message, ToolCallId, TraceEntry, Usage};
+use agent_types::{
+    AgentEvent, ErrorKind, FileSource, ImageSource, Message, ToolCallId, ToolResultBlock,
+    TraceEntry, Usage,
+};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// The longest argument text shown on a tool line.
@@ -30,6 +33,9 @@ pub(crate) struct Renderer<O: Write, E: Write> {
     /// Whether the last thing written to `err` ended a line.
     err_at_line_start: bool,
     refusal_open: bool,
+    /// The run asks for a structured answer: stdout gets only the validated value, not the
+    /// text the model streamed on the way.
+    structured: bool,
 }
 
 /// A tool call between its start and end events.
@@ -69,7 +75,13 @@ impl<O: Write, E: Write> Renderer<O, E> {
             out_at_line_start: true,
             err_at_line_start: true,
             refusal_open: false,
+            structured: false,
         }
+    }
+
+    /// Keeps stdout for the validated structured answer alone (`--output-schema`).
+    pub(crate) fn structured(&mut self) {
+        self.structured = true;
     }
 
     /// Whether events go out as JSON lines.
@@ -113,8 +125,23 @@ impl<O: Write, E: Write> Renderer<O, E> {
             return self.out.flush();
         }
         match event {
+            // stdout is for the validated value alone; a refusal is told on stderr by the
+            // error that ends the run, which quotes it.
+            AgentEvent::TextDelta { .. }
+            | AgentEvent::TextEnd { .. }
+            | AgentEvent::RefusalDelta { .. }
+                if self.structured =>
+            {
+                Ok(())
+            }
             AgentEvent::TextDelta { delta } => self.answer(delta, false),
             AgentEvent::TextEnd { .. } => self.end_out_line(),
+            AgentEvent::Output { value } => {
+                self.end_out_line()?;
+                serde_json::to_writer(&mut self.out, value)?;
+                self.out.write_all(b"\n")?;
+                self.out.flush()
+            }
             AgentEvent::RefusalDelta { delta } => {
                 if !self.refusal_open {
                     self.refusal_open = true;
@@ -168,8 +195,9 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 output,
                 is_error,
                 truncated,
+                blocks,
                 ..
-            } => self.tool_ended(call_id, output, *is_error, *truncated),
+            } => self.tool_ended(call_id, output, blocks, *is_error, *truncated),
             AgentEvent::AwaitingToolExecution { tool_calls, .. } => {
                 let names: Vec<&str> = tool_calls.iter().map(|call| call.name.as_str()).collect();
                 let line = format!(
@@ -182,7 +210,18 @@ impl<O: Write, E: Write> Renderer<O, E> {
             }
             AgentEvent::Error { error } => {
                 let line = self.paint.red(&format!("error: {error}"));
-                self.note(&line)
+                self.note(&line)?;
+                if let ErrorKind::InvalidOutput { output } = &error.kind {
+                    // What was wrong, each problem on its line, then what the model sent.
+                    for problem in &output.errors {
+                        self.note(&format!("  {problem}"))?;
+                    }
+                    let raw = self
+                        .paint
+                        .dim(&format!("  answer: {}", one_line(&output.raw, 400)));
+                    self.note(&raw)?;
+                }
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -258,6 +297,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
         &mut self,
         call_id: &ToolCallId,
         output: &str,
+        blocks: &[ToolResultBlock],
         is_error: bool,
         truncated: bool,
     ) -> io::Result<()> {
@@ -274,11 +314,21 @@ impl<O: Write, E: Write> Renderer<O, E> {
             )
         } else {
             let cut = if truncated { " (truncated)" } else { "" };
+            let mut shown = if output.is_empty() && !blocks.is_empty() {
+                String::new()
+            } else {
+                format_bytes(output.len() as u64)
+            };
+            for block in blocks {
+                if !shown.is_empty() {
+                    shown.push(' ');
+                }
+                shown.push_str(&block_label(block));
+            }
             format!(
-                "  {} {} · {took} · {}{cut}",
+                "  {} {} · {took} · {shown}{cut}",
                 self.paint.green("✓"),
                 running.label,
-                format_bytes(output.len() as u64)
             )
         };
         match (running.spinner, &self.spinners) {
@@ -501,6 +551,42 @@ pub(crate) fn format_duration(duration: Duration) -> String {
     }
 }
 
+/// A tool result block as one short bracket: `[image/png 12.3 KiB]`, `[application/pdf
+/// report.pdf 1.2 MiB]`, `[image https://…]`, `[json 52 B]`, `[text 80 B]`.
+pub(crate) fn block_label(block: &ToolResultBlock) -> String {
+    match block {
+        ToolResultBlock::Text { text } => format!("[text {}]", format_bytes(text.len() as u64)),
+        ToolResultBlock::Json { value } => {
+            format!("[json {}]", format_bytes(value.to_string().len() as u64))
+        }
+        ToolResultBlock::Image { source } => match source {
+            ImageSource::Base64 { media_type, data } => {
+                format!("[{media_type} {}]", format_bytes(decoded_len(data)))
+            }
+            ImageSource::Url { url } => format!("[image {}]", one_line(url, 60)),
+        },
+        ToolResultBlock::File(file) => {
+            let name = file
+                .filename
+                .as_deref()
+                .map(|name| format!(" {}", one_line(name, 40)))
+                .unwrap_or_default();
+            let place = match &file.source {
+                FileSource::Base64 { data } => format_bytes(decoded_len(data)),
+                FileSource::Url { url } => one_line(url, 60),
+                FileSource::FileId { file_id } => format!("file {}", one_line(file_id, 40)),
+            };
+            format!("[{}{name} {place}]", file.media_type)
+        }
+    }
+}
+
+/// How many bytes base64 text stands for, without decoding it.
+fn decoded_len(data: &str) -> u64 {
+    let padding = data.bytes().rev().take_while(|byte| *byte == b'=').count();
+    ((data.len() / 4 * 3).saturating_sub(padding)) as u64
+}
+
 /// `92 B`, `1.4 KiB`, `2.0 MiB`.
 pub(crate) fn format_bytes(bytes: u64) -> String {
     // Display only: the precision f64 loses above 2^53 bytes does not matter here.
@@ -626,6 +712,115 @@ mod tests {
                 blocks: Vec::new(),
             },
         ]
+    }
+
+    #[test]
+    fn tool_results_with_blocks_show_each_block_instead_of_dropping_it() {
+        use agent_types::FileBlock;
+        // 12.3 KiB of image: 12_600 bytes is 16_800 base64 characters.
+        let image = "A".repeat(16_800);
+        let events = vec![
+            AgentEvent::ToolExecutionStart {
+                call_id: "c1".into(),
+                tool_name: "screenshot".into(),
+                arguments: json!({}),
+            },
+            AgentEvent::ToolExecutionEnd {
+                call_id: "c1".into(),
+                tool_name: "screenshot".into(),
+                output: "the page".into(),
+                is_error: false,
+                truncated: false,
+                blocks: vec![
+                    ToolResultBlock::Image {
+                        source: ImageSource::Base64 {
+                            media_type: "image/png".into(),
+                            data: image,
+                        },
+                    },
+                    ToolResultBlock::File(
+                        FileBlock::base64("application/pdf", "JVBERi0xLjcKJSVFT0YK")
+                            .with_filename("report.pdf"),
+                    ),
+                    ToolResultBlock::Json {
+                        value: json!({"ok": true}),
+                    },
+                    ToolResultBlock::Image {
+                        source: ImageSource::Url {
+                            url: "https://example.com/a.png".into(),
+                        },
+                    },
+                ],
+            },
+            AgentEvent::ToolExecutionStart {
+                call_id: "c2".into(),
+                tool_name: "chart".into(),
+                arguments: json!({}),
+            },
+            AgentEvent::ToolExecutionEnd {
+                call_id: "c2".into(),
+                tool_name: "chart".into(),
+                output: String::new(),
+                is_error: false,
+                truncated: true,
+                blocks: vec![ToolResultBlock::Image {
+                    source: ImageSource::Base64 {
+                        media_type: "image/jpeg".into(),
+                        data: "/9j/4A==".into(),
+                    },
+                }],
+            },
+        ];
+        let (_, err) = render(false, &events);
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines[0].ends_with(
+                " · 8 B [image/png 12.3 KiB] [application/pdf report.pdf 15 B] [json 11 B] \
+                 [image https://example.com/a.png]"
+            ),
+            "{err}"
+        );
+        assert!(
+            lines[1].ends_with(" · [image/jpeg 4 B] (truncated)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_structured_run_prints_only_the_validated_value_and_the_problems_on_failure() {
+        let mut renderer = Renderer::new(false, Vec::new(), Vec::new(), false);
+        renderer.structured();
+        let error = agent_types::AgentError::new(
+            ErrorKind::InvalidOutput {
+                output: Box::new(agent_types::InvalidOutput {
+                    raw: "{\"n\": \"x\"}".into(),
+                    errors: vec!["/n: \"x\" is not of type \"integer\"".into()],
+                }),
+            },
+            "the answer does not match the output schema",
+        );
+        for event in [
+            AgentEvent::TextDelta {
+                delta: "{\"n\": 1}".into(),
+            },
+            AgentEvent::TextEnd {
+                text: "{\"n\": 1}".into(),
+            },
+            AgentEvent::Output {
+                value: json!({"n": 1}),
+            },
+            AgentEvent::Error { error },
+        ] {
+            renderer.event(&event).unwrap();
+        }
+        let out = String::from_utf8(renderer.out).unwrap();
+        let err = String::from_utf8(renderer.err).unwrap();
+        assert_eq!(out, "{\"n\":1}\n");
+        assert!(
+            err.contains("\n  /n: \"x\" is not of type \"integer\"\n"),
+            "{err}"
+        );
+        assert!(err.contains("  answer: {\"n\": \"x\"}"), "{err}");
     }
 
     #[test]

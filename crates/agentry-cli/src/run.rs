@@ -4,15 +4,17 @@
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
-use agent_loop::{Session, SessionInput, SessionStatus};
+use agent_loop::{OutputSpec, OutputStrategy, Session, SessionInput, SessionStatus};
 use agent_tools::{Registry, builtin};
-use agent_types::{ModelPrice, ToolCall, ToolResult, ToolSpec, UserMessage};
+use agent_types::{
+    ModelPrice, ToolCall, ToolResult, ToolResultBlock, ToolSpec, UserBlock, UserMessage,
+};
 use serde_json::{Value, json};
 
 use crate::agent;
 use agent_backends::Api;
 
-use crate::args::{BuiltinTool, LoopArgs, ModelArgs};
+use crate::args::{BuiltinTool, LoopArgs, ModelArgs, PromptArgs, SchemaArgs};
 use crate::config::{Config, FileConfig, LoopSettings, rate_card};
 use crate::endpoint;
 use crate::error::Error;
@@ -27,6 +29,7 @@ pub(crate) struct RunRequest<'a> {
     pub(crate) model: &'a ModelArgs,
     pub(crate) remote_tools: &'a [String],
     pub(crate) session: Option<&'a Path>,
+    pub(crate) attach: &'a PromptArgs,
     pub(crate) loop_args: &'a LoopArgs,
 }
 
@@ -58,13 +61,31 @@ pub(crate) async fn run<O: Write, E: Write>(
     for name in request.remote_tools {
         add_remote_tool(&mut state.session, name)?;
     }
-    let prompt = prompt(request.prompt)?;
+    // The schema and the files are read before the prompt, so a bad one is refused without
+    // waiting on stdin.
+    let output = structured(&request.attach.schema)?;
+    let attached = request
+        .attach
+        .files
+        .iter()
+        .map(|path| crate::attach::block(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut content = vec![UserBlock::Text {
+        text: prompt(request.prompt)?,
+    }];
+    content.extend(attached);
+    if output.is_some() {
+        renderer.structured();
+    }
     go(
         state,
         file,
-        SessionInput::User(UserMessage::text(prompt)),
+        SessionInput::User(UserMessage { content }),
         &config.merged,
-        request.loop_args,
+        Run {
+            loop_args: request.loop_args,
+            output,
+        },
         renderer,
     )
     .await
@@ -75,10 +96,12 @@ pub(crate) async fn resume<O: Write, E: Write>(
     session: &Path,
     results: &Path,
     model: &ModelArgs,
+    schema: &SchemaArgs,
     loop_args: &LoopArgs,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
     let config = Config::load(model.config.as_deref())?;
+    let output = structured(schema)?;
     let file = SessionFile::new(session);
     let Some(stored) = file.load().await? else {
         return Err(Error::session(
@@ -99,12 +122,15 @@ pub(crate) async fn resume<O: Write, E: Write>(
     let results = parse_results(&text, &stored.session.pending_tool_calls)
         .map_err(|message| Error::Usage(format!("{}: {message}", results.display())))?;
     let state = settle(Some(stored), model, &config, Some(&file))?;
+    if output.is_some() {
+        renderer.structured();
+    }
     go(
         state,
         Some(file),
         SessionInput::ToolResults(results),
         &config.merged,
-        loop_args,
+        Run { loop_args, output },
         renderer,
     )
     .await
@@ -367,10 +393,10 @@ async fn go<O: Write, E: Write>(
     file: Option<SessionFile>,
     input: SessionInput,
     config: &FileConfig,
-    loop_args: &LoopArgs,
+    run: Run<'_>,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
-    let settings = LoopSettings::resolve(loop_args, config)?;
+    let settings = LoopSettings::resolve(run.loop_args, config)?;
     let tools = registry(&state.tools, state.root.as_deref())?;
     let model = connect(state.provider, state.base_url.as_deref())?;
     let mut prices = rate_card(config);
@@ -379,6 +405,12 @@ async fn go<O: Write, E: Write>(
         prices.insert(state.session.model.clone(), ModelPrice::default());
     }
     let mut options = settings.options(prices).with_tools(tools);
+    if let Some((spec, strategy, retries)) = run.output {
+        options = options
+            .with_output_spec(spec)
+            .with_output_strategy(strategy)
+            .with_max_output_retries(retries);
+    }
     if let Some(file) = &file {
         // The input goes to the log too, so the log alone is the whole history.
         options = options
@@ -421,6 +453,34 @@ async fn go<O: Write, E: Write>(
         }
     }
     Ok(exit)
+}
+
+/// The loop flags and the structured answer asked for, if any.
+struct Run<'a> {
+    loop_args: &'a LoopArgs,
+    output: Option<(OutputSpec, OutputStrategy, u32)>,
+}
+
+/// `--output-schema` and its companions: the compiled schema, the strategy, the retries.
+fn structured(args: &SchemaArgs) -> Result<Option<(OutputSpec, OutputStrategy, u32)>, Error> {
+    let Some(path) = &args.output_schema else {
+        return Ok(None);
+    };
+    let refuse =
+        |message: String| Error::Usage(format!("--output-schema {}: {message}", path.display()));
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| refuse(format!("cannot read it: {error}")))?;
+    let schema: Value =
+        serde_json::from_str(&text).map_err(|error| refuse(format!("not JSON: {error}")))?;
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        // Every provider's structured output (and the final-answer tool) takes an object.
+        return Err(refuse(
+            "the schema must describe an object (\"type\": \"object\")".to_owned(),
+        ));
+    }
+    let spec = OutputSpec::from_schema(schema);
+    let strategy = args.output_strategy.unwrap_or_default().into();
+    Ok(Some((spec, strategy, args.max_output_retries.unwrap_or(1))))
 }
 
 /// The provider's backend, its key from the environment.
@@ -519,7 +579,9 @@ fn read_results(path: &Path) -> Result<String, Error> {
 
 /// The results file: an object mapping call ids to outputs, or an array of results
 /// (`{"tool_call_id", "content", "is_error"?}`; `id` and `output` are accepted too). An output
-/// that is not a string is sent as its JSON text. Names come from the pending calls.
+/// that is not a string is sent as its JSON text, except, in the array form, a list of
+/// content blocks (`docs/wire-format.md`), which is sent as those blocks. Names come from the
+/// pending calls.
 pub(crate) fn parse_results(text: &str, pending: &[ToolCall]) -> Result<Vec<ToolResult>, String> {
     let value: Value = serde_json::from_str(text).map_err(|error| format!("not JSON: {error}"))?;
     let name_of = |id: &str| {
@@ -554,7 +616,18 @@ pub(crate) fn parse_results(text: &str, pending: &[ToolCall]) -> Result<Vec<Tool
                     .get("is_error")
                     .and_then(Value::as_bool)
                     .unwrap_or(false);
-                let mut result = ToolResult::ok(id, name_of(id), as_content(content));
+                // A list of content blocks in the documented form (`docs/wire-format.md`)
+                // is a rich result (an image, a file); any other value is its JSON text.
+                let blocks = match content {
+                    Value::Array(items) if !items.is_empty() => {
+                        serde_json::from_value::<Vec<ToolResultBlock>>(content.clone()).ok()
+                    }
+                    _ => None,
+                };
+                let mut result = match blocks {
+                    Some(blocks) => ToolResult::with_blocks(id, name_of(id), blocks),
+                    None => ToolResult::ok(id, name_of(id), as_content(content)),
+                };
                 result.is_error = is_error;
                 Ok(result)
             })
@@ -651,6 +724,27 @@ mod tests {
         .unwrap();
         assert!(array[0].is_error);
         assert_eq!(array[1].content, "7");
+    }
+
+    #[test]
+    fn a_list_of_content_blocks_is_a_rich_result_and_any_other_list_its_json_text() {
+        let text = r#"[{"tool_call_id": "call_1", "content": [
+            {"type": "text", "text": "the chart:"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]},
+          {"tool_call_id": "call_2", "content": [1, {"type": "nope"}]}]"#;
+        let results = parse_results(text, &pending()).unwrap();
+        assert_eq!(results[0].content, "the chart:");
+        assert_eq!(results[0].blocks.len(), 1, "{results:?}");
+        assert!(matches!(
+            results[0].blocks[0],
+            ToolResultBlock::Image { .. }
+        ));
+        assert_eq!(results[1].content, r#"[1,{"type":"nope"}]"#);
+        assert!(results[1].blocks.is_empty());
+        // The map form keeps every value as JSON text.
+        let map =
+            parse_results(r#"{"call_1": [{"type": "text", "text": "x"}]}"#, &pending()).unwrap();
+        assert_eq!(map[0].content, r#"[{"text":"x","type":"text"}]"#);
     }
 
     #[test]

@@ -786,3 +786,554 @@ fn ctrl_c_aborts_with_130_and_leaves_a_readable_session() {
         serde_json::from_str::<Value>(line).unwrap();
     }
 }
+
+/// An OpenAI Chat Completions stream answering with this text, in the recordings' chunk
+/// shape (the content split in two deltas, as a model streams it).
+fn chat_text(text: &str) -> Cassette {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
+                   "model": "gpt-4.1-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let half = text.len() / 2;
+    let cut = (half..=text.len())
+        .find(|at| text.is_char_boundary(*at))
+        .unwrap_or(text.len());
+    let mut body = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    body.push_str(&chunk(json!({"content": &text[..cut]}), Value::Null));
+    body.push_str(&chunk(json!({"content": &text[cut..]}), Value::Null));
+    body.push_str(&chunk(json!({}), json!("stop")));
+    body.push_str("data: [DONE]\n\n");
+    Cassette::body(body)
+}
+
+fn weather_schema(dir: &Path) -> PathBuf {
+    let path = dir.join("schema.json");
+    std::fs::write(
+        &path,
+        json!({
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "celsius": {"type": "integer"}
+            },
+            "required": ["city", "celsius"]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    path
+}
+
+fn run_openai(server: &ReplayServer, args: &[&str]) -> (i32, String, String) {
+    let url = server.url();
+    let mut all = vec![
+        "run",
+        "--provider",
+        "openai",
+        "--base-url",
+        &url,
+        "--model",
+        "gpt-4.1-mini",
+    ];
+    all.extend_from_slice(args);
+    run(agentry().args(&all).env("OPENAI_API_KEY", "test-key"))
+}
+
+#[test]
+fn output_schema_prints_only_the_validated_object_on_one_line() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let server = serve(
+        &runtime,
+        vec![chat_text("{\"city\": \"Lisbon\",\n  \"celsius\": 19}")],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "Weather in Lisbon?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "{\"celsius\":19,\"city\":\"Lisbon\"}\n", "{stderr}");
+    // Auto picks OpenAI's native structured output: the strict schema in response_format.
+    let body = server.requests()[0].json().unwrap();
+    assert_eq!(body["response_format"]["type"], "json_schema", "{body}");
+    assert_eq!(body["response_format"]["json_schema"]["strict"], true);
+    assert_eq!(
+        body["response_format"]["json_schema"]["schema"]["additionalProperties"],
+        false
+    );
+
+    // --output-strategy tool: a final-answer tool instead, answered by a tool call.
+    let server = serve(
+        &runtime,
+        vec![chat_tool_calls(&[(
+            "call_1",
+            "final_answer",
+            json!({"city": "Oslo", "celsius": 4}),
+        )])],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "--output-strategy",
+            "tool",
+            "Weather in Oslo?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "{\"celsius\":4,\"city\":\"Oslo\"}\n", "{stderr}");
+    let body = server.requests()[0].json().unwrap();
+    assert!(body.get("response_format").is_none(), "{body}");
+    assert_eq!(
+        body["tools"][0]["function"]["name"], "final_answer",
+        "{body}"
+    );
+}
+
+#[test]
+fn an_answer_invalid_after_every_retry_exits_1_with_the_problems_on_stderr() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let server = serve(
+        &runtime,
+        vec![
+            chat_text(r#"{"city": "Lisbon", "celsius": "warm"}"#),
+            chat_text(r#"{"city": "Lisbon"}"#),
+        ],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &["--output-schema", schema.to_str().unwrap(), "Weather?"],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "", "nothing unvalidated reaches stdout");
+    assert!(
+        stderr.contains("does not match the output schema"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("celsius"), "the problem is named: {stderr}");
+    assert!(stderr.contains(r#"answer: {"city": "Lisbon"}"#), "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "one retry by default");
+    // The retry tells the model what was wrong.
+    assert!(
+        requests[1].json().unwrap().to_string().contains("celsius"),
+        "{}",
+        requests[1].json().unwrap()
+    );
+
+    // --max-output-retries 0: the first invalid answer ends the run.
+    let server = serve(&runtime, vec![chat_text(r#"{"city": 3}"#)]);
+    let (code, _, stderr) = run_openai(
+        &server,
+        &[
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "--max-output-retries",
+            "0",
+            "Weather?",
+        ],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn a_bad_output_schema_is_a_usage_error_before_anything_is_sent() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&runtime, vec![]);
+    for (text, expected) in [
+        ("{not json", "not JSON"),
+        (r#"{"type": "array"}"#, "must describe an object"),
+    ] {
+        let path = dir.path().join("bad.json");
+        std::fs::write(&path, text).unwrap();
+        let (code, _, stderr) =
+            run_openai(&server, &["--output-schema", path.to_str().unwrap(), "hi"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(stderr.contains("bad.json"), "{stderr}");
+    }
+    // A schema that does not compile: refused by the loop before the first model call.
+    let path = dir.path().join("uncompilable.json");
+    std::fs::write(
+        &path,
+        r#"{"type": "object", "properties": {"a": {"type": "nope"}}}"#,
+    )
+    .unwrap();
+    let (code, _, stderr) = run_openai(&server, &["--output-schema", path.to_str().unwrap(), "hi"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("the output schema is not usable"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_openai(&server, &["--output-strategy", "tool", "hi"]);
+    assert_eq!(code, 2, "needs --output-schema: {stderr}");
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn files_go_with_the_prompt_as_image_and_document_parts() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("chart.png");
+    let png_bytes = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    std::fs::write(&png, png_bytes).unwrap();
+    let pdf = dir.path().join("report.pdf");
+    std::fs::write(&pdf, b"%PDF-1.7\n%%EOF\n").unwrap();
+    let server = serve(&runtime, vec![chat_text("Seen both.")]);
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--file",
+            png.to_str().unwrap(),
+            "--file",
+            pdf.to_str().unwrap(),
+            "What do these show?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "Seen both.\n");
+    let body = server.requests()[0].json().unwrap();
+    let content = &body["messages"][0]["content"];
+    assert_eq!(
+        content[0],
+        json!({"type": "text", "text": "What do these show?"}),
+        "{body}"
+    );
+    // base64 of the PNG bytes above and of the PDF.
+    assert_eq!(content[1]["type"], "image_url", "{body}");
+    assert_eq!(
+        content[1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==",
+        "{body}"
+    );
+    assert_eq!(content[2]["type"], "file", "{body}");
+    assert_eq!(content[2]["file"]["filename"], "report.pdf", "{body}");
+    assert_eq!(
+        content[2]["file"]["file_data"], "data:application/pdf;base64,JVBERi0xLjcKJSVFT0YK",
+        "{body}"
+    );
+
+    // The same files to Anthropic: an image block and a document block.
+    let server = serve(&runtime, vec![cassette("anthropic/stream-text.sse")]);
+    let (code, _, stderr) = run(agentry()
+        .args([
+            "run",
+            "--provider",
+            "anthropic",
+            "--base-url",
+            &server.url(),
+            "--file",
+            png.to_str().unwrap(),
+            "--file",
+            pdf.to_str().unwrap(),
+            "What do these show?",
+        ])
+        .env("ANTHROPIC_API_KEY", "test-key"));
+    assert_eq!(code, 0, "{stderr}");
+    let body = server.requests()[0].json().unwrap();
+    let content = &body["messages"][0]["content"];
+    assert_eq!(content[1]["type"], "image", "{body}");
+    assert_eq!(content[1]["source"]["media_type"], "image/png", "{body}");
+    assert_eq!(content[2]["type"], "document", "{body}");
+    assert_eq!(
+        content[2]["source"]["media_type"], "application/pdf",
+        "{body}"
+    );
+}
+
+#[test]
+fn a_file_of_unknown_type_or_too_big_is_refused_with_exit_2_naming_it() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&runtime, vec![]);
+    let docx = dir.path().join("letter.docx");
+    std::fs::write(&docx, b"PK\x03\x04 not supported").unwrap();
+    let fake = dir.path().join("photo.png");
+    std::fs::write(&fake, b"<html>not a png</html>").unwrap();
+    let big = dir.path().join("huge.txt");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(20 * 1024 * 1024 + 1).unwrap();
+    for (path, expected) in [
+        (&docx, "unknown file type"),
+        (&fake, "not png"),
+        (&big, "over the 20 MiB limit"),
+        (&dir.path().join("missing.pdf"), "cannot read it"),
+    ] {
+        let (code, _, stderr) = run_openai(&server, &["--file", path.to_str().unwrap(), "hi"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(path.to_str().unwrap()), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    assert!(server.requests().is_empty(), "nothing was sent");
+}
+
+#[test]
+fn a_structured_refusal_exits_1_with_the_refusal_on_stderr_and_nothing_on_stdout() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    // The refusal of `openai-chat/refusal.json`, streamed as the Chat API streams refusals.
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
+                   "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let mut body = chunk(
+        json!({"role": "assistant", "content": null, "refusal": ""}),
+        Value::Null,
+    );
+    body.push_str(&chunk(
+        json!({"refusal": "I'm sorry, but I can't assist with that request."}),
+        Value::Null,
+    ));
+    body.push_str(&chunk(json!({}), json!("stop")));
+    body.push_str("data: [DONE]\n\n");
+    let server = serve(&runtime, vec![Cassette::body(body)]);
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &["--output-schema", schema.to_str().unwrap(), "Weather?"],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("error: the model refused to answer")
+            && stderr.contains("I'm sorry, but I can't assist"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn structured_output_in_json_mode_and_native_where_the_provider_has_none() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let server = serve(
+        &runtime,
+        vec![chat_text(r#"{"city": "Lisbon", "celsius": 19}"#)],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--json",
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "Weather?",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let events = events(&stdout);
+    assert!(
+        events.iter().any(|event| matches!(event,
+            AgentEvent::Output { value } if *value == json!({"city": "Lisbon", "celsius": 19}))),
+        "{stdout}"
+    );
+
+    // Anthropic has no native structured output here: asking for it is a usage error.
+    let server = serve(&runtime, vec![]);
+    let (code, stdout, stderr) = run(agentry()
+        .args([
+            "run",
+            "--provider",
+            "anthropic",
+            "--base-url",
+            &server.url(),
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "--output-strategy",
+            "native",
+            "Weather?",
+        ])
+        .env("ANTHROPIC_API_KEY", "test-key"));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn an_attached_file_is_kept_in_the_session_and_sent_again_in_the_next_run() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("chart.png");
+    std::fs::write(&png, b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
+    for store in ["s.jsonl", "s.db"] {
+        let session = dir.path().join(store);
+        let server = serve(
+            &runtime,
+            vec![chat_text("A chart."), chat_text("Still a chart.")],
+        );
+        let (code, _, stderr) = run_openai(
+            &server,
+            &[
+                "--session",
+                session.to_str().unwrap(),
+                "--file",
+                png.to_str().unwrap(),
+                "What is this?",
+            ],
+        );
+        assert_eq!(code, 0, "{store}: {stderr}");
+        let (code, stdout, stderr) = run_openai(
+            &server,
+            &["--session", session.to_str().unwrap(), "And now?"],
+        );
+        assert_eq!(code, 0, "{store}: {stderr}");
+        assert_eq!(stdout, "Still a chart.\n");
+        let second = server.requests()[1].json().unwrap();
+        assert_eq!(
+            second["messages"][0]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==",
+            "{store}: {second}"
+        );
+    }
+}
+
+#[test]
+fn resume_sends_a_remote_tools_image_result_as_an_image() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s.jsonl");
+    let server = serve(
+        &runtime,
+        vec![
+            chat_tool_calls(&[("call_1", "screenshot", json!({}))]),
+            chat_text("A login page."),
+        ],
+    );
+    let (code, _, stderr) = run_openai(
+        &server,
+        &[
+            "--session",
+            session.to_str().unwrap(),
+            "--remote-tool",
+            "screenshot",
+            "What is on screen?",
+        ],
+    );
+    assert_eq!(code, 4, "{stderr}");
+    let results = dir.path().join("results.json");
+    std::fs::write(
+        &results,
+        json!([{"tool_call_id": "call_1", "content": [
+            {"type": "text", "text": "the screen:"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+        ]}])
+        .to_string(),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(agentry()
+        .args([
+            "resume",
+            "--session",
+            session.to_str().unwrap(),
+            "--results",
+            results.to_str().unwrap(),
+            "--provider",
+            "openai",
+            "--base-url",
+            &server.url(),
+        ])
+        .env("OPENAI_API_KEY", "test-key"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "A login page.\n");
+    let body = server.requests()[1].json().unwrap();
+    // The image reaches the model in OpenAI Chat's form, not as JSON text.
+    assert!(
+        body.to_string()
+            .contains("data:image/png;base64,iVBORw0KGgo="),
+        "{body}"
+    );
+    assert!(
+        !body.to_string().contains(r#"\"type\":\"image\""#),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_structured_run_that_waits_for_a_remote_tool_resumes_to_the_validated_object() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = weather_schema(dir.path());
+    let session = dir.path().join("s.jsonl");
+    let server = serve(
+        &runtime,
+        vec![
+            chat_tool_calls(&[("call_1", "thermometer", json!({"city": "Oslo"}))]),
+            chat_text(r#"{"city": "Oslo", "celsius": 4}"#),
+        ],
+    );
+    let (code, stdout, stderr) = run_openai(
+        &server,
+        &[
+            "--session",
+            session.to_str().unwrap(),
+            "--remote-tool",
+            "thermometer",
+            "--output-schema",
+            schema.to_str().unwrap(),
+            "Weather in Oslo?",
+        ],
+    );
+    assert_eq!(code, 4, "{stderr}");
+    // The pending calls are what the caller must act on: still printed.
+    assert!(stdout.contains("pending_tool_calls"), "{stdout}");
+    let results = dir.path().join("results.json");
+    std::fs::write(&results, json!({"call_1": "4 °C"}).to_string()).unwrap();
+    let (code, stdout, stderr) = run(agentry()
+        .args([
+            "resume",
+            "--session",
+            session.to_str().unwrap(),
+            "--results",
+            results.to_str().unwrap(),
+            "--provider",
+            "openai",
+            "--base-url",
+            &server.url(),
+            "--output-schema",
+            schema.to_str().unwrap(),
+        ])
+        .env("OPENAI_API_KEY", "test-key"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "{\"celsius\":4,\"city\":\"Oslo\"}\n", "{stderr}");
+    let body = server.requests()[1].json().unwrap();
+    assert_eq!(body["response_format"]["type"], "json_schema", "{body}");
+}
+
+#[test]
+fn a_file_the_provider_cannot_take_fails_before_any_request_naming_both() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let pdf = dir.path().join("report.pdf");
+    std::fs::write(&pdf, b"%PDF-1.7\n%%EOF\n").unwrap();
+    let server = serve(&runtime, vec![]);
+    let (code, stdout, stderr) = run(agentry().args([
+        "run",
+        "--provider",
+        "ollama",
+        "--base-url",
+        &server.url(),
+        "--file",
+        pdf.to_str().unwrap(),
+        "Summarize",
+    ]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let lower = stderr.to_lowercase();
+    assert!(
+        lower.contains("ollama") && lower.contains("file"),
+        "{stderr}"
+    );
+    assert!(server.requests().is_empty(), "nothing was sent");
+}

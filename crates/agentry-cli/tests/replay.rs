@@ -97,3 +97,41 @@ fn bad_arguments_exit_2_and_a_missing_file_exits_1() {
     assert_eq!(code, 1);
     assert!(stderr.contains("cannot read"), "{stderr}");
 }
+
+#[test]
+fn a_structured_answer_and_a_refusal_replay_in_the_documented_block_form() {
+    let dir = std::env::temp_dir().join(format!("agentry-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A Chat Completions answer to `response_format: json_schema`: the JSON is the text.
+    let answer = dir.join("structured.json");
+    std::fs::write(
+        &answer,
+        r#"{"id":"chatcmpl-x","object":"chat.completion","created":1,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"{\"city\":\"Lisbon\",\"celsius\":19}","refusal":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":60,"completion_tokens":9,"total_tokens":69}}"#,
+    )
+    .unwrap();
+    let (code, message, stderr) = agentry(&[
+        "replay",
+        "--provider",
+        "openai-chat",
+        answer.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        message["content"],
+        serde_json::json!([{"type": "text", "text": "{\"city\":\"Lisbon\",\"celsius\":19}"}])
+    );
+    let refusal = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/providers/openai-chat/refusal.json");
+    let (code, message, stderr) = agentry(&[
+        "replay",
+        "--provider",
+        "openai-chat",
+        refusal.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        message["content"],
+        serde_json::json!([{"type": "refusal", "text": "I'm sorry, but I can't assist with that request."}])
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
