@@ -443,6 +443,12 @@ fn every_provider_has_a_structured_output_recording() {
     providers.dedup();
     assert_eq!(
         providers,
-        ["Anthropic", "Gemini", "Ollama", "OpenAiChat", "OpenAiResponses"]
+        [
+            "Anthropic",
+            "Gemini",
+            "Ollama",
+            "OpenAiChat",
+            "OpenAiResponses"
+        ]
     );
 }
