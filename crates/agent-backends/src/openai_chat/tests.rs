@@ -415,6 +415,24 @@ fn reasoning_tokens_json() {
 }
 
 #[test]
+fn structured_output_json() {
+    // A `response_format` json_schema answer is plain message content: the JSON as text.
+    let message = check(
+        whole("structured-output.json"),
+        &Expect {
+            text_start: "{\"title\":\"Lisbon Rust Meetup\",\"category\":\"Technology\"",
+            text_chars: 122,
+            thinking_chars: 0,
+            calls: &[],
+            stop: StopReason::Stop,
+            usage: usage(100, 15, Some(0), Some(0)),
+        },
+    );
+    let answer: serde_json::Value = serde_json::from_str(&message.text_content()).unwrap();
+    assert_eq!(answer["title"], "Lisbon Rust Meetup");
+}
+
+#[test]
 fn refusal_json() {
     let message = check(
         whole("refusal.json"),
@@ -532,6 +550,7 @@ fn every_fixture_is_covered() {
         "stream-parallel-tool-calls-empty-args.sse",
         "stream-text-usage.sse",
         "stream-tool-call.sse",
+        "structured-output.json",
         "text.json",
         "tool-call.json",
     ];

@@ -29,6 +29,8 @@ pub(crate) struct Expected {
     finish: String,
     usage: [Option<u64>; 5],
     refusal: bool,
+    /// The structured answer (`OUTPUT → `…``), for structured-output recordings.
+    pub(crate) output: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +112,11 @@ pub(crate) fn table() -> Vec<Expected> {
             finish,
             usage: [usage[0], usage[1], usage[2], usage[3], usage[4]],
             refusal: cells[5].contains("refusal"),
+            // `OUTPUT → `<canonical JSON>`.`: the JSON holds no backtick.
+            output: cells[5].split_once("OUTPUT → `").map(|(_, rest)| {
+                let end = rest.find('`').unwrap();
+                serde_json::from_str(&rest[..end]).unwrap()
+            }),
         });
     }
     rows
@@ -260,6 +267,18 @@ fn check(expected: &Expected, replayed: &Replayed) {
     }
 
     check_usage(expected, message.usage.unwrap_or_default());
+
+    // A structured answer: the final-answer tool's arguments (tool strategy), else the text
+    // parsed as JSON (native strategy).
+    if let Some(output) = &expected.output {
+        let answer = match calls.last() {
+            Some(call) => call.arguments.clone(),
+            None => serde_json::from_str(&text).unwrap_or_else(|error| {
+                panic!("{file}: the structured answer is not JSON: {error}")
+            }),
+        };
+        assert_eq!(&answer, output, "{file}: structured output");
+    }
 }
 
 /// The recorded (raw) numbers, normalized the way `Usage` documents: input includes cache
@@ -410,4 +429,26 @@ proptest! {
         });
         prop_assert_eq!(whole, split, "{}", expected.file);
     }
+}
+
+/// Every provider has a recorded structured-output response with its expected answer.
+#[test]
+fn every_provider_has_a_structured_output_recording() {
+    let mut providers: Vec<String> = table()
+        .iter()
+        .filter(|expected| expected.output.is_some())
+        .map(|expected| format!("{:?}", expected.provider))
+        .collect();
+    providers.sort();
+    providers.dedup();
+    assert_eq!(
+        providers,
+        [
+            "Anthropic",
+            "Gemini",
+            "Ollama",
+            "OpenAiChat",
+            "OpenAiResponses"
+        ]
+    );
 }

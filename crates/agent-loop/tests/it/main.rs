@@ -14,6 +14,7 @@ mod conversation;
 mod hooks;
 mod modes;
 mod output;
+mod recorded_output;
 mod sessions;
 mod streaming;
 mod support;
