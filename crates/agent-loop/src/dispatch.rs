@@ -247,8 +247,8 @@ impl Round<'_> {
             // Handlers read at most what the truncation below keeps.
             .with_max_result_bytes(self.policy.max_bytes())
             .with_max_binary_bytes(options.tool_result_max_binary_bytes);
-        // A handler that returns content blocks leaves them here (a clone shares the slot).
-        let slot = context.clone();
+        // A handler that returns content blocks leaves them here.
+        let slot = context.content_slot();
         let mut output = tool.invoke(arguments.clone(), context);
         let emitter = self.emitter;
         let pump = async {
@@ -280,7 +280,7 @@ impl Round<'_> {
         drop(output);
         match finished {
             Ok(Ok(value)) => {
-                let produced = match slot.take_content() {
+                let produced = match slot.take() {
                     Some(content) => Produced::Content(content),
                     None => Produced::Value(value),
                 };

@@ -94,9 +94,24 @@ pub struct ToolContext {
 
 /// Where a handler's [`ToolContent`](crate::ToolContent) result waits for the caller that
 /// made the context (the loop reads it when the call is done). Shared by the context's
-/// clones.
+/// clones; cloning the slot itself ([`ToolContext::content_slot`]) copies one `Arc`, where a
+/// whole context clone also clones its cancellation tokens and caller.
 #[derive(Debug, Clone, Default)]
-struct ContentSlot(Arc<std::sync::Mutex<Option<crate::ToolContent>>>);
+pub struct ContentSlot(Arc<std::sync::Mutex<Option<crate::ToolContent>>>);
+
+impl ContentSlot {
+    /// Puts `content` in the slot, replacing what was there.
+    pub fn set(&self, content: crate::ToolContent) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(content);
+        }
+    }
+
+    /// Takes what the slot holds, if anything.
+    pub fn take(&self) -> Option<crate::ToolContent> {
+        self.0.lock().ok().and_then(|mut slot| slot.take())
+    }
+}
 
 impl ToolContext {
     /// A context for call `call_id` of tool `tool_name`, with an anonymous caller (no
@@ -136,15 +151,19 @@ impl ToolContext {
     /// gets this done for it; a raw [`Handler`](crate::Handler) calls it before its final
     /// event.
     pub fn set_content(&self, content: crate::ToolContent) {
-        if let Ok(mut slot) = self.content.0.lock() {
-            *slot = Some(content);
-        }
+        self.content.set(content);
     }
 
     /// Takes the content a handler set with [`set_content`](Self::set_content) (on this
     /// context or any clone of it), if any.
     pub fn take_content(&self) -> Option<crate::ToolContent> {
-        self.content.0.lock().ok().and_then(|mut slot| slot.take())
+        self.content.take()
+    }
+
+    /// The slot [`set_content`](Self::set_content) fills, to read after the context has been
+    /// handed to the handler.
+    pub fn content_slot(&self) -> ContentSlot {
+        self.content.clone()
     }
 
     /// Sets who is calling.

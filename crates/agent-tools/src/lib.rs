@@ -92,7 +92,7 @@ mod truncate;
 mod validate;
 
 pub use content::{BinaryCap, DEFAULT_MAX_BINARY_BYTES, ToolContent, binary_len, cap_binary};
-pub use context::{Accounting, AccountingTotals, Caller, ToolContext};
+pub use context::{Accounting, AccountingTotals, Caller, ContentSlot, ToolContext};
 pub use error::{Error, ToolError, ToolErrorKind};
 pub use handler::{Handler, ToolEvent, ToolOutput, ToolStream, collect_output};
 pub use name::{MAX_NAME_LEN, sanitize_name, tool_name, validate_name};

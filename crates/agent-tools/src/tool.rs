@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::content::ToolContent;
-use crate::context::ToolContext;
+use crate::context::{ContentSlot, ToolContext};
 use crate::error::ToolError;
 use crate::handler::{Handler, ToolEvent, ToolStream, done, guarded};
 use crate::schema::schema_for;
@@ -45,7 +45,7 @@ impl fmt::Debug for Tool {
 
 fn to_json<T: Serialize + 'static>(
     result: Result<T, ToolError>,
-    context: &ToolContext,
+    content_slot: &ContentSlot,
 ) -> Result<Value, ToolError> {
     result.and_then(|value| {
         // A result that already is JSON is handed over as it is: `to_value` would serialize it
@@ -60,7 +60,7 @@ fn to_json<T: Serialize + 'static>(
             && let Some(content) = content.take()
         {
             let json = serde_json::to_value(&content).unwrap_or_default();
-            context.set_content(content);
+            content_slot.set(content);
             return Ok(json);
         }
         serde_json::to_value(slot.take()).map_err(|e| {
@@ -108,7 +108,7 @@ where
             Ok(args) => args,
             Err(error) => return done(error),
         };
-        let slot = context.clone();
+        let slot = context.content_slot();
         Box::pin((self.f)(args, context).map(move |event| match event {
             ToolEvent::Delta(text) => ToolEvent::Delta(text),
             ToolEvent::Done(result) => ToolEvent::Done(to_json(result, &slot)),
