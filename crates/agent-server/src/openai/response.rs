@@ -38,6 +38,18 @@ impl Completion {
         if !calls.is_empty() {
             message["tool_calls"] = calls.iter().map(tool_call).collect();
         }
+        self.envelope(message, finish_reason(result), usage)
+    }
+
+    /// The body for a structured request the model refused: `content: null` and the
+    /// refusal, as OpenAI answers it.
+    pub(crate) fn refusal_body(&self, refusal: &str, usage: &Usage) -> Value {
+        let message = json!({"role": "assistant", "content": null, "refusal": refusal});
+        self.envelope(message, "stop", usage)
+    }
+
+    /// A `chat.completion` body with one choice.
+    fn envelope(&self, message: Value, finish_reason: &str, usage: &Usage) -> Value {
         json!({
             "id": self.id,
             "object": "chat.completion",
@@ -46,25 +58,7 @@ impl Completion {
             "choices": [{
                 "index": 0,
                 "message": message,
-                "finish_reason": finish_reason(result),
-                "logprobs": null,
-            }],
-            "usage": usage_json(usage),
-        })
-    }
-
-    /// The body for a structured request the model refused: `content: null` and the
-    /// refusal, as OpenAI answers it.
-    pub(crate) fn refusal_body(&self, refusal: &str, usage: &Usage) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": null, "refusal": refusal},
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
                 "logprobs": null,
             }],
             "usage": usage_json(usage),
