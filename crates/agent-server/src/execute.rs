@@ -211,30 +211,19 @@ pub(crate) fn options(
                 .chain(record.session.remote_tools.iter().map(|spec| &spec.name))
                 .cloned(),
         )
-        .with_max_tool_iterations(
-            chosen
-                .max_iterations
-                .unwrap_or(caps.max_iterations)
-                .min(caps.max_iterations),
-        )
-        .with_tool_result_max_bytes(
-            chosen
-                .tool_result_max_bytes
-                .unwrap_or(caps.tool_result_max_bytes)
-                .min(caps.tool_result_max_bytes),
-        )
-        .with_max_tool_calls_per_round(
-            chosen
-                .max_tool_calls_per_round
-                .unwrap_or(caps.max_tool_calls_per_round)
-                .min(caps.max_tool_calls_per_round),
-        )
-        .with_max_round_result_bytes(
-            chosen
-                .max_round_result_bytes
-                .unwrap_or(caps.max_round_result_bytes)
-                .min(caps.max_round_result_bytes),
-        )
+        .with_max_tool_iterations(lower(chosen.max_iterations, caps.max_iterations))
+        .with_tool_result_max_bytes(lower(
+            chosen.tool_result_max_bytes,
+            caps.tool_result_max_bytes,
+        ))
+        .with_max_tool_calls_per_round(lower(
+            chosen.max_tool_calls_per_round,
+            caps.max_tool_calls_per_round,
+        ))
+        .with_max_round_result_bytes(lower(
+            chosen.max_round_result_bytes,
+            caps.max_round_result_bytes,
+        ))
         .with_tool_timeout(Duration::from_secs(caps.tool_timeout_secs))
         .with_cancellation(cancel)
         .with_tool_trace(true);
@@ -520,4 +509,9 @@ pub(crate) fn settle_metrics(
             &[("tenant", tenant), ("budget", &name)],
         );
     }
+}
+
+/// What a session asked for, never above the server's cap.
+fn lower<T: Ord + Copy>(asked: Option<T>, cap: T) -> T {
+    asked.map_or(cap, |asked| asked.min(cap))
 }

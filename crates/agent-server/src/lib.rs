@@ -88,20 +88,17 @@ pub fn router(state: AppState) -> Router {
     } else {
         routes.route("/metrics", get(metrics))
     };
-    routes
-        .fallback(openai::unknown_route)
-        .method_not_allowed_fallback(openai::wrong_method)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            http::track,
-        ))
-        .with_state(state)
+    finish(routes, state)
 }
 
 /// `/metrics` alone, for `metrics_listen`.
 pub fn metrics_router(state: AppState) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
+    finish(Router::new().route("/metrics", get(metrics)), state)
+}
+
+/// What every listener's routes share: JSON 404/405 fallbacks and the request metric.
+fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    routes
         .fallback(openai::unknown_route)
         .method_not_allowed_fallback(openai::wrong_method)
         .layer(axum::middleware::from_fn_with_state(
