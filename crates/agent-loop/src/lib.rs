@@ -84,7 +84,9 @@ use serde_json::{Map, Value};
 pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use hooks::{Hooks, ModelCallGate};
-pub use options::{ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism};
+pub use options::{
+    ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,
+};
 pub use output::{OutputSpec, OutputStrategy};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{Session, SessionInput, SessionStatus};

@@ -384,43 +384,18 @@ impl Options {
     ///
     /// A configuration error (400) naming the option and the value.
     pub fn validate(&self) -> Result<(), agent_types::AgentError> {
-        let invalid = |what: &str, value: String, rule: &str| {
-            Err(agent_types::AgentError::config(format!(
-                "{what} = {value} is invalid: {rule}"
-            )))
-        };
-        if self.token_budget == Some(0) {
-            return invalid(
-                "token_budget",
-                "0".into(),
-                "it must be at least 1 (leave it unset for no token budget)",
-            );
+        if let Some(problem) = budget_problem(
+            self.token_budget,
+            self.max_cost_usd,
+            &[
+                ("max_tool_calls_per_round", self.max_tool_calls_per_round),
+                ("max_round_result_bytes", self.max_round_result_bytes),
+            ],
+        ) {
+            return Err(agent_types::AgentError::config(problem));
         }
         if let Some(output) = &self.output {
             output.check()?;
-        }
-        if let Some(max) = self.max_cost_usd
-            && !(max.is_finite() && max > 0.0)
-        {
-            return invalid(
-                "max_cost_usd",
-                max.to_string(),
-                "it must be a positive number of dollars (leave it unset for no cost budget)",
-            );
-        }
-        if self.max_tool_calls_per_round == 0 {
-            return invalid(
-                "max_tool_calls_per_round",
-                "0".into(),
-                "it must be at least 1",
-            );
-        }
-        if self.max_round_result_bytes == 0 {
-            return invalid(
-                "max_round_result_bytes",
-                "0".into(),
-                "it must be at least 1",
-            );
         }
         Ok(())
     }
@@ -472,4 +447,33 @@ impl fmt::Debug for Options {
             .field("max_output_retries", &self.max_output_retries)
             .finish()
     }
+}
+
+/// What is wrong with a set of budgets, if anything: a token budget of 0, a cost budget that
+/// is not a positive finite number of dollars, or a cap (`(name, value)`) of 0. Budgets like
+/// these are mistakes, never "one free call"; [`Options::validate`] and the server's
+/// configuration and session checks share this one rule.
+pub fn budget_problem(
+    token_budget: Option<u64>,
+    max_cost_usd: Option<f64>,
+    caps: &[(&str, usize)],
+) -> Option<String> {
+    if token_budget == Some(0) {
+        return Some(
+            "token_budget = 0 is invalid: it must be at least 1 (leave it unset for no token \
+             budget)"
+                .into(),
+        );
+    }
+    if let Some(max) = max_cost_usd
+        && !(max.is_finite() && max > 0.0)
+    {
+        return Some(format!(
+            "max_cost_usd = {max} is invalid: it must be a positive number of dollars (leave it \
+             unset for no cost budget)"
+        ));
+    }
+    caps.iter()
+        .find(|(_, value)| *value == 0)
+        .map(|(name, _)| format!("{name} = 0 is invalid: it must be at least 1"))
 }

@@ -465,7 +465,7 @@ impl ServerConfig {
             return fail("quotas.sweep_interval_secs must be at least 1".into());
         }
         // A zero or negative budget is a mistake, never "one free call".
-        if let Some(problem) = budget_problem(
+        if let Some(problem) = agent_loop::budget_problem(
             self.caps.token_budget,
             self.caps.max_cost_usd,
             &[
@@ -580,28 +580,6 @@ impl Quotas {
             sweep_interval_secs: self.sweep_interval_secs,
         }
     }
-}
-
-/// What is wrong with a set of budgets, if anything: a zero token budget, a cost budget that
-/// is not a positive finite number, a zero cap.
-pub(crate) fn budget_problem(
-    token_budget: Option<u64>,
-    max_cost_usd: Option<f64>,
-    caps: &[(&str, usize)],
-) -> Option<String> {
-    if token_budget == Some(0) {
-        return Some("token_budget = 0 is invalid: it must be at least 1".into());
-    }
-    if let Some(max) = max_cost_usd
-        && !(max.is_finite() && max > 0.0)
-    {
-        return Some(format!(
-            "max_cost_usd = {max} is invalid: it must be a positive number of dollars"
-        ));
-    }
-    caps.iter()
-        .find(|(_, value)| *value == 0)
-        .map(|(name, _)| format!("{name} = 0 is invalid: it must be at least 1"))
 }
 
 /// A model's `base_url` may not carry credentials: userinfo (`user:pass@`) or a query

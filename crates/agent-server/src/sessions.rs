@@ -603,7 +603,7 @@ fn check_caps(state: &AppState, options: &SessionOptions) -> Result<(), ApiError
         .filter_map(|(what, asked)| asked.map(|asked| (what, asked)))
         .collect();
     if let Some(problem) =
-        crate::config::budget_problem(options.token_budget, options.max_cost_usd, &zero)
+        agent_loop::budget_problem(options.token_budget, options.max_cost_usd, &zero)
     {
         return Err(ApiError::bad_request(format!("options.{problem}")));
     }
