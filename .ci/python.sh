@@ -3,11 +3,13 @@
 # OpenAI-compatibility tests (crates/agent-server/tests/openai_client/):
 #   - the main venv: the official `openai` client and `langchain-openai`;
 #   - a second venv for `litellm`, whose releases that accept openai 3.x all require a
-#     `certifi` newer than PyPI has, so it gets the openai 2.x it resolves to on its own.
+#     `certifi` newer than PyPI has, so it gets the openai 2.x it resolves to on its own;
+#   - a third for the official MCP Python SDK (`mcp`), the client of agent-mcp's server tests.
 #
-#   eval "$(bash .ci/python.sh)"   # prints two lines:
+#   eval "$(bash .ci/python.sh)"   # prints three lines:
 #     export AGENTRY_TEST_PYTHON=<venv>/bin/python
 #     export AGENTRY_TEST_LITELLM_PYTHON=<litellm venv>/bin/python
+#     export AGENTRY_TEST_MCP_PYTHON=<mcp venv>/bin/python
 #
 # Creates the venvs with `python3 -m venv` (installing Debian's python3-venv if the module is
 # missing and we are root) and pip-installs the pinned clients into them. Running it again
@@ -17,6 +19,7 @@
 # Settings (environment):
 #   AGENTRY_CI_VENV          where the main venv lives (default: $HOME/.cache/agentry-ci/venv)
 #   AGENTRY_CI_LITELLM_VENV  where litellm's lives (default: $HOME/.cache/agentry-ci/venv-litellm)
+#   AGENTRY_CI_MCP_VENV      where mcp's lives (default: $HOME/.cache/agentry-ci/venv-mcp)
 set -euo pipefail
 
 # Only the export line goes to stdout (fd 3); every command's output goes to stderr.
@@ -29,6 +32,9 @@ OPENAI_VERSION=3.54.0
 LANGCHAIN_OPENAI_VERSION=1.7.3
 LANGCHAIN_CORE_VERSION=1.7.2
 LITELLM_VERSION=1.100.5
+# The official MCP Python SDK, the client agent-mcp's server tests run against (its own venv:
+# its pins must not fight the OpenAI clients').
+MCP_VERSION=2.3.0
 
 log() { echo "python.sh: $*" >&2; }
 die() {
@@ -72,6 +78,7 @@ venv() {
 }
 
 VENV="${AGENTRY_CI_VENV:-${HOME:-/root}/.cache/agentry-ci/venv}"
+MCP_VENV="${AGENTRY_CI_MCP_VENV:-${HOME:-/root}/.cache/agentry-ci/venv-mcp}"
 LITELLM_VENV="${AGENTRY_CI_LITELLM_VENV:-${HOME:-/root}/.cache/agentry-ci/venv-litellm}"
 
 venv "$VENV" langchain-openai "$LANGCHAIN_OPENAI_VERSION" \
@@ -84,5 +91,10 @@ venv "$LITELLM_VENV" litellm "$LITELLM_VERSION" "litellm==$LITELLM_VERSION"
 LITELLM_LOCAL_MODEL_COST_MAP=True "$LITELLM_VENV/bin/python" -c 'import litellm' || die "the litellm venv's client does not import"
 log "litellm $LITELLM_VERSION ready in $LITELLM_VENV"
 
+venv "$MCP_VENV" mcp "$MCP_VERSION" "mcp==$MCP_VERSION"
+"$MCP_VENV/bin/python" -c 'import mcp.client.stdio, mcp.client.streamable_http' || die "the mcp venv's client does not import"
+log "mcp $MCP_VERSION ready in $MCP_VENV"
+
 printf 'export AGENTRY_TEST_PYTHON=%q\n' "$VENV/bin/python" >&3
 printf 'export AGENTRY_TEST_LITELLM_PYTHON=%q\n' "$LITELLM_VENV/bin/python" >&3
+printf 'export AGENTRY_TEST_MCP_PYTHON=%q\n' "$MCP_VENV/bin/python" >&3

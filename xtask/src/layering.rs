@@ -69,6 +69,19 @@ const RULES: &[Rule] = &[
         why: "PostgreSQL is reached without TLS and providers over rustls: no system OpenSSL",
     },
     Rule {
+        package: "agent-mcp",
+        features: Features::All,
+        forbidden: &[
+            "agent-backends",
+            "agent-loop",
+            "agent-conversation",
+            "openssl-sys",
+            "native-tls",
+            "aws-lc-sys",
+        ],
+        why: "MCP sits on the tool layer only, with one reqwest over rustls",
+    },
+    Rule {
         package: "agentry",
         features: Features::NoDefault,
         forbidden: &["tokio", "reqwest", "hyper", "rusqlite"],

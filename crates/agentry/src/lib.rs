@@ -92,6 +92,10 @@ pub use agent_loop;
 #[doc(inline)]
 pub use agent_backends as backends;
 
+#[cfg(feature = "mcp")]
+#[doc(inline)]
+pub use agent_mcp as mcp;
+
 #[cfg(feature = "loop")]
 #[doc(inline)]
 pub use agent_loop::{

@@ -1,0 +1,1 @@
+//! Importing tools from MCP servers.

@@ -1,0 +1,1 @@
+//! Serving a registry as an MCP server.
