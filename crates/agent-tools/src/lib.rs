@@ -21,6 +21,10 @@
 //!   default, counted once JSON-escaped as in the request: see [`escaped_len`]) at a UTF-8
 //!   boundary, with a marker stating the full size, keeping no memory for what it cut.
 //!   Handlers learn the cap from [`ToolContext::max_result_bytes`] and should read no more.
+//! - **Resources as tools**: [`resource`] turns an application's collection of records into
+//!   `get_`/`search_`/`create_`/`update_`/`delete_<resource>` tools, for exactly the verbs it
+//!   implements, with schemas from its types, a read or write permission per verb, bounded
+//!   arguments, and each call its own unit of work.
 //! - **Names**: [`validate_name`], [`sanitize_name`] and [`tool_name`] for the providers'
 //!   common rule `^[a-zA-Z0-9_-]{1,64}$`.
 //!
@@ -86,6 +90,7 @@ mod handler;
 mod name;
 mod registry;
 mod repair;
+pub mod resource;
 mod schema;
 mod tool;
 mod truncate;

@@ -1,7 +1,7 @@
 //! Deriving argument schemas from Rust types.
 
 use schemars::JsonSchema;
-use schemars::generate::SchemaSettings;
+use schemars::generate::{Contract, SchemaSettings};
 use serde_json::Value;
 
 /// `format` values schemars emits for Rust number types; they are not JSON Schema formats
@@ -18,10 +18,21 @@ const RUST_NUMBER_FORMATS: &[&str] = &[
 /// as noise. Doc comments become `description`s, which the model reads. Only a recursive type
 /// cannot be inlined; its schema keeps a `$defs` entry for the recursive part.
 pub fn schema_for<T: JsonSchema>() -> Value {
+    schema_with::<T>(Contract::Deserialize)
+}
+
+/// The JSON Schema of `T`'s serialized form (a tool's result), in the same dialect as
+/// [`schema_for`].
+pub(crate) fn output_schema_for<T: JsonSchema>() -> Value {
+    schema_with::<T>(Contract::Serialize)
+}
+
+fn schema_with<T: JsonSchema>(contract: Contract) -> Value {
     let generator = SchemaSettings::draft2020_12()
         .with(|settings| {
             settings.inline_subschemas = true;
             settings.meta_schema = None;
+            settings.contract = contract;
         })
         .into_generator();
     let mut schema = generator.into_root_schema_for::<T>().to_value();

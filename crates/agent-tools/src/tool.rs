@@ -31,6 +31,7 @@ pub struct Tool {
     spec: ToolSpec,
     handler: Option<Arc<dyn Handler>>,
     required_permissions: BTreeSet<String>,
+    output_schema: Option<Arc<Value>>,
 }
 
 impl fmt::Debug for Tool {
@@ -123,6 +124,7 @@ impl Tool {
             spec,
             handler,
             required_permissions: BTreeSet::new(),
+            output_schema: None,
         }
     }
 
@@ -219,6 +221,20 @@ impl Tool {
     pub fn requires_permission(mut self, permission: impl Into<String>) -> Self {
         self.required_permissions.insert(permission.into());
         self
+    }
+
+    /// Declares the JSON Schema of the tool's successful result (an object schema), for
+    /// callers that publish it, such as an MCP server's `outputSchema`. The loop does not
+    /// check results against it.
+    #[must_use]
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(Arc::new(schema));
+        self
+    }
+
+    /// The schema of the tool's result, when one was declared.
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_deref()
     }
 
     /// The spec the model sees.
