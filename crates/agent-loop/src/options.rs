@@ -1,5 +1,6 @@
 //! [`Options`]: how a run behaves (mode, tools, budgets, timeouts, hooks).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,6 +134,11 @@ pub struct Options {
     /// Who is calling: tools requiring permissions the caller lacks are not offered, and
     /// handlers see the caller in their context.
     pub caller: Arc<Caller>,
+    /// A tighter permission set for this run than the caller's (reference 000's per-call
+    /// scoping): the run uses only the caller's permissions that are also in the scope, both
+    /// for which tools are offered and for the caller handlers and gates see. It never grants
+    /// a permission the caller lacks. `None` (the default) runs with the caller's own.
+    pub permission_scope: Option<Arc<BTreeSet<String>>>,
     /// The most model → tools → model rounds.
     pub max_tool_iterations: u32,
     /// The most tokens for the whole run: every model call's input and output tokens as the
@@ -216,6 +222,7 @@ impl Default for Options {
             tools: Arc::new(Registry::new()),
             allowed_tools: None,
             caller: Arc::new(Caller::default()),
+            permission_scope: None,
             max_tool_iterations: 10,
             token_budget: None,
             max_cost_usd: None,
@@ -361,6 +368,28 @@ impl Options {
         self
     }
 
+    /// Runs with at most `permissions` of the caller's: a run for an untrusted prompt, say,
+    /// limited to reading (`["orders:read"]`) while its caller may also write. See
+    /// [`permission_scope`](Self::permission_scope).
+    #[must_use]
+    pub fn with_permission_scope<I, S>(mut self, permissions: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.permission_scope = Some(Arc::new(permissions.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// The caller this run acts as: [`caller`](Self::caller) narrowed to the
+    /// [`permission_scope`](Self::permission_scope), when one is set.
+    pub fn effective_caller(&self) -> Arc<Caller> {
+        match &self.permission_scope {
+            Some(scope) => Arc::new(self.caller.scoped_to(scope)),
+            None => Arc::clone(&self.caller),
+        }
+    }
+
     /// Appends every produced message to `appender`.
     #[must_use]
     pub fn with_conversation(mut self, appender: Arc<dyn ConversationAppender>) -> Self {
@@ -418,6 +447,7 @@ impl fmt::Debug for Options {
             .field("tools", &self.tools.names().collect::<Vec<_>>())
             .field("allowed_tools", &self.allowed_tools)
             .field("caller", &self.caller)
+            .field("permission_scope", &self.permission_scope)
             .field("max_tool_iterations", &self.max_tool_iterations)
             .field("token_budget", &self.token_budget)
             .field("max_cost_usd", &self.max_cost_usd)

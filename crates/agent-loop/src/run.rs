@@ -69,6 +69,20 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
         cost_usd = field::Empty,
         finish_reason = field::Empty,
     );
+    // A permission scope is applied once, here: the run (the tools it offers, the caller its
+    // handlers and gates see) only ever meets the narrowed caller.
+    let scoped;
+    let options = match &options.permission_scope {
+        Some(_) => {
+            scoped = Options {
+                caller: options.effective_caller(),
+                permission_scope: None,
+                ..options.clone()
+            };
+            &scoped
+        }
+        None => options,
+    };
     let outcome = async {
         let mut run = Run::start(session, input, backend, options, emitter.clone(), scope)?;
         let ended = run.drive().await;

@@ -971,6 +971,77 @@ async fn tools_needing_a_permission_are_hidden_from_callers_without_it() {
     );
 }
 
+#[tokio::test]
+async fn a_permission_scope_keeps_a_run_from_tools_its_caller_could_use() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tools = || registry([whoami_tool(), delete_order_tool(Arc::clone(&runs))]);
+    let script = || {
+        ScriptedBackend::new([
+            ScriptedTurn::tool_calls([
+                ToolCall::new("call_1", "delete_order", json!({})),
+                ToolCall::new("call_2", "whoami", json!({})),
+            ]),
+            ScriptedTurn::text("Done."),
+        ])
+        .recording()
+    };
+    let writer = || {
+        Caller::new("bob")
+            .with_tenant("acme")
+            .with_permissions(["orders:read", "orders:write"])
+    };
+
+    // The caller may write, this run may only read: the tool is neither offered nor run, and
+    // the handlers see the narrowed caller.
+    let backend = script();
+    let options = Options::auto()
+        .with_tools(tools())
+        .with_caller(writer())
+        .with_permission_scope(["orders:read"]);
+    let result = generate(&backend, Input::new("m").user("?"), &options)
+        .await
+        .unwrap();
+    assert_eq!(offered(&backend.requests()[0]), ["whoami"]);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let refused = tool_result(&result.messages[1]);
+    assert!(refused.is_error);
+    assert!(
+        refused
+            .content
+            .contains("There is no tool named `delete_order`")
+    );
+    assert_eq!(
+        tool_result(&result.messages[2]).content,
+        json!({"principal": "bob", "tenant": "acme", "can_write": false}).to_string()
+    );
+    // The options themselves keep the caller's full set, for the next run.
+    assert!(options.caller.has_permission("orders:write"));
+
+    // A scope never grants: a reader scoped to write still cannot delete.
+    let backend = script();
+    let options = Options::auto()
+        .with_tools(tools())
+        .with_caller(Caller::new("ann").with_permission("orders:read"))
+        .with_permission_scope(["orders:write"]);
+    generate(&backend, Input::new("m").user("?"), &options)
+        .await
+        .unwrap();
+    assert_eq!(offered(&backend.requests()[0]), ["whoami"]);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    // A scope that keeps the permission changes nothing.
+    let backend = script();
+    let options = Options::auto()
+        .with_tools(tools())
+        .with_caller(writer())
+        .with_permission_scope(["orders:write"]);
+    generate(&backend, Input::new("m").user("?"), &options)
+        .await
+        .unwrap();
+    assert_eq!(offered(&backend.requests()[0]), ["delete_order", "whoami"]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Spend reported by handlers
 
