@@ -21,7 +21,7 @@
 //! | `update_<r>` | `{"id"}` and the [`Update::Patch`] fields (those to change) | the updated record |
 //! | `delete_<r>` | `{"id"}` | `{"deleted": id}` |
 //!
-//! Argument schemas come from the types with [`schema_for`](crate::schema_for); result schemas
+//! Argument schemas come from the types with [`schema_for`]; result schemas
 //! (serialized form) are declared with [`Tool::with_output_schema`], for an MCP server's
 //! `outputSchema`. A query or patch type must be a struct (an object schema) and may not have a
 //! field named `limit` (search) or `id` (update): registering says so.
