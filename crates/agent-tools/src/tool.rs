@@ -40,6 +40,7 @@ impl fmt::Debug for Tool {
             .field("spec", &self.spec)
             .field("remote", &self.is_remote())
             .field("required_permissions", &self.required_permissions)
+            .field("output_schema", &self.output_schema)
             .finish()
     }
 }
@@ -223,18 +224,18 @@ impl Tool {
         self
     }
 
-    /// Declares the JSON Schema of the tool's successful result (an object schema), for
-    /// callers that publish it, such as an MCP server's `outputSchema`. The loop does not
-    /// check results against it.
+    /// Declares the JSON Schema of the tool's result (MCP's `outputSchema`): an MCP server
+    /// lists it, and sends a result that is a JSON object as `structuredContent`. Not checked
+    /// here; providers never see it.
     #[must_use]
     pub fn with_output_schema(mut self, schema: Value) -> Self {
         self.output_schema = Some(Arc::new(schema));
         self
     }
 
-    /// The schema of the tool's result, when one was declared.
-    pub fn output_schema(&self) -> Option<&Value> {
-        self.output_schema.as_deref()
+    /// The declared schema of the tool's result, if any.
+    pub fn output_schema(&self) -> Option<&Arc<Value>> {
+        self.output_schema.as_ref()
     }
 
     /// The spec the model sees.
