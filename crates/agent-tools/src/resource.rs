@@ -682,8 +682,8 @@ impl<R: Resource> ResourceTools<R> {
                         to_json(&value)
                     }
                 },
-            )
-            .with_output_schema(output_schema_for::<T>());
+            );
+            let tool = with_output(tool, output_schema_for::<T>());
             let permission = match access {
                 Access::Read => settings.read.as_deref(),
                 Access::Write => settings.write.as_deref(),
@@ -742,6 +742,17 @@ impl<R: Resource> ResourceTools<R> {
     }
 }
 
+/// Declares `schema` as the tool's result schema when it describes an object: MCP's
+/// `outputSchema` must, and a result of any other shape (a custom method returning a bare
+/// value) is better left undeclared than declared as something clients reject.
+fn with_output(tool: Tool, schema: Value) -> Tool {
+    if schema.get("type").and_then(Value::as_str) == Some("object") {
+        tool.with_output_schema(schema)
+    } else {
+        tool
+    }
+}
+
 fn require(tool: Tool, permission: Option<&str>) -> Tool {
     match permission {
         Some(permission) => tool.requires_permission(permission),
@@ -785,9 +796,11 @@ where
             });
             async move { run?.await }
         },
-    )
-    .with_output_schema(output);
-    Ok(require(tool, settings.permission(verb)))
+    );
+    Ok(require(
+        with_output(tool, output),
+        settings.permission(verb),
+    ))
 }
 
 impl<R: Get> ResourceTools<R> {

@@ -7,7 +7,9 @@ use std::path::Path;
 
 use agent_backends::{ScriptedBackend, ScriptedTurn};
 use agent_loop::{Input, Options, generate};
-use agent_tools::{Caller, Registry, ToolContext, collect_output};
+use agent_tools::{
+    ArgumentValidator, Caller, Registry, ToolContext, ValidationMode, collect_output,
+};
 use agent_types::{ErrorKind, Message, ModelRequest, ToolCall, ToolResult};
 use agentry_cli::products::{self, Product};
 use rusqlite::Connection;
@@ -326,6 +328,28 @@ async fn the_catalog_refuses_what_breaks_its_rules_and_a_broken_store_stops_the_
         1
     );
     assert_eq!(rows(&path).len(), 2);
+
+    // Every result matches its declared schema, as an MCP client checks `structuredContent`.
+    for (name, arguments) in [
+        ("get_product", json!({"id": 1})),
+        (
+            "search_product",
+            json!({"text": "mug", "max_price_cents": 1000}),
+        ),
+        (
+            "create_product",
+            json!({"sku": "CAP-1", "name": "Cap", "price_cents": 500}),
+        ),
+        ("update_product", json!({"id": 2, "name": "T-shirt small"})),
+        ("delete_product", json!({"id": 3})),
+    ] {
+        let schema = tools.get(name).unwrap().tool().output_schema().unwrap();
+        let result = run(name, arguments).await.unwrap();
+        ArgumentValidator::new(schema)
+            .unwrap()
+            .validate(result.clone(), ValidationMode::Strict)
+            .unwrap_or_else(|error| panic!("{name}: {result} breaks its schema: {error:?}"));
+    }
 
     // The table is gone: the store failed, not the model, so the run stops.
     Connection::open(&path)

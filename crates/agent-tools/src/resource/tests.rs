@@ -613,6 +613,8 @@ async fn custom_methods_opt_in_as_one_unit_of_work() {
         .unwrap();
     assert_eq!(names, ["get_item", "transfer_item"]);
     let transfer = registry.get("transfer_item").unwrap();
+    // A bare JSON value has no object schema to declare (MCP's `outputSchema` must be one).
+    assert!(transfer.tool().output_schema().is_none());
     assert!(
         transfer
             .tool()
@@ -646,4 +648,25 @@ async fn custom_methods_opt_in_as_one_unit_of_work() {
         call(&registry, "get_item", json!({"id": 1})).await.unwrap()["qty"],
         2
     );
+}
+
+#[tokio::test]
+async fn results_match_their_declared_schemas() {
+    // An MCP client checks `structuredContent` against `outputSchema`: the two must agree.
+    let registry = crud(Items::with(&[("bolt", 1), ("nut", 2)]));
+    let calls = [
+        ("get_item", json!({"id": 1})),
+        ("search_item", json!({"limit": 1})),
+        ("create_item", json!({"name": "washer", "qty": 3})),
+        ("update_item", json!({"id": 2, "qty": 9})),
+        ("delete_item", json!({"id": 1})),
+    ];
+    for (name, arguments) in calls {
+        let schema = registry.get(name).unwrap().tool().output_schema().unwrap();
+        let validator = crate::ArgumentValidator::new(schema).unwrap();
+        let result = call(&registry, name, arguments).await.unwrap();
+        validator
+            .validate(result.clone(), ValidationMode::Strict)
+            .unwrap_or_else(|error| panic!("{name}: {result} breaks its schema: {error:?}"));
+    }
 }
