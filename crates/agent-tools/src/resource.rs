@@ -862,7 +862,13 @@ impl<R: Search> ResourceTools<R> {
                         let (limit, query) = split_off(arguments, "limit")?;
                         let limit = match limit {
                             None | Some(Value::Null) => settings.default_limit,
-                            Some(value) => match value.as_u64() {
+                            // `5.0` is an integer to JSON Schema, so it is one here too.
+                            Some(value) => match value.as_u64().or_else(|| {
+                                value
+                                    .as_f64()
+                                    .filter(|f| f.fract() == 0.0 && *f >= 1.0 && *f <= 1e9)
+                                    .map(|f| f as u64)
+                            }) {
                                 Some(n) if n >= 1 && n <= u64::from(settings.max_limit) => {
                                     u32::try_from(n).unwrap_or(settings.max_limit)
                                 }

@@ -479,6 +479,17 @@ async fn limit_and_size_are_bounded_under_every_validation_mode() {
             .await
             .is_ok()
     );
+    // An integral float is an integer to the schema, so the handler takes it too.
+    assert!(
+        call(&registry, "search_item", json!({"limit": 2.0}))
+            .await
+            .is_ok()
+    );
+    assert!(
+        call(&registry, "search_item", json!({"limit": 2.5}))
+            .await
+            .is_err()
+    );
 
     let big = call(
         &registry,
