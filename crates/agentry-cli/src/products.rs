@@ -8,13 +8,15 @@
 //!
 //! # Each call is its own unit of work
 //!
-//! Every call opens its own connection on Tokio's blocking pool and does its work in one
-//! transaction (an immediate one for writes, so a read-modify-write such as `update` cannot
-//! interleave with another writer). Parallel calls of one model round run on separate
-//! connections and commit independently: a batch never shares a transaction. A cancelled call
-//! either commits before its result is dropped or never starts: the transaction runs to its
-//! end on the blocking pool. The file is in WAL mode with a five-second busy timeout, so
-//! readers never wait for a writer and writers queue instead of failing.
+//! Every call runs on Tokio's blocking pool on a connection of its own (taken from a few kept
+//! open between calls, or opened) and does its work in one transaction (an immediate one for
+//! `update`, so its read-modify-write cannot interleave with another writer). Parallel calls of
+//! one model round run on separate connections and commit independently: a batch never shares
+//! a transaction. A cancelled call either commits before its result is dropped or never
+//! starts: the transaction runs to its end on the blocking pool. The file is in WAL mode with
+//! `synchronous = NORMAL` and a five-second busy timeout, so readers never wait for a writer,
+//! writers queue instead of failing, and a commit costs no fsync of its own (it survives a
+//! crash of the process; a power loss may lose the last commits, never corrupt the file).
 //!
 //! # Rules the model cannot break
 //!
@@ -35,6 +37,7 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_tools::resource::{
@@ -50,6 +53,9 @@ pub const MAX_AMOUNT: i64 = 1_000_000_000;
 
 /// How long a writer waits for another before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most connections kept open between calls.
+const MAX_IDLE: usize = 8;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS products (
@@ -168,10 +174,14 @@ impl JsonSchema for ProductId {
     }
 }
 
-/// The catalog: one SQLite file.
+/// The catalog: one SQLite file. Cheap to clone; clones share the idle connections.
 #[derive(Debug, Clone)]
 pub struct Products {
     path: PathBuf,
+    /// Connections between calls: each call takes one, runs its transaction on it and gives it
+    /// back, so a call does not pay for opening the file (a call never shares a connection
+    /// or a transaction with another while it runs).
+    idle: Arc<Mutex<Vec<Connection>>>,
 }
 
 /// Opening the catalog failed.
@@ -197,17 +207,15 @@ impl Products {
     ///
     /// [`ProductsError::Open`] when the file cannot be opened or is not a SQLite database.
     pub fn open(path: &Path) -> Result<Self, ProductsError> {
-        let open = || {
-            let connection = Connection::open(path)?;
-            connection.pragma_update(None, "journal_mode", "WAL")?;
-            connection.execute_batch(SCHEMA)
-        };
-        open().map_err(|source| ProductsError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
+        let connection = connect(path)
+            .and_then(|connection| connection.execute_batch(SCHEMA).map(|()| connection))
+            .map_err(|source| ProductsError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
         Ok(Self {
             path: path.to_owned(),
+            idle: Arc::new(Mutex::new(vec![connection])),
         })
     }
 
@@ -222,21 +230,47 @@ impl Products {
         ResourceTools::new(self).crud()
     }
 
-    /// Runs `work` on its own connection on the blocking pool: one call, one connection.
+    /// Runs `work` on a connection of its own on the blocking pool: one call, one connection
+    /// at a time, one transaction.
     async fn with_connection<T, F>(&self, work: F) -> Result<T, ResourceError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, ResourceError> + Send + 'static,
     {
         let path = self.path.clone();
+        let idle = Arc::clone(&self.idle);
         tokio::task::spawn_blocking(move || {
-            let mut connection = Connection::open(&path).map_err(store_error)?;
-            connection.busy_timeout(BUSY_TIMEOUT).map_err(store_error)?;
-            work(&mut connection)
+            let taken = idle.lock().ok().and_then(|mut idle| idle.pop());
+            let mut connection = match taken {
+                Some(connection) => connection,
+                None => connect(&path).map_err(store_error)?,
+            };
+            let result = work(&mut connection);
+            // A connection goes back only outside a transaction, and only as many as are
+            // worth keeping.
+            if connection.is_autocommit()
+                && let Ok(mut idle) = idle.lock()
+                && idle.len() < MAX_IDLE
+            {
+                idle.push(connection);
+            }
+            result
         })
         .await
         .map_err(|error| ResourceError::internal(format!("a catalog call failed: {error}")))?
     }
+}
+
+/// Opens a connection: WAL (readers never wait for the writer), `synchronous = NORMAL` (a
+/// commit is durable across a crash of the process, and costs no fsync of its own; a power
+/// loss may lose the last commits, never corrupt the file) and a busy timeout (writers queue
+/// instead of failing).
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let connection = Connection::open(path)?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(connection)
 }
 
 /// Registers the five product tools over the catalog in `path` and returns their names.
