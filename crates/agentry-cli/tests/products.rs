@@ -375,3 +375,46 @@ async fn the_catalog_refuses_what_breaks_its_rules_and_a_broken_store_stops_the_
         "{error:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_write_finishes_its_transaction_or_never_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded(dir.path());
+    let tools = registry(&path);
+    let create = tools.get("create_product").unwrap().clone();
+    let new = |sku: &str| json!({"sku": sku, "name": "Cap", "price_cents": 500});
+
+    // Cancelled before it runs: nothing starts.
+    let token = tokio_util::sync::CancellationToken::new();
+    token.cancel();
+    let context = ToolContext::new("c1", "create_product").with_cancellation(token);
+    let output = collect_output(create.invoke(new("CAP-1"), context)).await;
+    assert!(output.result.unwrap_err().is_cancelled());
+
+    // Cancelled while its transaction waits for another writer: the call ends as cancelled at
+    // once, and its transaction still runs to its end on the blocking pool, whole.
+    let blocker = Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE;").unwrap();
+    let token = tokio_util::sync::CancellationToken::new();
+    let context = ToolContext::new("c2", "create_product").with_cancellation(token.clone());
+    let call = tokio::spawn(collect_output(create.invoke(new("CAP-2"), context)));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    token.cancel();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(2), call)
+        .await
+        .expect("a cancelled call ends at once")
+        .unwrap();
+    assert!(output.result.unwrap_err().is_cancelled());
+    assert_eq!(
+        rows(&path).len(),
+        2,
+        "not committed while the writer holds the lock"
+    );
+    blocker.execute_batch("COMMIT;").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while rows(&path).len() == 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let skus: Vec<String> = rows(&path).into_iter().map(|row| row.sku).collect();
+    assert_eq!(skus, ["MUG-RED", "TEE-S", "CAP-2"]);
+}
