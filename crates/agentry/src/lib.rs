@@ -7,7 +7,7 @@
 //! | module | crate | what it holds | feature |
 //! |---|---|---|---|
 //! | [`types`] | `agent-types` | messages, tool specs, usage and pricing, events, trace, errors, the backend trait | always |
-//! | [`tools`] | `agent-tools` | tool registry, schema derivation, argument validation and repair, truncation | `tools` (default) |
+//! | [`tools`] | `agent-tools` | tool registry, schema derivation, argument validation and repair, truncation, resources as tools | `tools` (default) |
 //! | [`agent_loop`] | `agent-loop` | the loop: `return`/`auto` modes, budgets, cancellation, streaming, sessions | `loop` (default) |
 //! | [`backends`] | `agent-backends` | model backends: provider adapters, replay of recorded traffic, the scripted backend | `backends`, `scripted` (default), one feature per provider |
 //! | [`conversation`] | `agent-conversation` | turn appenders: in-memory, JSONL, SQLite | `conversation` (default) |
