@@ -2,7 +2,22 @@
 
 use std::borrow::Cow;
 
-use agent_types::{BackendError, ContentKind, ToolResult, ToolResultBlock};
+use agent_types::{BackendError, BackendErrorKind, ContentKind, ToolResult, ToolResultBlock};
+
+/// The error a response decoder returns for content the model produced that an assistant
+/// message cannot carry (an image or file part, executed code, an output item or block type
+/// agentry does not know): [`Unsupported`](BackendErrorKind::Unsupported), naming `provider`
+/// and `what`. Passing the answer on without it would let the caller act on an answer with a
+/// piece silently missing.
+pub(crate) fn unrepresentable_output(provider: &str, what: &str) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Unsupported,
+        format!(
+            "{provider} answered with {what}, which an agentry assistant message cannot carry; \
+             the answer was refused rather than passed on without it"
+        ),
+    )
+}
 
 /// The text of a tool result for a provider that takes only text there: `content`, then each
 /// text block and each JSON block's compact JSON, joined by newlines. An image or file block
@@ -56,7 +71,7 @@ pub(crate) fn split_tool_result<'a>(
 
 #[cfg(test)]
 mod tests {
-    use agent_types::{BackendErrorKind, FileBlock, ImageSource};
+    use agent_types::{FileBlock, ImageSource};
     use serde_json::json;
 
     use super::*;
