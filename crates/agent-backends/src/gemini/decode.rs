@@ -96,7 +96,12 @@ const PART_CONTENT: &[&str] = &[
 ];
 
 /// Part fields that only describe the part.
-const PART_METADATA: &[&str] = &["thought", "videoMetadata", "partMetadata", "mediaResolution"];
+const PART_METADATA: &[&str] = &[
+    "thought",
+    "videoMetadata",
+    "partMetadata",
+    "mediaResolution",
+];
 
 #[derive(Debug, Deserialize)]
 struct FunctionCall<'a> {
@@ -308,8 +313,7 @@ impl WireDecoder {
         if let Some(what) = unrepresentable(&part) {
             return Err(unrepresentable_output("Gemini", &what));
         }
-        if part.text.is_none() && part.function_call.is_none() && part.thought_signature.is_none()
-        {
+        if part.text.is_none() && part.function_call.is_none() && part.thought_signature.is_none() {
             // None of the fields we read: an empty part (nothing to lose), or one of a kind
             // added after this was written (refused, by its field names).
             return match unknown_part(raw) {

@@ -698,7 +698,9 @@ fn media_and_code_execution_parts_are_refused_by_name_never_dropped() {
             let error = decode(body.as_bytes(), framing, 7).expect_err(named);
             assert_eq!(error.kind, BackendErrorKind::Unsupported, "{error}");
             assert!(
-                error.message.starts_with(&format!("Gemini answered with {named}")),
+                error
+                    .message
+                    .starts_with(&format!("Gemini answered with {named}")),
                 "{framing:?}: {error}"
             );
             assert!(!error.is_retryable());

@@ -74,12 +74,13 @@ impl ChatDecoder {
         out: &mut Vec<StreamEvent>,
     ) -> Result<(), BackendError> {
         if message.audio.is_some() {
-            return Err(unrepresentable_output(
-                PROVIDER,
-                "audio (`message.audio`)",
-            ));
+            return Err(unrepresentable_output(PROVIDER, "audio (`message.audio`)"));
         }
-        if message.images.as_ref().is_some_and(|images| !images.is_empty()) {
+        if message
+            .images
+            .as_ref()
+            .is_some_and(|images| !images.is_empty())
+        {
             return Err(unrepresentable_output(
                 PROVIDER,
                 "generated images (`message.images`)",
@@ -371,7 +372,11 @@ impl Decoder for ChatDecoder {
         };
         self.start(response.id, response.model, out);
         if let Some(mut message) = choice.message {
-            self.reasoning(message.reasoning_content.take(), message.reasoning.take(), out);
+            self.reasoning(
+                message.reasoning_content.take(),
+                message.reasoning.take(),
+                out,
+            );
             self.content(&mut message, out)?;
             self.refusal(message.refusal, out);
             for (position, mut call) in message.tool_calls.into_iter().flatten().enumerate() {

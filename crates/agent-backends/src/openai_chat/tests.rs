@@ -1752,8 +1752,7 @@ fn audio_images_and_media_parts_in_an_answer_are_refused_by_name() {
         ),
     ];
     for (message, named) in cases {
-        let whole =
-            json!({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]});
+        let whole = json!({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]});
         let streamed = [
             chunk(&json!({"content": "Here"}), None),
             chunk(&message, Some("stop")),
