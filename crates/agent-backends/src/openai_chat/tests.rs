@@ -1796,3 +1796,35 @@ fn mistral_thinking_parts_are_thinking_and_references_are_metadata() {
     result.unwrap();
     assert_eq!(assemble(&events).text_content(), "ok");
 }
+
+/// A tool with a required and an optional parameter, declared strict.
+fn strict_weather() -> ToolSpec {
+    ToolSpec::new(
+        "get_weather",
+        "Current weather for a city.",
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["c", "f"]}
+        }, "required": ["city"]}),
+    )
+    .with_strict(true)
+}
+
+#[test]
+fn request_strict_tool() {
+    let request = ModelRequest {
+        tools: vec![strict_weather(), spec("read_file")],
+        ..ModelRequest::new("gpt-4.1", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = wire(&request);
+    // The strict tool: `strict: true` and the strict form of its schema (every property
+    // required, the optional one nullable, no additional properties). The other tool is
+    // sent as before, without `strict`.
+    assert_eq!(body["tools"][0]["function"]["strict"], json!(true));
+    assert_eq!(
+        body["tools"][0]["function"]["parameters"],
+        agent_types::strict_schema(&strict_weather().parameters)
+    );
+    assert!(body["tools"][1]["function"].get("strict").is_none());
+    snapshot("request_strict_tool", &body);
+}

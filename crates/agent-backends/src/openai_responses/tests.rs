@@ -1559,3 +1559,33 @@ fn hosted_search_items_are_skipped_in_a_whole_body() {
     decoded.ok();
     assert_eq!(message.text_content(), "Found it.");
 }
+
+#[test]
+fn request_strict_tool() {
+    let strict = ToolSpec::new(
+        "get_weather",
+        "Current weather for a city.",
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["c", "f"]}
+        }, "required": ["city"]}),
+    )
+    .with_strict(true);
+    let request = ModelRequest {
+        tools: vec![
+            strict.clone(),
+            ToolSpec::new("get_time", "The time.", json!({"type": "object"})),
+        ],
+        ..ModelRequest::new("gpt-4.1", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = body_of(&backend(), &request);
+    assert_eq!(body["tools"][0]["strict"], json!(true));
+    assert_eq!(
+        body["tools"][0]["parameters"],
+        agent_types::strict_schema(&strict.parameters)
+    );
+    // Not strict: `strict: false` as always, the schema as written.
+    assert_eq!(body["tools"][1]["strict"], json!(false));
+    assert_eq!(body["tools"][1]["parameters"], json!({"type": "object"}));
+    snapshot("request_strict_tool", &body);
+}
