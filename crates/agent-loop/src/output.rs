@@ -58,15 +58,16 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use agent_tools::{ArgumentValidator, ValidationMode};
-/// OpenAI's strict-mode form of a schema; it lives in agent-types so the adapters' strict
-/// tools use the same transformation.
-pub use agent_types::strict_schema;
 use agent_types::{
     AgentError, AgentEvent, ErrorKind, InvalidOutput, ResponseFormat, ToolSpec, drop_optional_nulls,
 };
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+/// OpenAI's strict-mode form of a schema; it lives in agent-types so the adapters' strict
+/// tools use the same transformation.
+pub use agent_types::strict_schema;
 
 /// How the model is asked for a structured answer. See the [module docs](self).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
