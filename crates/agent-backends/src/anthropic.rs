@@ -81,8 +81,12 @@
 //! [`RateLimited`](agent_types::BackendErrorKind::RateLimited) (both retryable), whether they
 //! come as an HTTP error or as an `error` event inside a stream.
 //!
-//! Server-side tool blocks (`server_tool_use`, web search results) and citations are not part
-//! of agentry's vocabulary and are skipped.
+//! Hosted retrieval blocks (`server_tool_use` for `web_search`/`web_fetch`, and their
+//! `web_search_tool_result`/`web_fetch_tool_result`) and citations are skipped: the answer text
+//! carries what they found. Any other block type (code execution and its results, MCP
+//! connector blocks, types added later) is content an assistant message cannot carry, and the
+//! response is refused with an [`Unsupported`](agent_types::BackendErrorKind::Unsupported)
+//! error naming the block type rather than passed on without it.
 
 mod cache;
 mod decode;

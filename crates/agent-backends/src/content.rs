@@ -1,8 +1,44 @@
-//! Content blocks for providers whose tool results are text only.
+//! Content helpers the adapters share: tool results for providers that take only text there,
+//! the error for answer content an assistant message cannot carry, and strict tool schemas.
 
 use std::borrow::Cow;
 
-use agent_types::{BackendError, ContentKind, ToolResult, ToolResultBlock};
+use agent_types::{
+    BackendError, BackendErrorKind, ContentKind, ToolResult, ToolResultBlock, ToolSpec,
+};
+use serde_json::Value;
+
+/// A tool's schema as sent to a provider with strict function calling (OpenAI Chat and
+/// Responses): a [strict](ToolSpec::strict) tool's in strict form (every property required,
+/// optional ones nullable, `additionalProperties: false`, see [`agent_types::strict_schema`]),
+/// which strict mode requires; any other tool's as written.
+#[cfg_attr(
+    not(any(feature = "openai", feature = "openai-responses")),
+    allow(dead_code)
+)]
+pub(crate) fn tool_parameters(tool: &ToolSpec) -> Cow<'_, Value> {
+    if tool.strict {
+        Cow::Owned(agent_types::strict_schema(&tool.parameters))
+    } else {
+        Cow::Borrowed(&tool.parameters)
+    }
+}
+
+/// The error a response decoder returns for content the model produced that an assistant
+/// message cannot carry (an image or file part, executed code, an output item or block type
+/// agentry does not know): [`Unsupported`](BackendErrorKind::Unsupported), naming `provider`
+/// and `what`. Passing the answer on without it would let the caller act on an answer with a
+/// piece silently missing.
+#[cfg_attr(not(feature = "providers"), allow(dead_code))]
+pub(crate) fn unrepresentable_output(provider: &str, what: &str) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Unsupported,
+        format!(
+            "{provider} answered with {what}, which an agentry assistant message cannot carry; \
+             the answer was refused rather than passed on without it"
+        ),
+    )
+}
 
 /// The text of a tool result for a provider that takes only text there: `content`, then each
 /// text block and each JSON block's compact JSON, joined by newlines. An image or file block
@@ -56,7 +92,7 @@ pub(crate) fn split_tool_result<'a>(
 
 #[cfg(test)]
 mod tests {
-    use agent_types::{BackendErrorKind, FileBlock, ImageSource};
+    use agent_types::{FileBlock, ImageSource};
     use serde_json::json;
 
     use super::*;

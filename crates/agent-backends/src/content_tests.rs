@@ -377,3 +377,29 @@ fn ollama_maps_images_and_text_tool_results_and_refuses_files_and_audio() {
         "audio",
     );
 }
+
+#[test]
+fn strict_tools_are_ignored_where_a_provider_has_no_strict_mode() {
+    let tool = agent_types::ToolSpec::new(
+        "get_weather",
+        "Current weather.",
+        json!({"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+            "required": ["city"]}),
+    );
+    let request = |strict: bool| ModelRequest {
+        tools: vec![tool.clone().with_strict(strict)],
+        ..ModelRequest::new("test-model", vec![Message::user("Weather?")])
+    };
+    let bodies = |strict: bool| {
+        [
+            body(&Anthropic::new("k"), &request(strict)).unwrap(),
+            body(&Gemini::new("k"), &request(strict)).unwrap(),
+            body(&Ollama::new(), &request(strict)).unwrap(),
+        ]
+    };
+    // Byte for byte the same request: the schema as written, no `strict` anywhere.
+    assert_eq!(bodies(true), bodies(false));
+    for body in bodies(true) {
+        assert!(!body.to_string().contains("strict"), "{body}");
+    }
+}

@@ -75,9 +75,11 @@
 //! (`thinking_delta`), other text is answer text, a `thoughtSignature` on a text or thought
 //! part is a `thinking_signature` (before the text it came with), and each `functionCall` (a
 //! complete call: Gemini does not stream arguments) is a `tool_call_start` (with its
-//! signature), one `tool_call_delta` with the arguments as JSON and a `tool_call_end`. Other
-//! parts (code execution, inline output data) are not part of agentry's vocabulary and are
-//! skipped.
+//! signature), one `tool_call_delta` with the arguments as JSON and a `tool_call_end`. A part
+//! an assistant message cannot carry (`inlineData`, `fileData`, `executableCode`,
+//! `codeExecutionResult`, `functionResponse`, or a kind added later, named by its fields) makes
+//! the response an [`Unsupported`](agent_types::BackendErrorKind::Unsupported) error naming
+//! the part, never a silent drop; empty and metadata-only parts are skipped.
 //!
 //! | Gemini `finishReason`                                         | [`StopReason`](agent_types::StopReason) |
 //! |---------------------------------------------------------------|------------------------------------------|

@@ -46,7 +46,8 @@
 //! time the same response is decoded. The `done: true` chunk carries the stop reason and the
 //! counts: `done_reason` `stop` → `stop` (`tool_calls` when calls came), `length` → `length`;
 //! `prompt_eval_count` is the input and `eval_count` the output (Ollama reports no cache or
-//! reasoning breakdown).
+//! reasoning breakdown). Images in an answer (`message.images`) make the response an
+//! [`Unsupported`](agent_types::BackendErrorKind::Unsupported) error rather than being dropped.
 //!
 //! Errors are Ollama's `error` string as it is, from an HTTP error body (`{"error": "…"}`)
 //! or from an error line inside the stream (a [`Server`](agent_types::BackendErrorKind::Server)

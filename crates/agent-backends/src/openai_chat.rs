@@ -69,6 +69,12 @@
 //!   member in a chunk), read `<type>/<code>: <message>`, leaving out a missing type or code.
 //!   `insufficient_quota` is [`QuotaExceeded`](agent_types::BackendErrorKind::QuotaExceeded)
 //!   (not retryable) although OpenAI sends it as HTTP 429.
+//! - Content an assistant message cannot carry (`audio`, non-empty `images`, content parts
+//!   other than `text`) makes the response an
+//!   [`Unsupported`](agent_types::BackendErrorKind::Unsupported) error naming it, never a
+//!   silent drop; Mistral's `thinking` parts are thinking and its `reference` parts metadata.
+//! - A [strict](agent_types::ToolSpec::strict) tool is sent with `strict: true` and its schema
+//!   in strict form ([`strict_schema`](agent_types::strict_schema)).
 
 mod decode;
 mod request;

@@ -17,7 +17,13 @@
 //!   results `function_call_output` items (a failed result's text starts with `Error: `, as the
 //!   API has no error flag);
 //! - tools are flat `function` tools sent with `strict: false`, because the API would otherwise
-//!   make every optional parameter required;
+//!   make every optional parameter required; a [strict](agent_types::ToolSpec::strict) tool
+//!   goes with `strict: true` and its schema in strict form
+//!   ([`strict_schema`](agent_types::strict_schema));
+//! - an output item or message part an assistant message cannot carry (image generation, code
+//!   interpreter, MCP, audio, kinds added later) makes the response an
+//!   [`Unsupported`](agent_types::BackendErrorKind::Unsupported) error naming its type; hosted
+//!   web and file search items are skipped (the message text carries what they found);
 //! - `max_output_tokens`, `temperature`, `top_p`, `parallel_tool_calls` pass through, reasoning
 //!   settings become `reasoning: {effort, summary: "auto"}` (a token budget picks the nearest
 //!   effort); stop sequences do not exist in this API and are refused before sending;

@@ -14,7 +14,7 @@
 //! | `assistant` messages | assistant turns: text, refusal, `tool_calls` (arguments parsed from their JSON text) |
 //! | `tool` messages | tool results (text, or `text`, `image_url` and `file` parts); each must answer a call of the assistant message before it |
 //! | `response_format` | `json_schema`: the run's output schema (strategy `Auto`, bounded before compiling); `json_object`: strategy `Prompted` with an object schema; `text`: nothing |
-//! | `tools` (`type: function`) | the client's tools: remote tools of the session (`strict: true` is a 400: structured output is not implemented yet) |
+//! | `tools` (`type: function`) | the client's tools: remote tools of the session; `strict: true` is passed on (OpenAI upstreams get `strict` and the schema in strict form, other providers ignore it) |
 //! | `tool_choice` | the tool choice; see below for `required` and named functions |
 //! | `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`), `stop`, `parallel_tool_calls`, `reasoning_effort` | the generation settings |
 //! | `n` | only 1 (400 otherwise) |

@@ -46,16 +46,21 @@ impl RegisteredTool {
         &self.validator
     }
 
-    /// Checks `arguments` under `mode` with the compiled schema.
+    /// Checks `arguments` under `mode` with the compiled schema. For a
+    /// [strict](Tool::strict) tool, `null`s standing for absent optional properties (what
+    /// strict mode makes the model send) are dropped first.
     ///
     /// # Errors
     ///
     /// [`InvalidArguments`] saying what is wrong, for the model.
     pub fn validate(
         &self,
-        arguments: Value,
+        mut arguments: Value,
         mode: ValidationMode,
     ) -> Result<Validated, InvalidArguments> {
+        if self.spec().strict {
+            agent_types::drop_optional_nulls(&self.spec().parameters, &mut arguments);
+        }
         self.validator.validate(arguments, mode)
     }
 

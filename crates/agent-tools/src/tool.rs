@@ -216,6 +216,17 @@ impl Tool {
         Self::new(ToolSpec::new(name, description, parameters), None)
     }
 
+    /// Declares the tool strict: OpenAI Chat and Responses then constrain the model's
+    /// arguments to the schema (strict function calling, sent with the schema in strict form,
+    /// see [`agent_types::strict_schema`]); other providers ignore it. Strict mode makes the
+    /// model send an absent optional property as `null`; the registry drops those nulls before
+    /// validating, so the handler sees the arguments the schema describes.
+    #[must_use]
+    pub fn strict(mut self) -> Self {
+        self.spec.strict = true;
+        self
+    }
+
     /// Requires `permission` of the caller: [`Registry::permitted_for`](crate::Registry::permitted_for)
     /// hides the tool from callers without it.
     #[must_use]

@@ -61,6 +61,7 @@ mod id;
 mod message;
 mod pricing;
 mod request;
+mod schema;
 mod stop;
 mod stream;
 mod trace;
@@ -82,6 +83,7 @@ pub use request::{
     GenerationSettings, ModelRequest, Reasoning, ReasoningEffort, ResponseFormat, ToolChoice,
     ToolSpec,
 };
+pub use schema::{drop_optional_nulls, strict_schema};
 pub use stop::StopReason;
 pub use stream::StreamEvent;
 pub use trace::TraceEntry;

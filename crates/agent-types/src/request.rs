@@ -14,16 +14,30 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema of the argument object.
     pub parameters: Value,
+    /// Ask the provider to constrain the call's arguments to the schema (OpenAI's strict
+    /// function calling). Adapters for OpenAI Chat and Responses send `strict: true` with the
+    /// schema in strict form ([`strict_schema`](crate::strict_schema)); the other providers
+    /// have no such switch and ignore it. Absent from the JSON form when `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub strict: bool,
 }
 
 impl ToolSpec {
-    /// A spec from its three parts.
+    /// A spec from its three parts (not strict).
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
         Self {
             name: name.into(),
             description: description.into(),
             parameters,
+            strict: false,
         }
+    }
+
+    /// Sets [`strict`](Self::strict).
+    #[must_use]
+    pub fn with_strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
     }
 }
 

@@ -6,6 +6,7 @@ use agent_types::{BackendError, BackendErrorKind, StopReason, StreamEvent, ToolC
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::content::unrepresentable_output;
 use crate::http::driver::{Decoder, Frame};
 use crate::http::status::clip;
 
@@ -250,7 +251,12 @@ impl WireDecoder {
         out.push(StreamEvent::Usage(self.usage.normalize()));
     }
 
-    fn block_start(&mut self, index: u32, block: WireBlock, out: &mut Vec<StreamEvent>) {
+    fn block_start(
+        &mut self,
+        index: u32,
+        block: WireBlock,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
         self.start(None, None, out);
         let open = match block.kind.as_str() {
             "text" => {
@@ -289,10 +295,36 @@ impl WireDecoder {
                     input: block.input,
                 }
             }
-            _ => Open::Other,
+            // Hosted retrieval the caller enabled through extras: Anthropic ran it and its
+            // findings reach the answer as text (with citations), so skipping the call and
+            // its result loses nothing the model wrote.
+            "server_tool_use"
+                if matches!(block.name.as_deref(), Some("web_search" | "web_fetch")) =>
+            {
+                Open::Other
+            }
+            "web_search_tool_result" | "web_fetch_tool_result" => Open::Other,
+            // Code execution and its output, MCP connector traffic, block types added later:
+            // content an assistant message cannot carry, refused rather than dropped.
+            "server_tool_use" => {
+                return Err(unrepresentable_output(
+                    "Anthropic",
+                    &format!(
+                        "a `server_tool_use` content block (`{}`)",
+                        clip(block.name.as_deref().unwrap_or(""), 60)
+                    ),
+                ));
+            }
+            other => {
+                return Err(unrepresentable_output(
+                    "Anthropic",
+                    &format!("a `{}` content block", clip(other, 60)),
+                ));
+            }
         };
         self.blocks.retain(|(at, _)| *at != index);
         self.blocks.push((index, open));
+        Ok(())
     }
 
     fn block_delta(&mut self, index: u32, delta: WireDelta, out: &mut Vec<StreamEvent>) {
@@ -426,7 +458,7 @@ impl Decoder for WireDecoder {
             }
             "content_block_start" => {
                 if let (Some(index), Some(block)) = (event.index, event.content_block) {
-                    self.block_start(index, block, out);
+                    self.block_start(index, block, out)?;
                 }
             }
             "content_block_delta" => {
@@ -473,7 +505,7 @@ impl Decoder for WireDecoder {
         for (index, block) in (0u32..).zip(message.content) {
             // A whole block is a start with everything in it, then a stop; the signature and
             // the tool input arrive in the start.
-            self.block_start(index, block, out);
+            self.block_start(index, block, out)?;
             self.block_stop(index, out);
         }
         if let Some(usage) = message.usage {

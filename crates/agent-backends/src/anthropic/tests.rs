@@ -1961,3 +1961,78 @@ fn request_native_structured_output() {
     let sent = body(&plain(), &request(vec![Message::user("x")]));
     assert!(sent.get("output_config").is_none());
 }
+
+#[test]
+fn blocks_agentry_cannot_carry_are_refused_by_name_never_dropped() {
+    let cases = [
+        (
+            json!({"type": "server_tool_use", "id": "srvtoolu_2", "name": "code_execution", "input": {"code": "print(1)"}}),
+            "a `server_tool_use` content block (`code_execution`)",
+        ),
+        (
+            json!({"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_2",
+                "content": {"type": "code_execution_result", "stdout": "1", "stderr": "", "return_code": 0}}),
+            "a `code_execution_tool_result` content block",
+        ),
+        (
+            json!({"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "echo", "server_name": "s", "input": {}}),
+            "a `mcp_tool_use` content block",
+        ),
+        (
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}),
+            "a `image` content block",
+        ),
+    ];
+    for (block, named) in cases {
+        let check = |error: BackendError| {
+            assert_eq!(error.kind, BackendErrorKind::Unsupported, "{error}");
+            assert!(
+                error
+                    .message
+                    .starts_with(&format!("Anthropic answered with {named}")),
+                "{error}"
+            );
+        };
+        // Streamed: refused at the block's start.
+        let start =
+            json!({"type": "content_block_start", "index": 1, "content_block": block}).to_string();
+        let (events, end) = frames(&[
+            START,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"Here"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            &start,
+        ]);
+        check(end.expect_err(named));
+        assert!(
+            !events
+                .iter()
+                .any(|event| matches!(event, StreamEvent::Finish { .. }))
+        );
+        // Whole.
+        let body =
+            json!({"type": "message", "id": "msg_3", "model": "claude-x", "role": "assistant",
+            "content": [{"type": "text", "text": "Here"}, block], "stop_reason": "end_turn"})
+            .to_string();
+        check(
+            WireDecoder::new()
+                .body(&body, &mut Vec::new())
+                .expect_err(named),
+        );
+    }
+}
+
+#[test]
+fn hosted_search_results_are_skipped() {
+    let body = json!({"type": "message", "id": "msg_4", "model": "claude-x", "role": "assistant",
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_fetch", "input": {"url": "https://example.com"}},
+            {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": {"type": "web_fetch_result"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_0", "content": []},
+            {"type": "text", "text": "Found it.", "citations": [{"type": "web_search_result_location"}]}
+        ],
+        "stop_reason": "end_turn"})
+    .to_string();
+    let mut out = Vec::new();
+    WireDecoder::new().body(&body, &mut out).unwrap();
+    assert_eq!(assemble(&out).text_content(), "Found it.");
+}

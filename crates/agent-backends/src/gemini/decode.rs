@@ -4,9 +4,11 @@ use std::borrow::Cow;
 
 use agent_types::{BackendError, BackendErrorKind, StopReason, StreamEvent, ToolCallId, Usage};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::{GENERATED_ID_PREFIX, in_band_error};
+use crate::content::unrepresentable_output;
 use crate::http::driver::{Decoder, Frame};
 use crate::http::status::clip;
 
@@ -58,7 +60,48 @@ struct Part<'a> {
     thought_signature: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     function_call: Option<FunctionCall<'a>>,
+    // Content an assistant message cannot carry: read only to refuse the answer by name
+    // rather than drop the part (an image-generation model's picture, code-execution output).
+    #[serde(default, borrow)]
+    inline_data: Option<Media<'a>>,
+    #[serde(default, borrow)]
+    file_data: Option<Media<'a>>,
+    #[serde(default)]
+    executable_code: Option<IgnoredAny>,
+    #[serde(default)]
+    code_execution_result: Option<IgnoredAny>,
+    #[serde(default)]
+    function_response: Option<IgnoredAny>,
 }
+
+/// The media type of an `inlineData` or `fileData` part (its bytes are skipped unread).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Media<'a> {
+    #[serde(default, borrow)]
+    mime_type: Option<Cow<'a, str>>,
+}
+
+/// The part fields that carry content; a part with none of them and a field not listed in
+/// [`PART_METADATA`] is of a kind agentry does not know.
+const PART_CONTENT: &[&str] = &[
+    "text",
+    "thoughtSignature",
+    "functionCall",
+    "inlineData",
+    "fileData",
+    "executableCode",
+    "codeExecutionResult",
+    "functionResponse",
+];
+
+/// Part fields that only describe the part.
+const PART_METADATA: &[&str] = &[
+    "thought",
+    "videoMetadata",
+    "partMetadata",
+    "mediaResolution",
+];
 
 #[derive(Debug, Deserialize)]
 struct FunctionCall<'a> {
@@ -152,7 +195,7 @@ impl Decoder for WireDecoder {
                 ),
             )
         })?;
-        self.apply(response, out)
+        self.apply(response, data, out)
     }
 
     fn body(&mut self, body: &str, out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
@@ -169,12 +212,12 @@ impl Decoder for WireDecoder {
             // A streamed body read whole: the same responses, one after another.
             let responses: Vec<Response<'_>> = serde_json::from_str(body).map_err(malformed)?;
             for response in responses {
-                self.apply(response, out)?;
+                self.apply(response, body, out)?;
             }
             return Ok(());
         }
         let response: Response<'_> = serde_json::from_str(body).map_err(malformed)?;
-        self.apply(response, out)
+        self.apply(response, body, out)
     }
 
     fn end(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
@@ -203,9 +246,12 @@ impl Decoder for WireDecoder {
 }
 
 impl WireDecoder {
+    /// Applies one response; `raw` is the text it was read from, reread only to name a part
+    /// of an unknown kind.
     fn apply(
         &mut self,
         response: Response<'_>,
+        raw: &str,
         out: &mut Vec<StreamEvent>,
     ) -> Result<(), BackendError> {
         if let Some(error) = &response.error {
@@ -231,7 +277,7 @@ impl WireDecoder {
         {
             if let Some(content) = candidate.content {
                 for part in content.parts {
-                    self.part(part, out)?;
+                    self.part(part, raw, out)?;
                 }
             }
             if let Some(reason) = candidate.finish_reason {
@@ -258,7 +304,26 @@ impl WireDecoder {
         Ok(())
     }
 
-    fn part(&mut self, part: Part<'_>, out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
+    fn part(
+        &mut self,
+        part: Part<'_>,
+        raw: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
+        if let Some(what) = unrepresentable(&part) {
+            return Err(unrepresentable_output("Gemini", &what));
+        }
+        if part.text.is_none() && part.function_call.is_none() && part.thought_signature.is_none() {
+            // None of the fields we read: an empty part (nothing to lose), or one of a kind
+            // added after this was written (refused, by its field names).
+            return match unknown_part(raw) {
+                Some(fields) => Err(unrepresentable_output(
+                    "Gemini",
+                    &format!("a part of a kind agentry does not know (fields {fields})"),
+                )),
+                None => Ok(()),
+            };
+        }
         let signature = part.thought_signature.map(Cow::into_owned);
         if let Some(call) = part.function_call {
             let index = self.calls;
@@ -327,6 +392,58 @@ impl WireDecoder {
             None => format!("{GENERATED_ID_PREFIX}{index}").into(),
         }
     }
+}
+
+/// What a part holds that an assistant message cannot carry, named for the error.
+fn unrepresentable(part: &Part<'_>) -> Option<String> {
+    let media = |field: &str, media: &Media<'_>| match media.mime_type.as_deref() {
+        Some(mime) => format!("{field} part ({mime})"),
+        None => format!("{field} part"),
+    };
+    if let Some(data) = &part.inline_data {
+        return Some(media("an inlineData", data));
+    }
+    if let Some(data) = &part.file_data {
+        return Some(media("a fileData", data));
+    }
+    if part.executable_code.is_some() {
+        return Some("an executableCode part (code the model ran with code execution)".into());
+    }
+    if part.code_execution_result.is_some() {
+        return Some("a codeExecutionResult part".into());
+    }
+    if part.function_response.is_some() {
+        return Some("a functionResponse part".into());
+    }
+    None
+}
+
+/// The field names of the first part in `raw` (one response, or an array of them) that has
+/// no content field we know and a field that is not metadata; `None` when there is none.
+/// Only read on the way to an error, so the common path never parses twice.
+#[cold]
+fn unknown_part(raw: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(raw).ok()?;
+    let responses = match &value {
+        Value::Array(items) => items.iter().collect(),
+        one => vec![one],
+    };
+    responses
+        .into_iter()
+        .filter_map(|response| response.get("candidates")?.as_array())
+        .flatten()
+        .filter_map(|candidate| candidate.get("content")?.get("parts")?.as_array())
+        .flatten()
+        .filter_map(Value::as_object)
+        .find_map(|part| {
+            let unknown: Vec<&str> = part
+                .keys()
+                .map(String::as_str)
+                .filter(|key| !PART_METADATA.contains(key))
+                .collect();
+            let has_content = unknown.iter().any(|key| PART_CONTENT.contains(key));
+            (!has_content && !unknown.is_empty()).then(|| format!("`{}`", unknown.join("`, `")))
+        })
 }
 
 /// The stop reason for a `finishReason`, or the error it reports.

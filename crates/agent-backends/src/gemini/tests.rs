@@ -653,6 +653,70 @@ fn provider_call_ids_are_kept_and_named_events_skipped() {
     assert_eq!(message.stop_reason, Some(StopReason::ToolCalls));
 }
 
+#[test]
+fn media_and_code_execution_parts_are_refused_by_name_never_dropped() {
+    // An image-generation model answers with a picture among text parts; code execution
+    // answers with the code and its output. None of it fits an assistant message.
+    let cases = [
+        (
+            r#"{"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}"#,
+            "an inlineData part (image/png)",
+        ),
+        (
+            r#"{"fileData": {"mimeType": "application/pdf", "fileUri": "gs://b/a.pdf"}}"#,
+            "a fileData part (application/pdf)",
+        ),
+        (
+            r#"{"executableCode": {"language": "PYTHON", "code": "print(1)"}}"#,
+            "an executableCode part",
+        ),
+        (
+            r#"{"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "1"}}"#,
+            "a codeExecutionResult part",
+        ),
+        (
+            r#"{"brandNewPart": {"x": 1}, "thought": false}"#,
+            "a part of a kind agentry does not know (fields `brandNewPart`)",
+        ),
+    ];
+    for (part, named) in cases {
+        let whole = format!(
+            r#"{{"candidates": [{{"content": {{"role": "model", "parts": [{{"text": "Here it is:"}}, {part}]}},
+                "finishReason": "STOP"}}]}}"#
+        );
+        let sse = format!(
+            "data: {{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": \"Here\"}}]}}}}]}}\n\n\
+             data: {{\"candidates\": [{{\"content\": {{\"parts\": [{part}]}}, \"finishReason\": \"STOP\"}}]}}\n\n"
+        );
+        let array = format!("[{whole}]");
+        for (body, framing) in [
+            (whole.as_str(), Framing::Whole),
+            (sse.as_str(), Framing::Sse),
+            (array.as_str(), Framing::Array),
+            (array.as_str(), Framing::Whole),
+        ] {
+            let error = decode(body.as_bytes(), framing, 7).expect_err(named);
+            assert_eq!(error.kind, BackendErrorKind::Unsupported, "{error}");
+            assert!(
+                error
+                    .message
+                    .starts_with(&format!("Gemini answered with {named}")),
+                "{framing:?}: {error}"
+            );
+            assert!(!error.is_retryable());
+        }
+    }
+}
+
+#[test]
+fn empty_and_metadata_only_parts_are_not_content() {
+    // A part with nothing in it (or only metadata) loses nothing when skipped.
+    let body = br#"{"candidates": [{"content": {"parts": [{}, {"text": "ok"}, {"thought": false}]},
+                    "finishReason": "STOP"}]}"#;
+    let events = decode(body, Framing::Whole, 0).expect("decodes");
+    assert_eq!(assemble(&events).text_content(), "ok");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Requests
 

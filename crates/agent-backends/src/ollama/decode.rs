@@ -4,9 +4,11 @@ use std::borrow::Cow;
 
 use agent_types::{BackendError, BackendErrorKind, StopReason, StreamEvent, ToolCallId, Usage};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::{error_text, refined_kind};
+use crate::content::unrepresentable_output;
 use crate::http::driver::{Decoder, Frame};
 use crate::http::status::{ProviderError, clip};
 
@@ -38,6 +40,10 @@ struct ChunkMessage<'a> {
     thinking: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolCallIn<'a>>>,
+    /// Images in an answer (image-generation models): an assistant message cannot carry
+    /// them, so the answer is refused rather than passed on without them.
+    #[serde(default)]
+    images: Option<Vec<IgnoredAny>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,6 +134,16 @@ impl WireDecoder {
             });
         }
         if let Some(message) = chunk.message {
+            if message
+                .images
+                .as_ref()
+                .is_some_and(|images| !images.is_empty())
+            {
+                return Err(unrepresentable_output(
+                    "Ollama",
+                    "images (`message.images`)",
+                ));
+            }
             if let Some(thinking) = message.thinking.filter(|text| !text.is_empty()) {
                 out.push(StreamEvent::ThinkingDelta {
                     delta: thinking.into_owned(),

@@ -829,3 +829,25 @@ fn request_native_structured_output() {
     let plain = ModelRequest::new("qwen3:8b", vec![Message::user("x")]);
     assert!(body_of(&plain).get("format").is_none());
 }
+
+#[test]
+fn images_in_an_answer_are_refused_never_dropped() {
+    let lines = b"{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"Here\"},\"done\":false}\n\
+{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"images\":[\"iVBORw0KGgo=\"]},\"done\":true,\"done_reason\":\"stop\"}\n";
+    for (whole, chunk) in [(false, 5), (true, 0)] {
+        let error = decode(lines, whole, chunk).expect_err("images");
+        assert_eq!(error.kind, BackendErrorKind::Unsupported, "{error}");
+        assert!(
+            error
+                .message
+                .starts_with("Ollama answered with images (`message.images`)"),
+            "{error}"
+        );
+    }
+    // An empty or null list is nothing.
+    let body = b"{\"model\":\"m\",\"message\":{\"content\":\"ok\",\"images\":null},\"done\":true}";
+    let events = decode(body, true, 0).expect("decodes");
+    assert_eq!(assemble(&events).text_content(), "ok");
+    let body = b"{\"model\":\"m\",\"message\":{\"content\":\"ok\",\"images\":[]},\"done\":true}";
+    assert!(decode(body, true, 0).is_ok());
+}

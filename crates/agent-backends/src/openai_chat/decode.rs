@@ -1,11 +1,16 @@
 //! Decoding Chat Completions responses: streamed chunks, whole responses and error bodies.
 
 use agent_types::{BackendError, BackendErrorKind, StopReason, StreamEvent, ToolCallId, Usage};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use crate::content::unrepresentable_output;
 use crate::http::driver::{Decoder, Frame};
 use crate::http::status::{ProviderError, clip, kind_for_status, str_field};
+
+/// How errors name the provider.
+const PROVIDER: &str = "OpenAI Chat";
 
 /// Decodes one response, streamed (`chat.completion.chunk`s) or whole (`chat.completion`).
 ///
@@ -59,6 +64,67 @@ impl ChatDecoder {
         if !text.is_empty() {
             out.push(StreamEvent::TextDelta { delta: text });
         }
+    }
+
+    /// A message's (or delta's) content, and the media beside it that an assistant message
+    /// cannot carry (refused by name rather than dropped).
+    fn content(
+        &mut self,
+        message: &mut WireMessage,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
+        if message.audio.is_some() {
+            return Err(unrepresentable_output(PROVIDER, "audio (`message.audio`)"));
+        }
+        if message
+            .images
+            .as_ref()
+            .is_some_and(|images| !images.is_empty())
+        {
+            return Err(unrepresentable_output(
+                PROVIDER,
+                "generated images (`message.images`)",
+            ));
+        }
+        match message.content.take() {
+            None => {}
+            Some(Content::Text(text)) => self.text(text, out),
+            Some(Content::Parts(parts)) => {
+                for part in parts {
+                    match part.kind.as_deref() {
+                        None | Some("text") => self.text(part.text.unwrap_or_default(), out),
+                        // Mistral's reasoning models: `{"type": "thinking", "thinking": [text
+                        // parts]}`.
+                        Some("thinking") => {
+                            let text: String = match &part.thinking {
+                                Some(Value::String(text)) => text.clone(),
+                                Some(Value::Array(inner)) => inner
+                                    .iter()
+                                    .filter_map(|inner| inner.get("text")?.as_str())
+                                    .collect(),
+                                _ => String::new(),
+                            };
+                            self.reasoning(Some(text), None, out);
+                        }
+                        // Mistral's citation markers: metadata, no content.
+                        Some("reference") => {}
+                        Some(other) => {
+                            return Err(unrepresentable_output(
+                                PROVIDER,
+                                &format!("a `{}` content part", clip(other, 40)),
+                            ));
+                        }
+                    }
+                }
+            }
+            Some(Content::Other(_)) => {
+                return Err(BackendError::new(
+                    BackendErrorKind::Protocol,
+                    "the message content is neither text nor a list of content parts",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Refusal text is kept, in its own block, and makes the stop reason `content_filter`.
@@ -240,11 +306,9 @@ impl ChatDecoder {
             if choice.index.unwrap_or(0) != 0 {
                 continue;
             }
-            if let Some(delta) = choice.delta {
-                self.reasoning(delta.reasoning_content, delta.reasoning, out);
-                if let Some(content) = delta.content {
-                    self.text(content.into_text(), out);
-                }
+            if let Some(mut delta) = choice.delta {
+                self.reasoning(delta.reasoning_content.take(), delta.reasoning.take(), out);
+                self.content(&mut delta, out)?;
                 self.refusal(delta.refusal, out);
                 for fragment in delta.tool_calls.into_iter().flatten() {
                     self.fragment(fragment, out);
@@ -307,11 +371,13 @@ impl Decoder for ChatDecoder {
             ));
         };
         self.start(response.id, response.model, out);
-        if let Some(message) = choice.message {
-            self.reasoning(message.reasoning_content, message.reasoning, out);
-            if let Some(content) = message.content {
-                self.text(content.into_text(), out);
-            }
+        if let Some(mut message) = choice.message {
+            self.reasoning(
+                message.reasoning_content.take(),
+                message.reasoning.take(),
+                out,
+            );
+            self.content(&mut message, out)?;
             self.refusal(message.refusal, out);
             for (position, mut call) in message.tool_calls.into_iter().flatten().enumerate() {
                 // A whole message's calls carry no index; their order is their index.
@@ -531,6 +597,10 @@ struct WireMessage {
     #[serde(default, deserialize_with = "lenient_string")]
     reasoning: Option<String>,
     tool_calls: Option<Vec<ToolCallFragment>>,
+    /// Audio output (`modalities: ["audio"]`): refused, an assistant message has no audio.
+    audio: Option<IgnoredAny>,
+    /// Generated images (OpenRouter's image models): refused likewise.
+    images: Option<Vec<IgnoredAny>>,
 }
 
 /// Message content: a string, or (some compatible servers) a list of typed parts.
@@ -542,26 +612,15 @@ enum Content {
     Other(serde::de::IgnoredAny),
 }
 
-impl Content {
-    fn into_text(self) -> String {
-        match self {
-            Self::Text(text) => text,
-            Self::Parts(parts) => parts
-                .into_iter()
-                .filter(|part| part.kind.as_deref().is_none_or(|kind| kind == "text"))
-                .filter_map(|part| part.text)
-                .collect(),
-            Self::Other(_) => String::new(),
-        }
-    }
-}
-
 #[derive(Deserialize)]
 struct ContentPart {
     #[serde(rename = "type")]
     kind: Option<String>,
     #[serde(default, deserialize_with = "lenient_string")]
     text: Option<String>,
+    /// The text parts (or, from some servers, the text) of a `thinking` part.
+    #[serde(default)]
+    thinking: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -109,7 +109,8 @@ fn wire_request<'a>(
                     function: WireFunction {
                         name: &tool.name,
                         description: &tool.description,
-                        parameters: &tool.parameters,
+                        parameters: crate::content::tool_parameters(tool),
+                        strict: tool.strict,
                     },
                 })
                 .collect()
@@ -503,7 +504,10 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: Cow<'a, Value>,
+    /// Sent only for a strict tool: left out, the tool is not strict (the API's default).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    strict: bool,
 }
 
 #[derive(Serialize)]

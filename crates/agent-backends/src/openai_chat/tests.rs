@@ -1731,3 +1731,100 @@ fn request_native_structured_output() {
     let plain = ModelRequest::new("gpt-4o-mini", vec![Message::user("x")]);
     assert!(wire(&plain).get("response_format").is_none());
 }
+
+#[test]
+fn audio_images_and_media_parts_in_an_answer_are_refused_by_name() {
+    let cases = [
+        (
+            json!({"role": "assistant", "content": null,
+                "audio": {"id": "audio_1", "data": "UklGRg==", "expires_at": 1, "transcript": "Hi"}}),
+            "audio (`message.audio`)",
+        ),
+        (
+            json!({"role": "assistant", "content": "Here:", "images": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}),
+            "generated images (`message.images`)",
+        ),
+        (
+            json!({"role": "assistant", "content": [{"type": "text", "text": "Here:"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}),
+            "a `image_url` content part",
+        ),
+    ];
+    for (message, named) in cases {
+        let whole = json!({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]});
+        let streamed = [
+            chunk(&json!({"content": "Here"}), None),
+            chunk(&message, Some("stop")),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        for (events, result) in [body(&whole.to_string()), stream(&streamed)] {
+            let error = result.expect_err(named);
+            assert_eq!(error.kind, BackendErrorKind::Unsupported, "{error}");
+            assert!(
+                error
+                    .message
+                    .starts_with(&format!("OpenAI Chat answered with {named}")),
+                "{error}"
+            );
+            assert!(!finished(&events), "no finish after a refused answer");
+        }
+    }
+}
+
+#[test]
+fn mistral_thinking_parts_are_thinking_and_references_are_metadata() {
+    let (events, result) = body(
+        &json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": [
+            {"type": "thinking", "thinking": [{"type": "text", "text": "Two plus two"}]},
+            {"type": "text", "text": "4"},
+            {"type": "reference", "reference_ids": [1]}
+        ]}}]})
+        .to_string(),
+    );
+    result.unwrap();
+    let message = assemble(&events);
+    assert_eq!(thinking_text(&message), "Two plus two");
+    assert_eq!(message.text_content(), "4");
+    // `null` audio and an empty image list are nothing.
+    let (events, result) = body(
+        &json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": "ok", "audio": null, "images": []}}]})
+        .to_string(),
+    );
+    result.unwrap();
+    assert_eq!(assemble(&events).text_content(), "ok");
+}
+
+/// A tool with a required and an optional parameter, declared strict.
+fn strict_weather() -> ToolSpec {
+    ToolSpec::new(
+        "get_weather",
+        "Current weather for a city.",
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["c", "f"]}
+        }, "required": ["city"]}),
+    )
+    .with_strict(true)
+}
+
+#[test]
+fn request_strict_tool() {
+    let request = ModelRequest {
+        tools: vec![strict_weather(), spec("read_file")],
+        ..ModelRequest::new("gpt-4.1", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = wire(&request);
+    // The strict tool: `strict: true` and the strict form of its schema (every property
+    // required, the optional one nullable, no additional properties). The other tool is
+    // sent as before, without `strict`.
+    assert_eq!(body["tools"][0]["function"]["strict"], json!(true));
+    assert_eq!(
+        body["tools"][0]["function"]["parameters"],
+        agent_types::strict_schema(&strict_weather().parameters)
+    );
+    assert!(body["tools"][1]["function"].get("strict").is_none());
+    snapshot("request_strict_tool", &body);
+}

@@ -1,7 +1,7 @@
 //! Decoding a response: the streamed events and the non-streaming response object.
 //!
-//! A response is a list of output items (reasoning, message, function call, and built-in tool
-//! items agentry does not use) in the order the model produced them. A stream announces each
+//! A response is a list of output items (reasoning, message, function call, and hosted-tool
+//! items: web and file search are skipped, any other kind is refused by name) in the order the model produced them. A stream announces each
 //! item (`response.output_item.added`), streams its parts as deltas and repeats the finished
 //! item (`response.output_item.done`); `response.completed` (or `.incomplete`) carries the
 //! whole response again with its usage. The decoder emits from the deltas and uses the
@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use crate::content::unrepresentable_output;
 use crate::http::driver::{Decoder, Frame};
 use crate::http::status::{ProviderError, clip};
 
@@ -152,9 +153,15 @@ impl WireDecoder {
         }
     }
 
-    fn item_added(&mut self, event: ItemEvent, out: &mut Vec<StreamEvent>) {
+    /// An announced item; `raw` is the event's text, reread only to name an unknown item.
+    fn item_added(
+        &mut self,
+        event: ItemEvent,
+        raw: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
         if self.find(event.output_index, event.item.id()).is_some() {
-            return;
+            return Ok(());
         }
         match event.item {
             WireItem::FunctionCall(call) => {
@@ -164,7 +171,11 @@ impl WireDecoder {
                 let kind = match item {
                     WireItem::Message { .. } => ItemKind::Message,
                     WireItem::Reasoning(_) => ItemKind::Reasoning,
-                    _ => ItemKind::Other,
+                    // A function call was started above.
+                    WireItem::WebSearchCall
+                    | WireItem::FileSearchCall
+                    | WireItem::FunctionCall(_) => ItemKind::Other,
+                    WireItem::Other => return Err(unknown_output(raw)),
                 };
                 self.items.push(ItemState {
                     output_index: event.output_index,
@@ -175,10 +186,16 @@ impl WireDecoder {
                 });
             }
         }
+        Ok(())
     }
 
     /// A finished item: emit what its deltas did not, then close it.
-    fn item_done(&mut self, event: ItemEvent, out: &mut Vec<StreamEvent>) {
+    fn item_done(
+        &mut self,
+        event: ItemEvent,
+        raw: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
         let known = self.find(event.output_index, event.item.id());
         let complete = known.is_some_and(|at| self.items[at].streamed || self.items[at].filled);
         match event.item {
@@ -200,8 +217,13 @@ impl WireDecoder {
                 self.end_call(at, out);
             }
             WireItem::Message { content } => {
+                // Checked even when the deltas brought the text: a part of another kind has
+                // no delta events we read.
+                if content.iter().any(|part| matches!(part, WirePart::Other)) {
+                    return Err(unknown_output(raw));
+                }
                 if !complete {
-                    self.message_parts(content, out);
+                    self.message_parts(content, raw, out)?;
                 }
                 self.mark_done(known, event.output_index, ItemKind::Message);
             }
@@ -209,8 +231,10 @@ impl WireDecoder {
                 self.reasoning(reasoning, !complete, out);
                 self.mark_done(known, event.output_index, ItemKind::Reasoning);
             }
-            WireItem::Other => {}
+            WireItem::WebSearchCall | WireItem::FileSearchCall => {}
+            WireItem::Other => return Err(unknown_output(raw)),
         }
+        Ok(())
     }
 
     fn mark_done(&mut self, known: Option<usize>, output_index: Option<u64>, kind: ItemKind) {
@@ -226,7 +250,12 @@ impl WireDecoder {
         }
     }
 
-    fn message_parts(&mut self, content: Vec<WirePart>, out: &mut Vec<StreamEvent>) {
+    fn message_parts(
+        &mut self,
+        content: Vec<WirePart>,
+        raw: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
         for part in content {
             match part {
                 WirePart::OutputText { text } if !text.is_empty() => {
@@ -238,9 +267,11 @@ impl WireDecoder {
                         out.push(StreamEvent::RefusalDelta { delta: refusal });
                     }
                 }
-                _ => {}
+                WirePart::OutputText { .. } => {}
+                WirePart::Other => return Err(unknown_output(raw)),
             }
         }
+        Ok(())
     }
 
     /// A finished reasoning item: its text (when `with_text`) then its encrypted content and id,
@@ -271,18 +302,25 @@ impl WireDecoder {
 
     /// Emits a whole output list (a non-streaming response, or a stream whose server sent the
     /// result only in `response.completed`).
-    fn output(&mut self, items: Vec<WireItem>, out: &mut Vec<StreamEvent>) {
+    fn output(
+        &mut self,
+        items: Vec<WireItem>,
+        raw: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), BackendError> {
         for item in items {
             match item {
-                WireItem::Message { content } => self.message_parts(content, out),
+                WireItem::Message { content } => self.message_parts(content, raw, out)?,
                 WireItem::Reasoning(reasoning) => self.reasoning(reasoning, true, out),
                 WireItem::FunctionCall(call) => {
                     let at = self.start_call(None, call, out);
                     self.end_call(at, out);
                 }
-                WireItem::Other => {}
+                WireItem::WebSearchCall | WireItem::FileSearchCall => {}
+                WireItem::Other => return Err(unknown_output(raw)),
             }
         }
+        Ok(())
     }
 
     /// The response is over: emit its output if nothing streamed it, close the calls, report
@@ -291,6 +329,7 @@ impl WireDecoder {
         &mut self,
         response: WireResponse,
         status: &str,
+        raw: &str,
         out: &mut Vec<StreamEvent>,
     ) -> Result<(), BackendError> {
         let status = response.status.as_deref().unwrap_or(status);
@@ -318,7 +357,7 @@ impl WireDecoder {
         if self.items.is_empty()
             && let Some(items) = response.output
         {
-            self.output(items, out);
+            self.output(items, raw, out)?;
         }
         for at in 0..self.items.len() {
             self.end_call(at, out);
@@ -358,12 +397,12 @@ impl Decoder for WireDecoder {
             "response.output_item.added" => {
                 let event: ItemEvent = parse(data, "a `response.output_item.added` event")?;
                 self.start(None, None, out);
-                self.item_added(event, out);
+                self.item_added(event, data, out)?;
             }
             "response.output_item.done" => {
                 let event: ItemEvent = parse(data, "a `response.output_item.done` event")?;
                 self.start(None, None, out);
-                self.item_done(event, out);
+                self.item_done(event, data, out)?;
             }
             "response.output_text.delta" | "response.refusal.delta" => {
                 let event: DeltaEvent<'_> = parse(data, "a text delta")?;
@@ -464,11 +503,11 @@ impl Decoder for WireDecoder {
             }
             "response.completed" => {
                 let event: ResponseEvent = parse(data, "a `response.completed` event")?;
-                self.complete(event.response, "completed", out)?;
+                self.complete(event.response, "completed", data, out)?;
             }
             "response.incomplete" => {
                 let event: ResponseEvent = parse(data, "a `response.incomplete` event")?;
-                self.complete(event.response, "incomplete", out)?;
+                self.complete(event.response, "incomplete", data, out)?;
             }
             "response.failed" => {
                 let event: ResponseEvent = parse(data, "a `response.failed` event")?;
@@ -498,7 +537,7 @@ impl Decoder for WireDecoder {
         if response.output.is_none() && response.error.is_some() {
             return Err(failed(response.error.as_ref()));
         }
-        self.complete(response, "completed", out)
+        self.complete(response, "completed", body, out)
     }
 
     fn end(&mut self, _out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
@@ -542,6 +581,61 @@ impl WireDecoder {
                 )
             })
     }
+}
+
+/// The item types the decoder reads or skips, and a message's part types.
+const KNOWN_ITEMS: &[&str] = &[
+    "message",
+    "reasoning",
+    "function_call",
+    "web_search_call",
+    "file_search_call",
+];
+const KNOWN_PARTS: &[&str] = &["output_text", "refusal"];
+
+/// The error for an output item or message part of a kind agentry cannot carry, named by
+/// rereading `raw` (an event or a response body). Only on the way to an error, so the common
+/// path never parses twice.
+#[cold]
+fn unknown_output(raw: &str) -> BackendError {
+    let what = serde_json::from_str::<Value>(raw)
+        .ok()
+        .and_then(|value| first_unknown(&value))
+        .unwrap_or_else(|| "an output item of a kind agentry does not know".to_owned());
+    unrepresentable_output("OpenAI Responses", &what)
+}
+
+/// The first item (in `item`, `response.output` or `output`) or message part of a type
+/// outside [`KNOWN_ITEMS`] and [`KNOWN_PARTS`], described.
+fn first_unknown(value: &Value) -> Option<String> {
+    let listed = |value: &Value| value.get("output").and_then(Value::as_array).cloned();
+    let items: Vec<Value> = match value.get("item") {
+        Some(item) => vec![item.clone()],
+        None => value
+            .get("response")
+            .and_then(listed)
+            .or_else(|| listed(value))
+            .unwrap_or_default(),
+    };
+    let kind = |value: &Value| {
+        value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    items.iter().find_map(|item| {
+        let item_kind = kind(item);
+        if !KNOWN_ITEMS.contains(&item_kind.as_str()) {
+            return Some(format!("an output item of type `{}`", clip(&item_kind, 60)));
+        }
+        item.get("content")?
+            .as_array()?
+            .iter()
+            .map(kind)
+            .find(|part| !KNOWN_PARTS.contains(&part.as_str()))
+            .map(|part| format!("a message part of type `{}`", clip(&part, 60)))
+    })
 }
 
 /// The error of a failed response (`response.failed`, or a response object with status
@@ -742,7 +836,13 @@ enum WireItem {
     },
     Reasoning(ReasoningItem),
     FunctionCall(CallItem),
-    /// Built-in tool calls and item types added later.
+    /// Hosted retrieval the caller enabled through extras: the provider ran it and its
+    /// findings reach the answer as the message's text (with citations), so nothing the
+    /// model wrote is lost by skipping it.
+    WebSearchCall,
+    FileSearchCall,
+    /// Every other item (image generation, code interpreter, MCP, computer use, custom
+    /// tools, types added later) is content an assistant message cannot carry: refused.
     #[serde(other)]
     Other,
 }
@@ -752,7 +852,7 @@ impl WireItem {
         match self {
             Self::Reasoning(item) => item.id.as_deref(),
             Self::FunctionCall(item) => item.id.as_deref(),
-            Self::Message { .. } | Self::Other => None,
+            Self::Message { .. } | Self::WebSearchCall | Self::FileSearchCall | Self::Other => None,
         }
     }
 }

@@ -346,10 +346,11 @@ struct Summary<'a> {
 struct Tool<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: Cow<'a, Value>,
     /// Always sent: left out, the Responses API rewrites a schema it can make strict into strict
     /// mode, which marks every optional parameter required. agentry validates arguments
-    /// against the schema as written.
+    /// against the schema as written; a tool declared strict is sent with its schema in
+    /// strict form.
     strict: bool,
 }
 
@@ -540,8 +541,8 @@ fn tools(request: &ModelRequest) -> Result<ToolParts<'_>, BackendError> {
         .map(|tool| Tool {
             name: &tool.name,
             description: &tool.description,
-            parameters: &tool.parameters,
-            strict: false,
+            parameters: crate::content::tool_parameters(tool),
+            strict: tool.strict,
         })
         .collect();
     let choice = match &request.tool_choice {

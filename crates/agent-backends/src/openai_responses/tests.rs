@@ -1454,3 +1454,138 @@ fn request_native_structured_output() {
     let plain = ModelRequest::new("gpt-5-mini", vec![Message::user("x")]);
     assert!(body_of(&backend(), &plain).get("text").is_none());
 }
+
+/// A non-streaming body given inline.
+fn decode_body(body: &Value) -> Decoded {
+    let text = body.to_string();
+    let mut decoder = WireDecoder::new();
+    let mut events = Vec::new();
+    let error = decoder
+        .body(&text, &mut events)
+        .and_then(|()| decoder.end(&mut events))
+        .err();
+    Decoded { events, error }
+}
+
+#[test]
+fn output_items_and_parts_agentry_cannot_carry_are_refused_by_name() {
+    let image = json!({"type": "image_generation_call", "id": "ig_1", "status": "completed",
+        "result": "iVBORw0KGgo="});
+    let message = |part: Value| {
+        json!({"type": "message", "id": "msg_1", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Here", "annotations": []}, part]})
+    };
+    let cases = [
+        (
+            image.clone(),
+            "an output item of type `image_generation_call`",
+        ),
+        (
+            json!({"type": "code_interpreter_call", "id": "ci_1", "code": "print(1)"}),
+            "an output item of type `code_interpreter_call`",
+        ),
+        (
+            json!({"type": "brand_new_item", "id": "x_1"}),
+            "an output item of type `brand_new_item`",
+        ),
+        (
+            message(json!({"type": "output_audio", "data": "UklGRg=="})),
+            "a message part of type `output_audio`",
+        ),
+    ];
+    for (item, named) in cases {
+        let expect = |decoded: Decoded, how: &str| {
+            let error = decoded
+                .error
+                .unwrap_or_else(|| panic!("{how}: {named}: no error"));
+            assert_eq!(error.kind, BackendErrorKind::Unsupported, "{how}: {error}");
+            assert!(
+                error
+                    .message
+                    .starts_with(&format!("OpenAI Responses answered with {named}")),
+                "{how}: {error}"
+            );
+            assert!(
+                !decoded
+                    .events
+                    .iter()
+                    .any(|event| matches!(event, StreamEvent::Finish { .. })),
+                "{how}: finished"
+            );
+        };
+        // Non-streaming: the response object's output list.
+        expect(
+            decode_body(&json!({"id": "resp_1", "status": "completed", "output": [item.clone()]})),
+            "body",
+        );
+        // Streamed: announced then finished (the part check runs on the finished message,
+        // since its text already streamed as deltas).
+        expect(
+            decode_lines(&[
+                created(),
+                json!({"type": "response.output_text.delta", "output_index": 0, "item_id": "msg_1",
+                    "delta": "Here"}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}),
+                completed("completed", json!({})),
+            ]),
+            "done",
+        );
+        // Streamed by a server that puts the output only in `response.completed`.
+        expect(
+            decode_lines(&[created(), completed("completed", json!({"output": [item]}))]),
+            "completed",
+        );
+    }
+    // An announced item is refused at once.
+    let decoded = decode_lines(&[
+        created(),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": image}),
+    ]);
+    assert_eq!(
+        decoded.error.map(|error| error.kind),
+        Some(BackendErrorKind::Unsupported)
+    );
+}
+
+#[test]
+fn hosted_search_items_are_skipped_in_a_whole_body() {
+    let decoded = decode_body(&json!({"id": "resp_1", "status": "completed", "output": [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"query": "x"}},
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["x"]},
+        {"type": "message", "id": "msg_1", "content": [
+            {"type": "output_text", "text": "Found it.", "annotations": [{"type": "url_citation"}]}]}
+    ]}));
+    let message = decoded.message();
+    decoded.ok();
+    assert_eq!(message.text_content(), "Found it.");
+}
+
+#[test]
+fn request_strict_tool() {
+    let strict = ToolSpec::new(
+        "get_weather",
+        "Current weather for a city.",
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["c", "f"]}
+        }, "required": ["city"]}),
+    )
+    .with_strict(true);
+    let request = ModelRequest {
+        tools: vec![
+            strict.clone(),
+            ToolSpec::new("get_time", "The time.", json!({"type": "object"})),
+        ],
+        ..ModelRequest::new("gpt-4.1", vec![Message::user("Weather in Oslo?")])
+    };
+    let body = body_of(&backend(), &request);
+    assert_eq!(body["tools"][0]["strict"], json!(true));
+    assert_eq!(
+        body["tools"][0]["parameters"],
+        agent_types::strict_schema(&strict.parameters)
+    );
+    // Not strict: `strict: false` as always, the schema as written.
+    assert_eq!(body["tools"][1]["strict"], json!(false));
+    assert_eq!(body["tools"][1]["parameters"], json!({"type": "object"}));
+    snapshot("request_strict_tool", &body);
+}

@@ -1302,3 +1302,47 @@ async fn content_text_over_the_text_cap_is_cut_with_the_marker() {
     assert_eq!(sent.blocks.len(), 1);
     assert!(result.trace[0].truncated);
 }
+
+#[tokio::test]
+async fn a_strict_tool_is_offered_strict_and_runs_with_the_nulls_strict_mode_sends() {
+    // What an OpenAI model in strict mode sends for the optional `unit`: `null`.
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "convert", json!({"celsius": 21, "unit": null})),
+        ScriptedTurn::text("70 °F."),
+    ])
+    .recording();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let schema = json!({"type": "object", "properties": {
+        "celsius": {"type": "number"},
+        "unit": {"type": "string", "enum": ["f", "k"]}
+    }, "required": ["celsius"], "additionalProperties": false});
+    let tool = {
+        let seen = Arc::clone(&seen);
+        Tool::from_json_fn(
+            "convert",
+            "Converts a temperature.",
+            schema,
+            move |args, _| {
+                seen.lock().unwrap().push(args);
+                async { Ok::<_, ToolError>(json!({"fahrenheit": 69.8})) }
+            },
+        )
+        .strict()
+    };
+    let options = Options::auto().with_tools(registry([tool]));
+
+    let result = generate(&backend, Input::new("m").user("21 °C in °F?"), &options)
+        .await
+        .unwrap();
+
+    assert_eq!(result.text(), "70 °F.");
+    // The handler ran, with the arguments the schema describes (the null dropped), where a
+    // tool that is not strict would have refused `unit: null`.
+    assert_eq!(*seen.lock().unwrap(), [json!({"celsius": 21})]);
+    let requests = backend.requests();
+    assert!(
+        requests[0].tools[0].strict,
+        "the spec went to the backend strict"
+    );
+    assert!(!sent_results(&requests[1])[0].is_error);
+}

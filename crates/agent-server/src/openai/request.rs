@@ -173,8 +173,8 @@ struct InFunction {
     name: String,
     description: Option<String>,
     parameters: Option<Value>,
-    /// `true` asks for arguments that always match the schema (structured output), which
-    /// this server cannot promise yet: refused rather than ignored.
+    /// `true` asks for arguments that always match the schema: passed on as the spec's
+    /// `strict`, which the OpenAI adapters send upstream (with the schema in strict form).
     strict: Option<bool>,
 }
 
@@ -690,15 +690,6 @@ pub(crate) fn tools(tools: Option<Vec<InTool>>) -> Result<Vec<ToolSpec>, OpenAiE
                 format!("{param} needs `function`"),
             ));
         };
-        if function.strict == Some(true) {
-            return Err(OpenAiError::invalid(
-                format!("{param}.function.strict"),
-                format!(
-                    "{param}.function.strict: strict tool arguments (structured output) are not \
-                     supported yet; leave `strict` out or false"
-                ),
-            ));
-        }
         agent_tools::validate_name(&function.name).map_err(|error| {
             OpenAiError::invalid(format!("{param}.function.name"), error.to_string())
         })?;
@@ -708,13 +699,16 @@ pub(crate) fn tools(tools: Option<Vec<InTool>>) -> Result<Vec<ToolSpec>, OpenAiE
                 format!("the tool `{}` is declared twice", function.name),
             ));
         }
-        specs.push(ToolSpec::new(
-            function.name,
-            function.description.unwrap_or_default(),
-            function
-                .parameters
-                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        ));
+        specs.push(
+            ToolSpec::new(
+                function.name,
+                function.description.unwrap_or_default(),
+                function
+                    .parameters
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            )
+            .with_strict(function.strict == Some(true)),
+        );
     }
     Ok(specs)
 }

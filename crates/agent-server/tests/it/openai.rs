@@ -772,21 +772,6 @@ async fn accepted_but_ignored_fields_are_refused_naming_the_field() {
             );
         }
     }
-    // A strict tool asks for structured output too.
-    let mut strict = weather_tool();
-    strict["function"]["strict"] = true.into();
-    let response = server
-        .post("/v1/chat/completions", "key-acme-test-0001")
-        .json(&json!({"model": "demo", "messages": opening(), "tools": [strict]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 400);
-    let error: Value = response.json().await.unwrap();
-    assert_eq!(
-        error["error"]["param"], "tools[0].function.strict",
-        "{error}"
-    );
     assert_eq!(model_calls(&server), 0.0, "no model call was made");
 
     let mut not_strict = weather_tool();

@@ -555,3 +555,64 @@ async fn the_official_openai_python_client_parses_into_a_pydantic_model() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_strict_client_tool_is_accepted_and_goes_upstream_strict() {
+    // The model, constrained by strict mode, sends `null` for the optional `unit`.
+    let (server, upstream) = server(vec![json!({"content": null, "tool_calls": [
+        {"index": 0, "id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\",\"unit\":null}"}}
+    ]})])
+    .await;
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["c", "f"]}
+    }, "required": ["city"]});
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather.",
+            "parameters": schema, "strict": true}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time.",
+            "parameters": {"type": "object", "properties": {}}, "strict": false}}
+    ]);
+    let (status, body) = chat(
+        &server,
+        json!({"model": "up", "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+               "tools": tools}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["finish_reason"], "tool_calls", "{body}");
+    let call = &body["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather");
+    // The client's schema lets `unit` be absent: the model's null for it is dropped before
+    // validation, so the arguments match the schema the client declared.
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, json!({"city": "Oslo"}));
+
+    // Upstream, the strict tool carried `strict: true` and the strict form of its schema;
+    // the other tool went as declared.
+    let sent = upstream.bodies();
+    assert_eq!(sent.len(), 1);
+    // (Tools go upstream sorted by name.)
+    let sent_tool = |name: &str| {
+        sent[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["function"].clone())
+            .find(|function| function["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} upstream: {}", sent[0]))
+    };
+    let function = sent_tool("get_weather");
+    assert_eq!(function["strict"], true, "{}", sent[0]);
+    assert_eq!(
+        function["parameters"],
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": ["string", "null"], "enum": ["c", "f", null]}
+        }, "required": ["city", "unit"], "additionalProperties": false})
+    );
+    assert!(sent_tool("get_time").get("strict").is_none(), "{}", sent[0]);
+    server.shutdown().await;
+}

@@ -18,6 +18,7 @@ import json
 import sys
 
 import openai
+import pydantic
 from openai import OpenAI
 
 SYSTEM = "You are a concise travel assistant. Use the tools for facts; never guess."
@@ -33,7 +34,7 @@ ANSWER_START = "Lisbon is sunny and 19 °C"
 ANSWER_END = "and for winter in Oslo."
 
 
-def weather_tool(strict=False):
+def weather_tool():
     function = {
         "name": "get_weather",
         "description": "Current weather for a city.",
@@ -43,10 +44,13 @@ def weather_tool(strict=False):
             "required": ["city"],
         },
     }
-    if strict:
-        function["strict"] = True
-        function["parameters"]["additionalProperties"] = False
     return {"type": "function", "function": function}
+
+
+class GetWeather(pydantic.BaseModel):
+    """Current weather for a city."""
+
+    city: str = pydantic.Field(description="City name.")
 
 
 def log(*words):
@@ -197,8 +201,9 @@ def streaming(client):
 
 
 def stream_helper(client):
-    """The client's own accumulating stream helper, which checks the chunk sequence itself.
-    A strict tool (structured output, not supported yet) is refused naming the field."""
+    """The client's own accumulating stream helper, which checks the chunk sequence itself,
+    then with a strict tool made by `openai.pydantic_function_tool`, whose arguments the
+    helper parses into the Pydantic model."""
     with client.chat.completions.stream(
         model="demo", messages=opening(), tools=[weather_tool()]
     ) as stream:
@@ -209,16 +214,20 @@ def stream_helper(client):
     check(choice.finish_reason == "tool_calls", f"finish_reason: {choice.finish_reason}")
     calls = choice.message.tool_calls
     check_calls([(c.id, c.function.name, c.function.arguments) for c in calls])
-    try:
-        with client.chat.completions.stream(
-            model="demo", messages=opening(), tools=[weather_tool(strict=True)]
-        ) as stream:
-            for _ in stream:
-                pass
-        raise AssertionError("a strict tool must fail")
-    except openai.BadRequestError as error:
-        check(error.param == "tools[0].function.strict", f"param {error.param}")
-    log("stream helper: tool calls; strict refused")
+    strict = openai.pydantic_function_tool(GetWeather, name="get_weather")
+    check(strict["function"].get("strict") is True, f"the helper makes a strict tool: {strict}")
+    with client.chat.completions.stream(model="demo", messages=opening(), tools=[strict]) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    check(choice.finish_reason == "tool_calls", f"strict finish_reason: {choice.finish_reason}")
+    calls = choice.message.tool_calls
+    check_calls([(c.id, c.function.name, c.function.arguments) for c in calls])
+    parsed = [c.function.parsed_arguments for c in calls]
+    check(all(isinstance(p, GetWeather) for p in parsed), f"parsed into the model: {parsed!r}")
+    check({p.city for p in parsed} == {"Lisbon", "Oslo"}, f"parsed cities: {parsed!r}")
+    log("stream helper: tool calls; a strict pydantic tool parsed")
 
 
 def errors(client, base_url):

@@ -215,6 +215,7 @@ fn spec(name: &str) -> ToolSpec {
         name: name.into(),
         description: String::new(),
         parameters: json!({"type": "object"}),
+        strict: false,
     }
 }
 

@@ -170,3 +170,40 @@ fn registered_tools_validate_with_their_compiled_schema() {
             .is_err()
     );
 }
+
+#[test]
+fn a_strict_tool_declares_strict_and_its_optional_nulls_are_dropped_before_validation() {
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}
+    }, "required": ["city"]});
+    let mut registry = Registry::new();
+    registry
+        .register(Tool::remote("loose", "", schema.clone()))
+        .unwrap();
+    registry
+        .register(Tool::remote("strict", "", schema).strict())
+        .unwrap();
+    let strict = registry.get("strict").unwrap();
+    assert!(strict.spec().strict);
+    assert!(!registry.get("loose").unwrap().spec().strict);
+    // What strict mode makes the model send for an absent `unit`.
+    let sent = json!({"city": "Oslo", "unit": null});
+    let validated = strict
+        .validate(sent.clone(), agent_tools::ValidationMode::Strict)
+        .unwrap();
+    assert_eq!(validated.arguments, json!({"city": "Oslo"}));
+    // A tool that is not strict keeps the null, which its schema refuses.
+    assert!(
+        registry
+            .get("loose")
+            .unwrap()
+            .validate(sent, agent_tools::ValidationMode::Strict)
+            .is_err()
+    );
+    // A required member's null stays, and fails.
+    assert!(
+        strict
+            .validate(json!({"city": null}), agent_tools::ValidationMode::Strict)
+            .is_err()
+    );
+}

@@ -17,6 +17,7 @@ fn weather_tool() -> ToolSpec {
             "required": ["city"],
             "additionalProperties": false
         }),
+        strict: false,
     }
 }
 
