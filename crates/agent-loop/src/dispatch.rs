@@ -90,14 +90,15 @@ pub(crate) async fn run_batch(
     };
     let round = &round;
     let limit = options.tool_parallelism.limit();
-    // The futures are made up front (they do nothing until polled): a closure in `map`
-    // would hide their lifetimes from the `Send` check.
-    let calls: Vec<_> = jobs.iter().map(|job| round.run(job)).collect();
-    // Within the bound, `join_all` keeps every call in one allocation; `buffered` (one task
-    // allocation per call) only when the bound holds some calls back.
-    let batch = if calls.len() <= limit {
-        Either::Left(join_all(calls))
+    // Within the bound, `join_all` keeps every call in one allocation, made straight from
+    // the iterator (a `Vec` of the futures first would be a second allocation of them, and a
+    // copy, every round); `buffered` (one task allocation per call) only when the bound
+    // holds some calls back. Its futures are made up front (they do nothing until polled):
+    // a closure in the stored `map` would hide their lifetimes from the `Send` check.
+    let batch = if jobs.len() <= limit {
+        Either::Left(join_all(jobs.iter().map(|job| round.run(job))))
     } else {
+        let calls: Vec<_> = jobs.iter().map(|job| round.run(job)).collect();
         Either::Right(stream::iter(calls).buffered(limit).collect::<Vec<_>>())
     };
     let mut batch = pin!(batch);

@@ -151,6 +151,14 @@ impl ContentSlot {
     }
 }
 
+/// The anonymous caller a new context starts with, shared: the loop replaces it with its own
+/// at once, so making one per call would be an allocation (and a free) per call for nothing.
+fn anonymous() -> Arc<Caller> {
+    static ANONYMOUS: std::sync::LazyLock<Arc<Caller>> =
+        std::sync::LazyLock::new(|| Arc::new(Caller::default()));
+    Arc::clone(&ANONYMOUS)
+}
+
 /// A fresh key for a context's content: unique in the process, so contexts sharing an
 /// [`Accounting`] never read each other's content (even under the same call id).
 fn next_content_key() -> u64 {
@@ -165,7 +173,7 @@ impl ToolContext {
         Self {
             call_id: call_id.into(),
             tool_name: tool_name.into(),
-            caller: Arc::new(Caller::default()),
+            caller: anonymous(),
             cancellation: CancellationToken::new(),
             hard_stop: None,
             accounting: Accounting::default(),
