@@ -243,14 +243,17 @@ impl Round<'_> {
         // In a block: the context is borrowed for its slot, and a borrowed local would keep
         // its place in this future (every call's) although it moves into the handler.
         let (slot, mut output) = {
-            let context = ToolContext::new(call.id.clone(), Arc::<str>::from(call.name.as_str()))
-                .with_caller(Arc::clone(&options.caller))
-                .with_cancellation(call_token.clone())
-                .with_hard_stop(self.hard_stop.clone())
-                .with_accounting(self.accounting.clone())
-                // Handlers read at most what the truncation below keeps.
-                .with_max_result_bytes(self.policy.max_bytes())
-                .with_max_binary_bytes(options.tool_result_max_binary_bytes);
+            let context = ToolContext::for_call(
+                call.id.clone(),
+                Arc::<str>::from(call.name.as_str()),
+                Arc::clone(&options.caller),
+                call_token.clone(),
+                self.accounting.clone(),
+            )
+            .with_hard_stop(self.hard_stop.clone())
+            // Handlers read at most what the truncation below keeps.
+            .with_max_result_bytes(self.policy.max_bytes())
+            .with_max_binary_bytes(options.tool_result_max_binary_bytes);
             // A handler that returns content blocks leaves them here.
             let slot = context.content_slot();
             (slot, tool.invoke(arguments.clone(), context))

@@ -170,13 +170,35 @@ impl ToolContext {
     /// A context for call `call_id` of tool `tool_name`, with an anonymous caller (no
     /// permissions) and a fresh cancellation token.
     pub fn new(call_id: impl Into<ToolCallId>, tool_name: impl Into<Arc<str>>) -> Self {
+        Self::for_call(
+            call_id,
+            tool_name,
+            anonymous(),
+            CancellationToken::new(),
+            Accounting::default(),
+        )
+    }
+
+    /// A context for call `call_id` of tool `tool_name` made of what its caller shares: who
+    /// is calling, the call's cancellation token and the accounting it reports into. The same
+    /// as [`new`](Self::new) then [`with_caller`](Self::with_caller),
+    /// [`with_cancellation`](Self::with_cancellation) and
+    /// [`with_accounting`](Self::with_accounting), without making (and freeing) the token and
+    /// accounting they replace: the loop builds one context per call.
+    pub fn for_call(
+        call_id: impl Into<ToolCallId>,
+        tool_name: impl Into<Arc<str>>,
+        caller: Arc<Caller>,
+        cancellation: CancellationToken,
+        accounting: Accounting,
+    ) -> Self {
         Self {
             call_id: call_id.into(),
             tool_name: tool_name.into(),
-            caller: anonymous(),
-            cancellation: CancellationToken::new(),
+            caller,
+            cancellation,
             hard_stop: None,
-            accounting: Accounting::default(),
+            accounting,
             max_result_bytes: None,
             max_binary_bytes: None,
             content_key: next_content_key(),
@@ -505,5 +527,27 @@ mod tests {
         assert!(first_slot.take().is_none());
         assert!(format!("{alone:?}").contains("set: true"));
         assert_eq!(alone.take(), Some(crate::ToolContent::text("x")));
+    }
+
+    #[test]
+    fn for_call_uses_the_parts_it_is_given() {
+        let accounting = Accounting::default();
+        let token = CancellationToken::new();
+        let ctx = ToolContext::for_call(
+            "c1",
+            "t",
+            Arc::new(Caller::new("user-1").with_permission("orders:read")),
+            token.clone(),
+            accounting.clone(),
+        );
+        assert_eq!(ctx.caller().principal(), "user-1");
+        assert!(ctx.caller().has_permission("orders:read"));
+        ctx.accounting().add_tokens(3);
+        assert_eq!(accounting.totals().tokens, 3);
+        token.cancel();
+        assert!(ctx.is_cancelled());
+        // `new`'s anonymous caller is shared, and holds nothing.
+        let anonymous = ToolContext::new("c2", "t");
+        assert_eq!(anonymous.caller(), &Caller::default());
     }
 }
