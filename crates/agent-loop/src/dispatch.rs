@@ -90,14 +90,15 @@ pub(crate) async fn run_batch(
     };
     let round = &round;
     let limit = options.tool_parallelism.limit();
-    // The futures are made up front (they do nothing until polled): a closure in `map`
-    // would hide their lifetimes from the `Send` check.
-    let calls: Vec<_> = jobs.iter().map(|job| round.run(job)).collect();
-    // Within the bound, `join_all` keeps every call in one allocation; `buffered` (one task
-    // allocation per call) only when the bound holds some calls back.
-    let batch = if calls.len() <= limit {
-        Either::Left(join_all(calls))
+    // Within the bound, `join_all` keeps every call in one allocation, made straight from
+    // the iterator (a `Vec` of the futures first would be a second allocation of them, and a
+    // copy, every round); `buffered` (one task allocation per call) only when the bound
+    // holds some calls back. Its futures are made up front (they do nothing until polled):
+    // a closure in the stored `map` would hide their lifetimes from the `Send` check.
+    let batch = if jobs.len() <= limit {
+        Either::Left(join_all(jobs.iter().map(|job| round.run(job))))
     } else {
+        let calls: Vec<_> = jobs.iter().map(|job| round.run(job)).collect();
         Either::Right(stream::iter(calls).buffered(limit).collect::<Vec<_>>())
     };
     let mut batch = pin!(batch);
@@ -239,17 +240,24 @@ impl Round<'_> {
         let arguments = validated.arguments;
         self.announce_start(call, &arguments).await;
         let call_token = options.cancellation.child_token();
-        let context = ToolContext::new(call.id.clone(), Arc::<str>::from(call.name.as_str()))
-            .with_caller(Arc::clone(&options.caller))
-            .with_cancellation(call_token.clone())
+        // In a block: the context is borrowed for its slot, and a borrowed local would keep
+        // its place in this future (every call's) although it moves into the handler.
+        let (slot, mut output) = {
+            let context = ToolContext::for_call(
+                call.id.clone(),
+                Arc::<str>::from(call.name.as_str()),
+                Arc::clone(&options.caller),
+                call_token.clone(),
+                self.accounting.clone(),
+            )
             .with_hard_stop(self.hard_stop.clone())
-            .with_accounting(self.accounting.clone())
             // Handlers read at most what the truncation below keeps.
             .with_max_result_bytes(self.policy.max_bytes())
             .with_max_binary_bytes(options.tool_result_max_binary_bytes);
-        // A handler that returns content blocks leaves them here.
-        let slot = context.content_slot();
-        let mut output = tool.invoke(arguments.clone(), context);
+            // A handler that returns content blocks leaves them here.
+            let slot = context.content_slot();
+            (slot, tool.invoke(arguments.clone(), context))
+        };
         let emitter = self.emitter;
         let pump = async {
             while let Some(event) = output.next().await {
@@ -278,9 +286,13 @@ impl Round<'_> {
             None => Ok(pump.await),
         };
         drop(output);
+        // Taken whatever the outcome, so content a failed call set does not wait in the
+        // run's accounting until the run ends.
+        let content = slot.take();
+        drop(slot);
         match finished {
             Ok(Ok(value)) => {
-                let produced = match slot.take() {
+                let produced = match content {
                     Some(content) => Produced::Content(content),
                     None => Produced::Value(value),
                 };
@@ -343,47 +355,27 @@ impl Round<'_> {
         started: Instant,
     ) -> Outcome {
         let duration = started.elapsed();
-        let (cut, failure) = match ended {
-            Ok(Produced::Value(value)) => (Cut::text(truncate_result(value, self.policy)), None),
-            Ok(Produced::Content(content)) => (
-                cap_content(
-                    content,
-                    self.policy,
-                    self.options.tool_result_max_binary_bytes,
-                ),
-                None,
-            ),
-            Err((failure, message)) => (Cut::text(truncate(message, self.policy)), Some(failure)),
+        // The capped result is built by a plain call: of it only its sizes stay in this
+        // future (one per call, allocated every round) across the awaits below.
+        let Capped {
+            result,
+            failure,
+            stop,
+            truncated,
+            original_bytes,
+            binary_sent_bytes,
+        } = self.cap(job, ended);
+        let mut error = failure.is_some().then(|| result.content.clone());
+        let counted = !matches!(failure, Some(Failure::NotRun));
+        let mut result = match self.options.hooks.transformer() {
+            Some(transform) => transform(result).await,
+            None => result,
         };
-        let abort = self.options.tool_error_mode == ToolErrorMode::Abort;
-        let stop = match failure {
-            None => None,
-            Some(Failure::Handler(ToolErrorKind::Fatal)) => Some(Stop::Failed),
-            Some(Failure::Handler(ToolErrorKind::Cancelled) | Failure::NotRun) => None,
-            Some(Failure::Invalid) if abort => Some(Stop::Invalid),
-            Some(Failure::UnknownTool | Failure::Handler(_) | Failure::TimedOut) if abort => {
-                Some(Stop::Failed)
-            }
-            Some(_) => None,
-        };
-        if stop.is_some() {
-            self.stopping.store(true, Ordering::Relaxed);
-        }
-        let mut error = failure.is_some().then(|| cut.text.clone());
-        let (id, name) = (job.call.id.clone(), job.call.name.clone());
-        let mut result = if failure.is_some() {
-            ToolResult::error(id, name, cut.text)
-        } else {
-            ToolResult::ok(id, name, cut.text)
-        };
-        result.blocks = cut.blocks;
-        let mut result = self.options.hooks.transform(result).await;
-        let mut truncated = cut.truncated;
+        let mut truncated = truncated;
         // The round's results together stay under `max_round_result_bytes`: once they reach
         // it, each later result is replaced (and freed) by a short error saying so. Calls
         // that did not run carry only their short reason and are not counted.
         let cap = self.options.max_round_result_bytes;
-        let counted = !matches!(failure, Some(Failure::NotRun));
         let text_bytes = result.content.len() + blocks_text_len(&result.blocks);
         let before = if counted {
             self.round_bytes.fetch_add(text_bytes, Ordering::Relaxed)
@@ -418,10 +410,9 @@ impl Round<'_> {
             call_id: job.call.id.clone(),
             tool_name: job.call.name.clone(),
             arguments,
-            result_bytes: cut.original_bytes as u64,
-            sent_bytes: (result.content.len()
-                + blocks_text_len(&result.blocks)
-                + cut.binary_sent_bytes) as u64,
+            result_bytes: original_bytes as u64,
+            sent_bytes: (result.content.len() + blocks_text_len(&result.blocks) + binary_sent_bytes)
+                as u64,
             truncated,
             duration,
             error,
@@ -433,6 +424,62 @@ impl Round<'_> {
             stop,
         }
     }
+
+    /// How a call ended, capped: the result the model will see (before the hook), whether
+    /// the failure stops the run (and the round's later calls), and the sizes for the trace.
+    fn cap(&self, job: &Job, ended: Result<Produced, (Failure, String)>) -> Capped {
+        let (cut, failure) = match ended {
+            Ok(Produced::Value(value)) => (Cut::text(truncate_result(value, self.policy)), None),
+            Ok(Produced::Content(content)) => (
+                cap_content(
+                    content,
+                    self.policy,
+                    self.options.tool_result_max_binary_bytes,
+                ),
+                None,
+            ),
+            Err((failure, message)) => (Cut::text(truncate(message, self.policy)), Some(failure)),
+        };
+        let abort = self.options.tool_error_mode == ToolErrorMode::Abort;
+        let stop = match failure {
+            None => None,
+            Some(Failure::Handler(ToolErrorKind::Fatal)) => Some(Stop::Failed),
+            Some(Failure::Handler(ToolErrorKind::Cancelled) | Failure::NotRun) => None,
+            Some(Failure::Invalid) if abort => Some(Stop::Invalid),
+            Some(Failure::UnknownTool | Failure::Handler(_) | Failure::TimedOut) if abort => {
+                Some(Stop::Failed)
+            }
+            Some(_) => None,
+        };
+        if stop.is_some() {
+            self.stopping.store(true, Ordering::Relaxed);
+        }
+        let (id, name) = (job.call.id.clone(), job.call.name.clone());
+        let mut result = if failure.is_some() {
+            ToolResult::error(id, name, cut.text)
+        } else {
+            ToolResult::ok(id, name, cut.text)
+        };
+        result.blocks = cut.blocks;
+        Capped {
+            result,
+            failure,
+            stop,
+            truncated: cut.truncated,
+            original_bytes: cut.original_bytes,
+            binary_sent_bytes: cut.binary_sent_bytes,
+        }
+    }
+}
+
+/// A call's result after its caps, and what `settle` still needs to know about it.
+struct Capped {
+    result: ToolResult,
+    failure: Option<Failure>,
+    stop: Option<Stop>,
+    truncated: bool,
+    original_bytes: usize,
+    binary_sent_bytes: usize,
 }
 
 /// What a handler produced: a JSON value (sent as its text) or content blocks.

@@ -44,6 +44,13 @@ impl Emitter {
         self.emit_with(|| event)
     }
 
+    /// Queues `event` behind the one just emitted, to go out in the same yield.
+    pub(crate) fn queue(&self, event: AgentEvent) {
+        if let Some(queue) = &self.queue {
+            lock(queue).push_back(event);
+        }
+    }
+
     /// Queues the event `build` makes, only if events are on.
     pub(crate) fn emit_with(&self, build: impl FnOnce() -> AgentEvent) -> YieldOnce {
         match &self.queue {

@@ -107,11 +107,10 @@ impl Hooks {
         }
     }
 
-    pub(crate) async fn transform(&self, result: ToolResult) -> ToolResult {
-        match &self.transform {
-            Some(transform) => transform(result).await,
-            None => result,
-        }
+    /// The result hook, when one is set. The loop awaits it only then, so a run without one
+    /// keeps no hook future (and no second copy of the result) in each call's future.
+    pub(crate) fn transformer(&self) -> Option<&TransformFn> {
+        self.transform.as_deref()
     }
 }
 

@@ -312,33 +312,43 @@ impl<'o> PartialOutput<'o> {
         }
     }
 
-    /// The partial answer after `event`, when it changed.
-    pub(crate) fn observe(&mut self, event: &AgentEvent) -> Option<AgentEvent> {
+    /// Follows `event`; `true` when the partial answer changed (then [`latest`](Self::latest)
+    /// is the event to send).
+    pub(crate) fn observe(&mut self, event: &AgentEvent) -> bool {
         let delta = match (event, self.tool) {
             (AgentEvent::TextDelta { delta }, None) => delta,
             (AgentEvent::ToolCallStart { index, name, .. }, Some(tool)) => {
                 if name == tool {
                     self.call = Some(*index);
                 }
-                return None;
+                return false;
             }
             (AgentEvent::ToolCallDelta { index, delta }, Some(_)) if self.call == Some(*index) => {
                 delta
             }
-            _ => return None,
+            _ => return false,
         };
         self.text.push_str(delta);
         let delimited = delta.contains(['"', ',', '}', ']']);
         if !delimited && self.text.len() - self.parsed_at < REPARSE_BYTES {
-            return None;
+            return false;
         }
         self.parsed_at = self.text.len();
-        let value = partial_value(&self.text)?;
+        let Some(value) = partial_value(&self.text) else {
+            return false;
+        };
         if self.last.as_ref() == Some(&value) {
-            return None;
+            return false;
         }
-        self.last = Some(value.clone());
-        Some(AgentEvent::OutputPartial { value })
+        self.last = Some(value);
+        true
+    }
+
+    /// The latest partial answer as an event, once there is one.
+    pub(crate) fn latest(&self) -> Option<AgentEvent> {
+        self.last
+            .clone()
+            .map(|value| AgentEvent::OutputPartial { value })
     }
 }
 
@@ -540,17 +550,18 @@ mod tests {
                 delta: text.to_owned(),
             })
         };
-        assert!(delta("{\"story\": \"").is_some(), "a delimiter: parsed");
+        assert!(delta("{\"story\": \""), "a delimiter: parsed");
         // A long string streamed in small pieces: one partial per 64 bytes, not per piece.
         let mut emitted = 0;
         for _ in 0..255 {
-            if delta("ab").is_some() {
+            if delta("ab") {
                 emitted += 1;
             }
         }
         assert_eq!(emitted, 510 / REPARSE_BYTES);
-        let Some(AgentEvent::OutputPartial { value }) = delta("\"}") else {
-            panic!("the closing delimiter is parsed");
+        assert!(delta("\"}"), "the closing delimiter is parsed");
+        let Some(AgentEvent::OutputPartial { value }) = partial.latest() else {
+            panic!("a partial answer is there");
         };
         assert_eq!(value["story"].as_str().map(str::len), Some(510));
     }

@@ -169,19 +169,30 @@ struct Run<'s, 'o, B: ?Sized> {
     /// The estimated tokens of the system prompt and tool specs.
     preamble_tokens: u64,
     /// The structured output asked for, with its resolved strategy; `None` on the text path.
-    output: Option<Output<'o>>,
+    /// Boxed, so a text-only run carries one pointer for it.
+    output: Option<Box<Output<'o>>>,
+}
+
+/// A run's structured output: the spec, the strategy resolved for the backend, the retries
+/// used, the answer once validated.
+struct Output<'o> {
+    spec: &'o OutputSpec,
+    strategy: OutputStrategy,
+    retries: u32,
     /// The validated structured answer, once there is one.
     answer: Option<serde_json::Value>,
     /// The session's own system prompt, when `Prompted` added the schema to the request's.
     system_before: Option<Option<String>>,
 }
 
-/// A run's structured output: the spec, the strategy resolved for the backend, the retries
-/// used.
-struct Output<'o> {
-    spec: &'o OutputSpec,
-    strategy: OutputStrategy,
-    retries: u32,
+/// What a model turn comes to in a run with an output schema.
+enum Structured {
+    /// Tool calls to run as usual.
+    Tools,
+    /// An invalid answer went back to the model: call it again.
+    Retry,
+    /// The validated answer ends the run.
+    Answered,
 }
 
 /// What a model turn is, for a run with an output schema.
@@ -291,16 +302,14 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             response_format: None,
             stream: true,
         };
-        let mut system_before = None;
         let output = match (&options.output, strategy) {
-            (Some(spec), Some(strategy)) => {
-                system_before = apply_output(spec, strategy, &mut request);
-                Some(Output {
-                    spec,
-                    strategy,
-                    retries: 0,
-                })
-            }
+            (Some(spec), Some(strategy)) => Some(Box::new(Output {
+                spec,
+                strategy,
+                retries: 0,
+                answer: None,
+                system_before: apply_output(spec, strategy, &mut request),
+            })),
             _ => None,
         };
         let preamble_tokens = options
@@ -329,8 +338,6 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             counts: CountCache::default(),
             preamble_tokens,
             output,
-            answer: None,
-            system_before,
         })
     }
 
@@ -346,30 +353,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 _ => Vec::new(),
             };
             if self.output.is_some() {
-                match self.judge(at, &calls) {
-                    Verdict::Tools => {}
-                    Verdict::Answer { value, call } => {
-                        self.close_answer_round(&calls, call.as_ref(), None).await?;
-                        self.emitter
-                            .emit_with(|| AgentEvent::Output {
-                                value: value.clone(),
-                            })
-                            .await;
-                        self.answer = Some(value);
-                        return Ok(End::Answered);
-                    }
-                    Verdict::Invalid { raw, errors, call } => {
-                        self.retry_output(&calls, call, raw, errors).await?;
-                        continue;
-                    }
-                    Verdict::Refused(refusal) => {
-                        let message =
-                            format!("the model refused to give a structured answer: {refusal}");
-                        return Err(AgentError::new(
-                            ErrorKind::OutputRefused { refusal },
-                            message,
-                        ));
-                    }
+                // Boxed: the answer's checks and retries are large futures that would
+                // otherwise take room in every run's future, text-only runs included.
+                match Box::pin(self.structured_turn(at, &calls)).await? {
+                    Structured::Tools => {}
+                    Structured::Retry => continue,
+                    Structured::Answered => return Ok(End::Answered),
                 }
             }
             if calls.is_empty() {
@@ -460,7 +449,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 _ => None,
             })
             .unwrap_or_default();
-        let answer = self.answer.take();
+        let answer = self.output.as_mut().and_then(|output| output.answer.take());
         let finish_reason = if answer.is_some() {
             // A final-answer call is the answer, not a request for tools.
             StopReason::Stop
@@ -549,9 +538,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let mut first_event = None;
         let mut assembler = MessageAssembler::new(self.emitter.is_on());
         let mut partial = match &self.output {
-            Some(output) if self.emitter.is_on() => Some(crate::output::PartialOutput::new(
-                output.spec,
-                output.strategy,
+            // Boxed: the text path keeps a pointer's room for it in this future.
+            Some(output) if self.emitter.is_on() => Some(Box::new(
+                crate::output::PartialOutput::new(output.spec, output.strategy),
             )),
             _ => None,
         };
@@ -566,15 +555,32 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             let pump: Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + '_>> =
                 Box::pin(async move {
                     let mut stream = stream;
-                    while let Some(item) = stream.next().await {
+                    // `let … else` and the inner block keep the item and the event out of
+                    // this future (allocated per model call) across the awaits: a `while
+                    // let` scrutinee, or a local once borrowed, would hold its place there.
+                    #[allow(clippy::while_let_loop)]
+                    loop {
+                        let Some(item) = stream.next().await else {
+                            break;
+                        };
                         first_event.get_or_insert_with(|| started.elapsed());
                         assembler.push(item?)?;
-                        while let Some(event) = assembler.next_event() {
-                            let grown = partial.as_mut().and_then(|p| p.observe(&event));
-                            emitter.emit(event).await;
-                            if let Some(grown) = grown {
-                                emitter.emit(grown).await;
-                            }
+                        loop {
+                            let queued = {
+                                let Some(event) = assembler.next_event() else {
+                                    break;
+                                };
+                                let grew = partial.as_mut().is_some_and(|p| p.observe(&event));
+                                let queued = emitter.emit(event);
+                                // The partial answer goes out with the delta that grew it.
+                                if grew
+                                    && let Some(grown) = partial.as_ref().and_then(|p| p.latest())
+                                {
+                                    emitter.queue(grown);
+                                }
+                                queued
+                            };
+                            queued.await;
                         }
                     }
                     Ok::<(), BackendError>(())
@@ -942,6 +948,41 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
     }
 
+    /// Handles the model's turn at `at` in a run with an output schema: a valid answer ends
+    /// the run, an invalid one goes back for another try, a refusal is an error.
+    async fn structured_turn(
+        &mut self,
+        at: usize,
+        calls: &[ToolCall],
+    ) -> Result<Structured, AgentError> {
+        match self.judge(at, calls) {
+            Verdict::Tools => Ok(Structured::Tools),
+            Verdict::Answer { value, call } => {
+                self.close_answer_round(calls, call.as_ref(), None).await?;
+                self.emitter
+                    .emit_with(|| AgentEvent::Output {
+                        value: value.clone(),
+                    })
+                    .await;
+                if let Some(output) = &mut self.output {
+                    output.answer = Some(value);
+                }
+                Ok(Structured::Answered)
+            }
+            Verdict::Invalid { raw, errors, call } => {
+                self.retry_output(calls, call, raw, errors).await?;
+                Ok(Structured::Retry)
+            }
+            Verdict::Refused(refusal) => {
+                let message = format!("the model refused to give a structured answer: {refusal}");
+                Err(AgentError::new(
+                    ErrorKind::OutputRefused { refusal },
+                    message,
+                ))
+            }
+        }
+    }
+
     /// What the model's turn at `at` is, for a run with an output schema.
     fn judge(&self, at: usize, calls: &[ToolCall]) -> Verdict {
         let (Some(output), Message::Assistant(message)) =
@@ -1146,7 +1187,11 @@ impl<B: ?Sized> Drop for Run<'_, '_, B> {
         self.settle();
         // Give the history back, whatever happened; a run dropped mid-way reads as aborted.
         self.session.messages = std::mem::take(&mut self.request.messages);
-        self.session.system = match self.system_before.take() {
+        let system_before = self
+            .output
+            .as_mut()
+            .and_then(|output| output.system_before.take());
+        self.session.system = match system_before {
             // `Prompted` added the schema to the request's prompt, not to the session's.
             Some(original) => original,
             None => self.request.system.take(),

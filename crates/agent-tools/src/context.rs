@@ -101,44 +101,119 @@ pub struct ToolContext {
     accounting: Accounting,
     max_result_bytes: Option<usize>,
     max_binary_bytes: Option<usize>,
-    content: ContentSlot,
+    /// Which of the accounting's waiting contents is this call's; shared by the clones.
+    content_key: u64,
 }
 
 /// Where a handler's [`ToolContent`](crate::ToolContent) result waits for the caller that
 /// made the context (the loop reads it when the call is done). Shared by the context's
-/// clones; cloning the slot itself ([`ToolContext::content_slot`]) copies one `Arc`, where a
-/// whole context clone also clones its cancellation tokens and caller.
-#[derive(Debug, Clone, Default)]
-pub struct ContentSlot(Arc<std::sync::Mutex<Option<crate::ToolContent>>>);
+/// clones.
+///
+/// It lives beside the totals of the context's [`Accounting`] (contexts sharing one share
+/// where content waits, each under its own key), so a call costs no allocation of its own:
+/// the table grows only when a handler sets content. A slot taken with
+/// [`ToolContext::content_slot`] follows the accounting the context had then.
+#[derive(Clone)]
+pub struct ContentSlot {
+    reports: Arc<Reports>,
+    key: u64,
+}
+
+impl Default for ContentSlot {
+    /// A slot of its own, shared with nothing.
+    fn default() -> Self {
+        Self {
+            reports: Arc::default(),
+            key: next_content_key(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ContentSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContentSlot")
+            .field("key", &self.key)
+            .field("set", &self.is_set())
+            .finish()
+    }
+}
 
 impl ContentSlot {
     /// Puts `content` in the slot, replacing what was there.
     pub fn set(&self, content: crate::ToolContent) {
-        if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(content);
+        let mut waiting = self.reports.content();
+        match waiting.iter_mut().find(|(key, _)| *key == self.key) {
+            Some((_, slot)) => *slot = content,
+            None => waiting.push((self.key, content)),
         }
     }
 
     /// Takes what the slot holds, if anything.
     pub fn take(&self) -> Option<crate::ToolContent> {
-        self.0.lock().ok().and_then(|mut slot| slot.take())
+        let mut waiting = self.reports.content();
+        let at = waiting.iter().position(|(key, _)| *key == self.key)?;
+        Some(waiting.swap_remove(at).1)
     }
+
+    fn is_set(&self) -> bool {
+        self.reports
+            .content()
+            .iter()
+            .any(|(key, _)| *key == self.key)
+    }
+}
+
+/// The anonymous caller a new context starts with, shared: the loop replaces it with its own
+/// at once, so making one per call would be an allocation (and a free) per call for nothing.
+fn anonymous() -> Arc<Caller> {
+    static ANONYMOUS: std::sync::LazyLock<Arc<Caller>> =
+        std::sync::LazyLock::new(|| Arc::new(Caller::default()));
+    Arc::clone(&ANONYMOUS)
+}
+
+/// A fresh key for a context's content: unique in the process, so contexts sharing an
+/// [`Accounting`] never read each other's content (even under the same call id).
+fn next_content_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl ToolContext {
     /// A context for call `call_id` of tool `tool_name`, with an anonymous caller (no
     /// permissions) and a fresh cancellation token.
     pub fn new(call_id: impl Into<ToolCallId>, tool_name: impl Into<Arc<str>>) -> Self {
+        Self::for_call(
+            call_id,
+            tool_name,
+            anonymous(),
+            CancellationToken::new(),
+            Accounting::default(),
+        )
+    }
+
+    /// A context for call `call_id` of tool `tool_name` made of what its caller shares: who
+    /// is calling, the call's cancellation token and the accounting it reports into. The same
+    /// as [`new`](Self::new) then [`with_caller`](Self::with_caller),
+    /// [`with_cancellation`](Self::with_cancellation) and
+    /// [`with_accounting`](Self::with_accounting), without making (and freeing) the token and
+    /// accounting they replace: the loop builds one context per call.
+    pub fn for_call(
+        call_id: impl Into<ToolCallId>,
+        tool_name: impl Into<Arc<str>>,
+        caller: Arc<Caller>,
+        cancellation: CancellationToken,
+        accounting: Accounting,
+    ) -> Self {
         Self {
             call_id: call_id.into(),
             tool_name: tool_name.into(),
-            caller: Arc::new(Caller::default()),
-            cancellation: CancellationToken::new(),
+            caller,
+            cancellation,
             hard_stop: None,
-            accounting: Accounting::default(),
+            accounting,
             max_result_bytes: None,
             max_binary_bytes: None,
-            content: ContentSlot::default(),
+            content_key: next_content_key(),
         }
     }
 
@@ -163,19 +238,23 @@ impl ToolContext {
     /// gets this done for it; a raw [`Handler`](crate::Handler) calls it before its final
     /// event.
     pub fn set_content(&self, content: crate::ToolContent) {
-        self.content.set(content);
+        self.content_slot().set(content);
     }
 
     /// Takes the content a handler set with [`set_content`](Self::set_content) (on this
     /// context or any clone of it), if any.
     pub fn take_content(&self) -> Option<crate::ToolContent> {
-        self.content.take()
+        self.content_slot().take()
     }
 
     /// The slot [`set_content`](Self::set_content) fills, to read after the context has been
-    /// handed to the handler.
+    /// handed to the handler. Take it after [`with_accounting`](Self::with_accounting): the
+    /// content waits beside the accounting's totals.
     pub fn content_slot(&self) -> ContentSlot {
-        self.content.clone()
+        ContentSlot {
+            reports: Arc::clone(&self.accounting.reports),
+            key: self.content_key,
+        }
     }
 
     /// Sets who is calling.
@@ -280,7 +359,38 @@ impl ToolContext {
 /// the context. Reports only add up.
 #[derive(Debug, Clone, Default)]
 pub struct Accounting {
-    totals: Arc<Mutex<AccountingTotals>>,
+    reports: Arc<Reports>,
+}
+
+/// What handlers report back to whoever built their contexts: the spend totals, and the
+/// content results waiting to be taken (keyed by context; empty, and unallocated, until a
+/// handler returns content).
+#[derive(Default)]
+struct Reports {
+    totals: Mutex<AccountingTotals>,
+    content: Mutex<Vec<(u64, crate::ToolContent)>>,
+}
+
+impl Reports {
+    fn content(&self) -> std::sync::MutexGuard<'_, Vec<(u64, crate::ToolContent)>> {
+        // A poisoned lock still holds whole entries: each is pushed or removed in one step.
+        self.content
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for Reports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let totals = *self
+            .totals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f.debug_struct("Reports")
+            .field("totals", &totals)
+            .field("waiting_content", &self.content().len())
+            .finish()
+    }
 }
 
 /// The totals an [`Accounting`] has received.
@@ -318,7 +428,8 @@ impl Accounting {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, AccountingTotals> {
         // The totals are plain numbers: a panic elsewhere cannot leave them inconsistent.
-        self.totals
+        self.reports
+            .totals
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -410,5 +521,61 @@ mod tests {
             }
         );
         assert_eq!(accounting.totals(), AccountingTotals::default());
+    }
+
+    #[test]
+    fn contexts_sharing_an_accounting_keep_their_content_apart() {
+        // The loop gives every call of a run the run's accounting; content waits beside its
+        // totals, one entry per context, even when two calls carry the same id.
+        let accounting = Accounting::default();
+        let first = ToolContext::new("c1", "t").with_accounting(accounting.clone());
+        let second = ToolContext::new("c1", "t").with_accounting(accounting.clone());
+        let (first_slot, second_slot) = (first.content_slot(), second.content_slot());
+        assert!(
+            first_slot.take().is_none(),
+            "nothing waits before a handler sets content"
+        );
+        first.clone().set_content(crate::ToolContent::text("one"));
+        second.set_content(crate::ToolContent::text("two"));
+        second.set_content(crate::ToolContent::text("two, again"));
+        assert_eq!(
+            second_slot.take(),
+            Some(crate::ToolContent::text("two, again"))
+        );
+        assert!(second.take_content().is_none(), "taken once");
+        assert_eq!(first_slot.take(), Some(crate::ToolContent::text("one")));
+        assert_eq!(
+            accounting.reports.content().len(),
+            0,
+            "nothing left waiting"
+        );
+        // A slot of its own (`Default`) shares nothing.
+        let alone = ContentSlot::default();
+        alone.set(crate::ToolContent::text("x"));
+        assert!(first_slot.take().is_none());
+        assert!(format!("{alone:?}").contains("set: true"));
+        assert_eq!(alone.take(), Some(crate::ToolContent::text("x")));
+    }
+
+    #[test]
+    fn for_call_uses_the_parts_it_is_given() {
+        let accounting = Accounting::default();
+        let token = CancellationToken::new();
+        let ctx = ToolContext::for_call(
+            "c1",
+            "t",
+            Arc::new(Caller::new("user-1").with_permission("orders:read")),
+            token.clone(),
+            accounting.clone(),
+        );
+        assert_eq!(ctx.caller().principal(), "user-1");
+        assert!(ctx.caller().has_permission("orders:read"));
+        ctx.accounting().add_tokens(3);
+        assert_eq!(accounting.totals().tokens, 3);
+        token.cancel();
+        assert!(ctx.is_cancelled());
+        // `new`'s anonymous caller is shared, and holds nothing.
+        let anonymous = ToolContext::new("c2", "t");
+        assert_eq!(anonymous.caller(), &Caller::default());
     }
 }

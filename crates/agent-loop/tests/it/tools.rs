@@ -1161,6 +1161,43 @@ fn screenshot_tool() -> Tool {
     )
 }
 
+/// Concurrent calls of one round leave their content in the run's shared accounting; each
+/// result gets its own, even when the model gives two calls the same id and the handlers
+/// interleave between setting their content and finishing.
+#[tokio::test]
+async fn parallel_calls_with_one_id_each_get_their_own_content() {
+    let tool = Tool::from_json_fn(
+        "label",
+        "Labels a number.",
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+        |arguments, ctx| async move {
+            ctx.set_content(agent_tools::ToolContent::text(format!(
+                "label {}",
+                arguments["n"]
+            )));
+            // The other calls run (and set theirs) before this one is done.
+            tokio::task::yield_now().await;
+            Ok(Value::Null)
+        },
+    );
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_calls([
+            ToolCall::new("dup", "label", json!({"n": 1})),
+            ToolCall::new("dup", "label", json!({"n": 2})),
+            ToolCall::new("other", "label", json!({"n": 3})),
+        ]),
+        ScriptedTurn::text("Three labels."),
+    ]);
+    let options = Options::auto().with_tools(registry([tool]));
+    let result = generate(&backend, Input::new("m").user("Labels?"), &options)
+        .await
+        .unwrap();
+    let sent: Vec<&str> = (1..=3)
+        .map(|at| tool_result(&result.messages[at]).content.as_str())
+        .collect();
+    assert_eq!(sent, ["label 1", "label 2", "label 3"]);
+}
+
 /// A handler's content blocks reach the history, the next request, the end event and the
 /// trace as blocks, not as their JSON text.
 #[tokio::test]
