@@ -283,8 +283,10 @@ mod tests {
 
     #[test]
     fn the_number_of_tools_is_bounded() {
-        let mut limits = Limits::default();
-        limits.max_tools = 2;
+        let limits = Limits {
+            max_tools: 2,
+            ..Limits::default()
+        };
         let object = json!({"type": "object"});
         let error = import(
             &config().limits(limits),
