@@ -98,9 +98,9 @@ impl fmt::Debug for ServerConfig {
 }
 
 /// Bounds on what a server controls. A hostile or broken server cannot make the client buffer,
-/// import or compile more than these.
+/// import or compile more than these. Build one with `..Limits::default()` so that bounds
+/// added later keep their defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Limits {
     /// Tools imported from one server; listing stops with an error past it. Default 512.
     pub max_tools: usize,

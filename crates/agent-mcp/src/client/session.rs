@@ -4,7 +4,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use agent_tools::{Handler, ToolContext, ToolError, ToolEvent, ToolStream};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
@@ -460,6 +460,15 @@ impl Handler for McpHandler {
                     biased;
                     reply = &mut response => {
                         guard.id = None;
+                        // rmcp hands each notification to a task of its own, so the last
+                        // progress update can race the result: let those tasks run, then pass
+                        // on what already arrived. (One still in flight after that is dropped.)
+                        for _ in 0..3 {
+                            tokio::task::yield_now().await;
+                        }
+                        while let Some(Some(update)) = progress.next().now_or_never() {
+                            yield ToolEvent::Delta(progress_text(&update));
+                        }
                         let result = match reply {
                             Ok(Ok(ServerResult::CallToolResult(result))) => map_result(result).map(|content| {
                                 let json = serde_json::to_value(&content).unwrap_or_default();

@@ -22,7 +22,7 @@ async fn a_scripted_model_calls_mcp_tools_through_the_loop() {
         ScriptedTurn::tool_call(
             "call_2",
             "everything_trigger-long-running-operation",
-            json!({"duration": 0.4, "steps": 2}),
+            json!({"duration": 0.8, "steps": 4}),
         ),
         ScriptedTurn::tool_call("call_3", "everything_get-tiny-image", json!({})),
         ScriptedTurn::text("The sum is 42."),
@@ -62,14 +62,11 @@ async fn a_scripted_model_calls_mcp_tools_through_the_loop() {
         "{outputs:?}"
     );
     assert!(!outputs[0].2);
-    // Progress notifications reached the run as tool progress events.
-    assert_eq!(
-        deltas,
-        [
-            ("call_2".to_owned(), "1/2".to_owned()),
-            ("call_2".to_owned(), "2/2".to_owned())
-        ]
-    );
+    // Progress notifications reached the run as tool progress events, in order. (The last
+    // one races the result inside rmcp and may be dropped; the earlier ones may not.)
+    let expected = ["1/4", "2/4", "3/4", "4/4"].map(|d| ("call_2".to_owned(), d.to_owned()));
+    assert!(deltas.len() >= 3, "{deltas:?}");
+    assert_eq!(deltas[..], expected[..deltas.len()]);
     // The image went to the model as an image block.
     assert!(outputs[2].3 >= 1, "{outputs:?}");
     let requests = backend.requests();

@@ -132,3 +132,25 @@ pub(crate) fn text(content: &ToolContent) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A server built on the official Python SDK (`tests/python/fixture_server.py`), run with
+/// `$AGENTRY_TEST_MCP_PYTHON`; markers go to `dir`. `None` skips outside CI.
+pub(crate) fn python_fixture(dir: &std::path::Path) -> Option<ServerConfig> {
+    let Some(python) = std::env::var_os("AGENTRY_TEST_MCP_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "AGENTRY_TEST_MCP_PYTHON is not set: CI must run `eval \"$(bash .ci/python.sh)\"` first"
+        );
+        eprintln!(
+            "skipped: AGENTRY_TEST_MCP_PYTHON is not set (run `eval \"$(bash .ci/python.sh)\"`)"
+        );
+        return None;
+    };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/fixture_server.py");
+    Some(ServerConfig::stdio(
+        "fixture",
+        python.to_string_lossy(),
+        [script.display().to_string(), dir.display().to_string()],
+    ))
+}
