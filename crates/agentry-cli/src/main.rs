@@ -53,7 +53,8 @@ Default models: openai and openai-responses gpt-5-mini, anthropic claude-sonnet-
 gemini-2.5-flash, ollama qwen3; openai-compatible needs --model.
 Flags win over agentry.toml, which wins over your own config.toml (in $XDG_CONFIG_HOME/agentry \
 or ~/.config/agentry), which wins over the defaults. A ./agentry.toml you have not trusted \
-(`agentry trust`) may not set base_url, a provider paired with a base URL, read_file or root.
+(`agentry trust`) may not set base_url, a provider paired with a base URL, read_file, root \
+or [[mcp]] servers.
 
 Exit status: 0 done, 1 error, 2 usage (bad flags, configuration, missing key, or settings \
 refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results, 130 aborted \
