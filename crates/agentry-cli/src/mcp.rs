@@ -315,6 +315,15 @@ pub(crate) async fn connect_into(
 
 /// `agentry mcp tools`: each imported tool as one JSON line.
 pub(crate) async fn tools(flags: &McpArgs, config_path: Option<&Path>) -> Result<(), Error> {
+    // Warnings (tools skipped, connections lost) on stderr; `RUST_LOG=info` adds each stdio
+    // server's own stderr lines, for debugging a server.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
     let config = Config::load(config_path)?;
     let servers = servers(flags, &config)?;
     if servers.is_empty() {
@@ -328,14 +337,6 @@ pub(crate) async fn tools(flags: &McpArgs, config_path: Option<&Path>) -> Result
     let mut stdout = std::io::stdout().lock();
     let write = |error: std::io::Error| Error::Other(format!("cannot write the output: {error}"));
     for client in &clients {
-        for skipped in client.skipped().iter() {
-            eprintln!(
-                "agentry: {}: tool `{}` not imported: {}",
-                client.name(),
-                skipped.server_name,
-                skipped.reason
-            );
-        }
         for tool in client.tools().iter() {
             let line = json!({
                 "name": tool.name,

@@ -36,7 +36,7 @@ fn stdio_flag(node: &str, script: &str) -> String {
 /// The binary with no provider keys and no configuration from the machine running the tests.
 fn agentry(home: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
-    for key in ["OPENAI_API_KEY", "AGENTRY_CONFIG"] {
+    for key in ["OPENAI_API_KEY", "AGENTRY_CONFIG", "RUST_LOG"] {
         command.env_remove(key);
     }
     command
@@ -121,14 +121,19 @@ fn mcp_tools_prints_one_json_line_per_imported_tool() {
         "string"
     );
 
-    // --mcp-name names it; the allow-list of a trusted config narrows it.
-    let (code, stdout, stderr) =
-        run(agentry(home.path()).args(["mcp", "tools", "--mcp", &flag, "--mcp-name", "ev"]));
+    // --mcp-name names it; RUST_LOG=info shows the server's own stderr, by server.
+    let (code, stdout, stderr) = run(agentry(home.path())
+        .args(["mcp", "tools", "--mcp", &flag, "--mcp-name", "ev"])
+        .env("RUST_LOG", "agent_mcp=info"));
     assert_eq!(code, 0, "{stderr}");
     assert!(
         lines(&stdout)
             .iter()
             .any(|tool| tool["name"] == "ev_get-sum")
+    );
+    assert!(
+        stderr.contains("Starting default (STDIO) server") && stderr.contains("server=ev"),
+        "{stderr}"
     );
 }
 

@@ -170,6 +170,16 @@ pub(crate) fn import(
             input_schema: schema,
         });
     }
+    // An allow-list entry the server does not list is a typo or a server that changed.
+    for name in config.allow.iter().flatten() {
+        if !tools
+            .iter()
+            .any(|tool: &ImportedTool| &tool.server_name == name)
+            && !skipped.iter().any(|s: &SkippedTool| &s.server_name == name)
+        {
+            tracing::warn!(server = %config.name, tool = %name, "the allow-list names a tool the MCP server does not list");
+        }
+    }
     for skipped in &skipped {
         tracing::warn!(
             server = %config.name,

@@ -73,7 +73,7 @@ type Running = RunningService<RoleClient, Notifications>;
 /// does not tear down a new one) or down since a failed attempt.
 #[derive(Default)]
 struct Link {
-    running: Option<(u64, Arc<Running>)>,
+    running: Option<(u64, Running)>,
     generation: u64,
     failures: u32,
     retry_at: Option<Instant>,
@@ -252,7 +252,7 @@ impl Inner {
                 link.retry_at = None;
                 let generation = link.generation;
                 let peer = running.peer().clone();
-                link.running = Some((generation, Arc::new(running)));
+                link.running = Some((generation, running));
                 Ok((generation, peer))
             }
             Err(error) => {
@@ -279,9 +279,7 @@ impl Inner {
             link.closed = true;
             link.running.take()
         };
-        if let Some((_, running)) = running
-            && let Ok(mut running) = Arc::try_unwrap(running)
-        {
+        if let Some((_, mut running)) = running {
             let _ = running.close_with_timeout(Duration::from_secs(5)).await;
         }
     }
