@@ -294,10 +294,14 @@ fn an_untrusted_projects_mcp_servers_are_not_started_until_trusted() {
     assert_eq!(code, 2, "{stderr}");
     assert!(!marker.exists(), "the planted server was started");
 
-    let (code, _, stderr) = run(agentry(home.path())
+    let (code, stdout, stderr) = run(agentry(home.path())
         .current_dir(project.path())
         .args(["trust", "agentry.toml"]));
     assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("it may now set: [[mcp]] command = \"sh -c"),
+        "{stdout}"
+    );
     let (code, stdout, stderr) = run(agentry(home.path())
         .current_dir(project.path())
         .args(["mcp", "tools"]));
