@@ -39,7 +39,7 @@ use agent_tools::Registry;
 use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
 use tokio::sync::watch;
 
-pub use config::{DEFAULT_CALL_TIMEOUT, Limits, ServerConfig, Transport};
+pub use config::{DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Limits, ServerConfig, Transport};
 pub use import::{ImportedTool, SkippedTool, prefixed_name};
 /// rmcp's types for what resources and prompts return.
 pub use rmcp::model::{GetPromptResult, Prompt, Resource, ResourceContents};

@@ -22,6 +22,7 @@ pub struct ServerConfig {
     pub(crate) allow: Option<Vec<String>>,
     pub(crate) deny: Vec<String>,
     pub(crate) call_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     pub(crate) limits: Limits,
 }
 
@@ -92,6 +93,7 @@ impl fmt::Debug for ServerConfig {
             .field("allow", &self.allow)
             .field("deny", &self.deny)
             .field("call_timeout", &self.call_timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("limits", &self.limits)
             .finish()
     }
@@ -141,6 +143,9 @@ impl Default for Limits {
 /// The default per-call timeout: 5 minutes.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The default time to start (or reach) a server and finish the MCP handshake: 30 seconds.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl ServerConfig {
     fn new(name: impl Into<String>, transport: Transport) -> Self {
         Self {
@@ -149,6 +154,7 @@ impl ServerConfig {
             allow: None,
             deny: Vec::new(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             limits: Limits::default(),
         }
     }
@@ -241,10 +247,19 @@ impl ServerConfig {
     }
 
     /// Ends a call that takes longer with a tool error (and `notifications/cancelled` to the
-    /// server). Default [`DEFAULT_CALL_TIMEOUT`].
+    /// server); also bounds each listing and resource or prompt request. Default
+    /// [`DEFAULT_CALL_TIMEOUT`].
     #[must_use]
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
+        self
+    }
+
+    /// How long starting (or reaching) the server and the MCP handshake may take, at connect
+    /// and at each reconnect. Default [`DEFAULT_CONNECT_TIMEOUT`].
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 

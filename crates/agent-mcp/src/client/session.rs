@@ -245,7 +245,19 @@ impl Inner {
                 ));
             }
         }
-        match self.open().await {
+        let timeout = self.config.connect_timeout;
+        let opened = tokio::time::timeout(timeout, self.open())
+            .await
+            .unwrap_or_else(|_| {
+                Err(connect_error(
+                    &self.config,
+                    format!(
+                        "the server did not finish the MCP handshake within {} s",
+                        timeout.as_secs_f64()
+                    ),
+                ))
+            });
+        match opened {
             Ok(running) => {
                 link.generation += 1;
                 link.failures = 0;
@@ -295,7 +307,16 @@ impl Inner {
         Fut: Future<Output = Result<T, ServiceError>>,
     {
         let (generation, peer) = self.peer().await?;
-        match f(peer).await {
+        let timeout = self.config.call_timeout;
+        // Dropping a request on timeout sends `notifications/cancelled` (rmcp's request guard).
+        let Ok(outcome) = tokio::time::timeout(timeout, f(peer)).await else {
+            return Err(Error::Request {
+                server: self.config.name.clone(),
+                operation: op,
+                reason: format!("no answer within {} s", timeout.as_secs_f64()),
+            });
+        };
+        match outcome {
             Ok(value) => Ok(value),
             Err(error) => {
                 if is_transport_failure(&error) {

@@ -104,3 +104,29 @@ async fn an_endless_sse_event_stops_at_the_limit() {
         .unwrap();
     assert!(written < 32 * LIMIT, "{written} bytes were taken");
 }
+
+#[tokio::test]
+async fn a_server_that_never_answers_the_handshake_times_out() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    // Accepts and reads, never answers.
+    let _task = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = vec![0u8; 64 * 1024];
+            let _ = socket.read(&mut request).await;
+            open.push(socket);
+        }
+    });
+    let started = Instant::now();
+    let error = McpClient::connect(
+        ServerConfig::http("silent", url).connect_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot connect to MCP server `silent`: the server did not finish the MCP handshake within 0.5 s"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
