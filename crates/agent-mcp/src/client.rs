@@ -261,6 +261,59 @@ impl McpClient {
             .await
     }
 
+    /// An opt-in tool, `<server>_read_resource`, that reads one of the server's resources by
+    /// URI for the model (text as text, blobs as images or files). Not imported by itself:
+    /// register it where the model should read resources.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Tools`] when the server's name leaves no valid tool name.
+    pub fn read_resource_tool(&self) -> Result<agent_tools::Tool, Error> {
+        let name = agent_tools::tool_name(&self.inner.config.name, "read_resource")?;
+        let inner = Arc::downgrade(&self.inner);
+        let description = format!(
+            "Reads a resource of MCP server `{}` by its URI (as listed by the server or linked \
+             from a tool result).",
+            self.inner.config.name
+        );
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"uri": {"type": "string", "description": "The resource's URI."}},
+            "required": ["uri"],
+            "additionalProperties": false
+        });
+        Ok(agent_tools::Tool::from_json_fn(
+            name,
+            description,
+            schema,
+            move |arguments: serde_json::Value, context: agent_tools::ToolContext| {
+                let inner = inner.clone();
+                async move {
+                    let inner = inner.upgrade().ok_or_else(|| {
+                        agent_tools::ToolError::respond_to_model(
+                            "this MCP tool's client was dropped; the tool cannot be called",
+                        )
+                    })?;
+                    let uri = arguments["uri"].as_str().unwrap_or_default().to_owned();
+                    let params = ReadResourceRequestParams::new(uri);
+                    let contents = inner
+                        .request("resources/read", |peer| async move {
+                            Ok(peer.read_resource(params).await?.contents)
+                        })
+                        .await
+                        .map_err(|e| agent_tools::ToolError::respond_to_model(e.to_string()))?;
+                    let blocks: Vec<_> = contents.into_iter().map(content::map_resource).collect();
+                    // The blocks go to the model as blocks (an image stays an image); the
+                    // JSON value shows them to callers that only read the stream.
+                    let content = agent_tools::ToolContent::from(blocks);
+                    let json = serde_json::to_value(&content).unwrap_or_default();
+                    context.set_content(content);
+                    Ok(json)
+                }
+            },
+        ))
+    }
+
     /// Ends the connection (a stdio server is asked to exit, then killed) and stops
     /// reconnecting: the tools' calls fail from now on.
     pub async fn close(self) {

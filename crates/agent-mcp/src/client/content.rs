@@ -63,6 +63,37 @@ fn file_name(uri: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// A resource's contents as a block: text as `[resource URI]` then the text, a blob as an image
+/// (`image/*`) or a file named after the URI's last segment.
+pub(crate) fn map_resource(contents: ResourceContents) -> ToolResultBlock {
+    match contents {
+        ResourceContents::TextResourceContents { uri, text, .. } => ToolResultBlock::Text {
+            text: format!("[resource {uri}]\n{text}"),
+        },
+        ResourceContents::BlobResourceContents {
+            uri,
+            mime_type,
+            blob,
+            ..
+        } => {
+            let media_type = mime_type.unwrap_or_else(|| "application/octet-stream".to_owned());
+            if media_type.starts_with("image/") {
+                ToolResultBlock::Image {
+                    source: ImageSource::Base64 {
+                        media_type,
+                        data: blob,
+                    },
+                }
+            } else {
+                file(blob, media_type, file_name(&uri))
+            }
+        }
+        other => ToolResultBlock::Json {
+            value: serde_json::to_value(other).unwrap_or_default(),
+        },
+    }
+}
+
 fn map_block(block: ContentBlock) -> ToolResultBlock {
     match block {
         ContentBlock::Text(text) => ToolResultBlock::Text { text: text.text },
@@ -73,32 +104,7 @@ fn map_block(block: ContentBlock) -> ToolResultBlock {
             },
         },
         ContentBlock::Audio(audio) => file(audio.data, audio.mime_type, None),
-        ContentBlock::Resource(embedded) => match embedded.resource {
-            ResourceContents::TextResourceContents { uri, text, .. } => ToolResultBlock::Text {
-                text: format!("[resource {uri}]\n{text}"),
-            },
-            ResourceContents::BlobResourceContents {
-                uri,
-                mime_type,
-                blob,
-                ..
-            } => {
-                let media_type = mime_type.unwrap_or_else(|| "application/octet-stream".to_owned());
-                if media_type.starts_with("image/") {
-                    ToolResultBlock::Image {
-                        source: ImageSource::Base64 {
-                            media_type,
-                            data: blob,
-                        },
-                    }
-                } else {
-                    file(blob, media_type, file_name(&uri))
-                }
-            }
-            other => ToolResultBlock::Json {
-                value: serde_json::to_value(other).unwrap_or_default(),
-            },
-        },
+        ContentBlock::Resource(embedded) => map_resource(embedded.resource),
         ContentBlock::ResourceLink(link) => {
             let mut text = format!("[resource link] {}: {}", link.name, link.uri);
             if let Some(mime) = &link.mime_type {

@@ -143,6 +143,36 @@ async fn resources_and_prompts(client: &McpClient) {
         .await
         .unwrap();
     assert!(!prompt.messages.is_empty());
+    // The opt-in tool reads the same resource for the model.
+    let mut registry = Registry::new();
+    registry
+        .register(client.read_resource_tool().unwrap())
+        .unwrap();
+    let (output, content) = call(
+        &registry,
+        "everything_read_resource",
+        json!({"uri": first.uri}),
+    )
+    .await;
+    assert!(output.result.is_ok(), "{:?}", output.result);
+    let blocks = content.unwrap().into_blocks();
+    assert_eq!(blocks.len(), contents.len());
+    if let ToolResultBlock::Text { text } = &blocks[0] {
+        assert!(
+            text.starts_with(&format!("[resource {}]", first.uri)),
+            "{text}"
+        );
+    }
+    let (output, _) = call(
+        &registry,
+        "everything_read_resource",
+        json!({"uri": "demo://no/such/thing"}),
+    )
+    .await;
+    assert_eq!(
+        output.result.unwrap_err().kind(),
+        ToolErrorKind::RespondToModel
+    );
     let unknown = client
         .read_resource("demo://no/such/thing")
         .await
