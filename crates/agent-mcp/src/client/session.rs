@@ -49,14 +49,7 @@ impl ClientHandler for Notifications {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         // Listing needs this connection's service loop, which is running this callback: list
         // from a task so the loop can deliver the answer.
-        let inner = self.inner.clone();
-        tokio::spawn(async move {
-            if let Some(inner) = inner.upgrade()
-                && let Err(error) = Inner::refresh(&inner).await
-            {
-                tracing::warn!(server = %inner.config.name, %error, "refreshing MCP tools failed");
-            }
-        });
+        spawn_refresh(self.inner.clone());
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -65,6 +58,20 @@ impl ClientHandler for Notifications {
         implementation.version = env!("CARGO_PKG_VERSION").to_owned();
         ClientConfig::new(ClientCapabilities::default(), implementation)
     }
+}
+
+/// Lists and imports the tools again on a task of its own. A plain function returning a boxed
+/// `Send` future, so that `Inner::peer` (which calls it) and the refresh (which calls
+/// `Inner::peer`) do not make one recursive future type.
+fn spawn_refresh(inner: Weak<Inner>) {
+    let refresh: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+        if let Some(inner) = inner.upgrade()
+            && let Err(error) = Inner::refresh(&inner).await
+        {
+            tracing::warn!(server = %inner.config.name, %error, "refreshing MCP tools failed");
+        }
+    });
+    tokio::spawn(refresh);
 }
 
 type Running = RunningService<RoleClient, Notifications>;
@@ -265,6 +272,11 @@ impl Inner {
                 let generation = link.generation;
                 let peer = running.peer().clone();
                 link.running = Some((generation, running));
+                if generation > 1 {
+                    // A restarted server may list other tools: import them again, off this
+                    // call's path (the refresh waits for this lock).
+                    spawn_refresh(Arc::downgrade(self));
+                }
                 Ok((generation, peer))
             }
             Err(error) => {

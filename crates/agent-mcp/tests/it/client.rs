@@ -290,11 +290,19 @@ async fn a_stdio_server_killed_mid_call_fails_that_call_and_the_next_call_reconn
     );
     assert!(started.elapsed() < Duration::from_secs(5));
 
+    let mut changed = client.tools_changed();
+    changed.borrow_and_update();
     let (output, content) = call(&registry, "everything_echo", json!({"message": "back"})).await;
     assert!(output.result.is_ok(), "{:?}", output.result);
     assert_eq!(text(&content.unwrap()), "Echo: back");
     let second_pid = std::fs::read_to_string(&pid_file).unwrap();
     assert_ne!(first_pid, second_pid, "a new server process was spawned");
+    // The tools are imported again from the new process.
+    tokio::time::timeout(Duration::from_secs(5), changed.changed())
+        .await
+        .expect("the tools were listed again after the reconnect")
+        .unwrap();
+    assert!(client.registry().get("everything_echo").is_some());
 }
 
 #[tokio::test]
