@@ -76,3 +76,78 @@ async fn tools_list_changed_refreshes_the_imported_tools() {
     assert!(output.result.is_ok(), "{:?}", output.result);
     assert!(output.result.unwrap().to_string().contains("42"));
 }
+
+/// The fixture serving streamable HTTP on a free port; killed on drop.
+async fn python_http(dir: &std::path::Path) -> Option<(tokio::process::Child, String)> {
+    let python = crate::support::python_fixture(dir)?;
+    let agent_mcp::client::Transport::Stdio { command, args, .. } = python.transport() else {
+        unreachable!()
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(command)
+        .args(args)
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the fixture did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Some((child, format!("http://127.0.0.1:{port}/mcp")))
+}
+
+#[tokio::test]
+async fn over_http_the_bearer_token_and_headers_arrive_and_cancellation_reaches_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_server, url)) = python_http(dir.path()).await else {
+        return;
+    };
+    let client = McpClient::connect(
+        agent_mcp::client::ServerConfig::http("fixture", url)
+            .bearer("s3cret")
+            .header("X-Agentry-Test", "seen"),
+    )
+    .await
+    .unwrap();
+    let registry = client.registry();
+    let (output, _) = call(&registry, "fixture_headers", json!({})).await;
+    let value = output.result.unwrap();
+    let shown = value.to_string();
+    assert!(shown.contains("Bearer s3cret"), "{shown}");
+    assert!(shown.contains("seen"), "{shown}");
+
+    let tool = registry.get("fixture_wait").unwrap();
+    let context = ToolContext::new("call_wait", tool.name());
+    let cancel = context.cancellation().clone();
+    let stream = tool.invoke(json!({"seconds": 30}), context);
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel();
+    });
+    let output = collect_output(stream).await;
+    canceller.await.unwrap();
+    assert_eq!(output.result.unwrap_err().kind(), ToolErrorKind::Cancelled);
+    let marker = dir.path().join("cancelled");
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the server never saw the cancellation"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -2,7 +2,8 @@
 see from the client side (that a cancellation arrived), fails on purpose, and grows its tool
 list at runtime.
 
-Usage: python fixture_server.py DIR   (stdio; DIR receives the marker files)
+Usage: python fixture_server.py DIR [PORT]   (stdio, or streamable HTTP on 127.0.0.1:PORT/mcp;
+DIR receives the marker files)
 """
 
 import sys
@@ -45,4 +46,19 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
-server.run("stdio")
+@server.tool()
+def headers(ctx: Context) -> dict:
+    """The request's Authorization and X-Agentry-Test headers (HTTP only)."""
+    request = ctx.request_context.request
+    if request is None:
+        return {}
+    return {
+        "authorization": request.headers.get("authorization"),
+        "x_agentry_test": request.headers.get("x-agentry-test"),
+    }
+
+
+if len(sys.argv) > 2:
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+else:
+    server.run("stdio")
