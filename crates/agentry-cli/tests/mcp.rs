@@ -343,3 +343,111 @@ fn mcp_usage_mistakes_exit_2_and_an_unreachable_server_exits_1() {
         "{stderr}"
     );
 }
+
+/// The Python SDK fixture of agent-mcp serving streamable HTTP on a free port, or `None` to
+/// skip outside CI.
+fn python_fixture_http(dir: &Path) -> Option<(std::process::Child, u16)> {
+    let Ok(python) = std::env::var("AGENTRY_TEST_MCP_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "AGENTRY_TEST_MCP_PYTHON is not set: CI must run `eval \"$(bash .ci/python.sh)\"` first"
+        );
+        eprintln!("skipped: AGENTRY_TEST_MCP_PYTHON is not set");
+        return None;
+    };
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-mcp/tests/python/fixture_server.py");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(python)
+        .arg(script)
+        .arg(dir)
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some((child, port))
+}
+
+#[test]
+fn an_mcp_entry_sends_headers_and_a_bearer_token_from_the_environment() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some((mut fixture, port)) = python_fixture_http(scratch.path()) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime
+        .block_on(ReplayServer::start([
+            chat_tool_call("call_1", "fixture_headers", &json!({})),
+            chat_text("Done."),
+        ]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let config = scratch.path().join("agentry.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp]]\nname = \"fixture\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\
+             headers = {{ \"X-Agentry-Test\" = \"from-${{AGENTRY_TEST_HEADER_VALUE}}\" }}\n\
+             bearer_env = \"AGENTRY_TEST_MCP_TOKEN\"\nallow = [\"headers\"]\n"
+        ),
+    )
+    .unwrap();
+    let url = server.url();
+    let (code, stdout, stderr) = run(agentry(home.path())
+        .args([
+            "run",
+            "--provider",
+            "openai",
+            "--base-url",
+            &url,
+            "--model",
+            "gpt-4.1-mini",
+            "--json",
+            "--config",
+        ])
+        .arg(&config)
+        .arg("who am I?")
+        .env("OPENAI_API_KEY", "test-key")
+        .env("AGENTRY_TEST_HEADER_VALUE", "env")
+        .env("AGENTRY_TEST_MCP_TOKEN", "tok-123"));
+    let _ = fixture.kill();
+    let _ = fixture.wait();
+    assert_eq!(code, 0, "{stderr}");
+    let output = stdout
+        .lines()
+        .map(|line| serde_json::from_str::<AgentEvent>(line).unwrap())
+        .find_map(|event| match event {
+            AgentEvent::ToolExecutionEnd { output, .. } => Some(output),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(output.contains("Bearer tok-123"), "{output}");
+    assert!(output.contains("from-env"), "{output}");
+    // The secrets are not echoed anywhere else.
+    assert!(!stderr.contains("tok-123"), "{stderr}");
+
+    // A variable that is not set stops the command, naming it and not the value.
+    let (code, _, stderr) = run(agentry(home.path())
+        .args(["mcp", "tools", "--config"])
+        .arg(&config)
+        .env("AGENTRY_TEST_MCP_TOKEN", "tok-123"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("[[mcp]] fixture: headers.X-Agentry-Test: the environment variable AGENTRY_TEST_HEADER_VALUE is not set"),
+        "{stderr}"
+    );
+}
