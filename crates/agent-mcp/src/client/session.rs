@@ -245,7 +245,7 @@ impl Inner {
                 return Err(connect_error(
                     &self.config,
                     format!(
-                        "the server is down after {} failed attempts to reconnect; the next attempt is in {} ms",
+                        "the server is down ({} failed reconnects in a row); the next attempt is in {} ms",
                         link.failures,
                         (retry_at - now).as_millis()
                     ),

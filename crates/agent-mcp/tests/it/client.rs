@@ -427,3 +427,70 @@ async fn two_servers_with_the_same_name_collide_naming_both() {
          rename one (`--mcp-name`/`name`) or leave one out (`deny`)"
     );
 }
+
+#[tokio::test]
+async fn a_server_that_stays_down_fails_fast_during_the_backoff_then_comes_back() {
+    let Some((node, script)) = crate::support::everything() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let down = dir.path().join("down");
+    let pids = dir.path().join("pids");
+    // While `down` exists the "server" exits at once, as a crashed install would.
+    let config = ServerConfig::stdio(
+        "everything",
+        "sh",
+        [
+            "-c".to_owned(),
+            format!(
+                "if [ -e '{}' ]; then exit 1; fi; echo $$ >> '{}'; exec '{}' '{}' stdio",
+                down.display(),
+                pids.display(),
+                node.to_string_lossy(),
+                script.to_string_lossy()
+            ),
+        ],
+    );
+    let client = McpClient::connect(config).await.unwrap();
+    let registry = client.registry();
+    std::fs::write(&down, "").unwrap();
+    let pid = std::fs::read_to_string(&pids).unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The reconnect fails; while its backoff runs, calls fail at once saying so.
+    let mut messages = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (output, _) = call(&registry, "everything_echo", json!({"message": "x"})).await;
+        let error = output.result.unwrap_err();
+        assert_eq!(error.kind(), ToolErrorKind::RespondToModel);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        messages.push(error.message().to_owned());
+        if error.message().contains("the next attempt is in") {
+            break;
+        }
+    }
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .contains("failed reconnects in a row); the next attempt is in"),
+        "{messages:?}"
+    );
+
+    // Once the server can start again, the first call after the backoff reconnects.
+    std::fs::remove_file(&down).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (output, content) = call(&registry, "everything_echo", json!({"message": "up"})).await;
+    assert!(
+        output.result.is_ok(),
+        "{:?} after {messages:?}",
+        output.result
+    );
+    assert_eq!(text(&content.unwrap()), "Echo: up");
+}
