@@ -73,3 +73,45 @@ async fn a_scripted_model_calls_mcp_tools_through_the_loop() {
     let last = serde_json::to_string(&requests[3].messages).unwrap();
     assert!(last.contains("image/png"), "the model saw the image");
 }
+
+#[tokio::test]
+async fn cancelling_the_run_cancels_the_mcp_call_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(config) = crate::support::python_fixture(dir.path()) else {
+        return;
+    };
+    let client = McpClient::connect(config).await.unwrap();
+    let mut tools = Registry::new();
+    client.register_into(&mut tools).unwrap();
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "fixture_wait", json!({"seconds": 30})),
+        ScriptedTurn::text("never reached"),
+    ]);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let options = Options::auto()
+        .with_tools(tools)
+        .with_cancellation(cancel.clone());
+    let mut events = generate_stream(&backend, Input::new("m").user("wait"), &options);
+    let mut cancelled_at = None;
+    while let Some(event) = events.next().await {
+        if matches!(event, AgentEvent::ToolExecutionStart { .. }) {
+            // Let the request reach the server, then stop the run.
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            cancelled_at = Some(std::time::Instant::now());
+            cancel.cancel();
+        }
+    }
+    let error = events.result().await.unwrap_err();
+    assert_eq!(error.status(), 499, "{error}");
+    assert!(cancelled_at.unwrap().elapsed() < std::time::Duration::from_secs(5));
+    // The server's handler saw notifications/cancelled.
+    let marker = dir.path().join("cancelled");
+    let started = std::time::Instant::now();
+    while !marker.exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "the server never saw the cancellation"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
