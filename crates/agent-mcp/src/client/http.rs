@@ -45,8 +45,10 @@ impl ReqwestClient {
 
 type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
 
+/// reqwest's error without its URL: errors reach logs and, through a failed call, the model,
+/// and an MCP URL may carry a key in its query.
 fn client_error(error: reqwest::Error) -> StreamableHttpError<reqwest::Error> {
-    StreamableHttpError::Client(error)
+    StreamableHttpError::Client(error.without_url())
 }
 
 /// Whether `content_type` names `wanted` (parameters such as `charset` ignored).

@@ -130,3 +130,19 @@ async fn a_server_that_never_answers_the_handshake_times_out() {
     );
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test]
+async fn errors_do_not_repeat_the_url_and_its_query() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp?api_key=SECRET-123");
+    let error = McpClient::connect(ServerConfig::http("down", url))
+        .await
+        .unwrap_err();
+    let shown = format!("{error} {error:?}");
+    assert!(shown.contains("MCP server `down`"), "{shown}");
+    assert!(!shown.contains("SECRET-123"), "{shown}");
+}
