@@ -212,6 +212,13 @@ async fn stdio_passes_env_and_cwd_and_the_allow_list_narrows() {
     let client = McpClient::connect(config).await.unwrap();
     let names: Vec<String> = client.tools().iter().map(|t| t.name.clone()).collect();
     assert_eq!(names, ["everything_get-env"]);
+    // A run's registry shares the tool compiled at import: no schema is compiled again.
+    let mut run = Registry::new();
+    client.register_into(&mut run).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        run.get("everything_get-env").unwrap(),
+        client.registry().get("everything_get-env").unwrap()
+    ));
     let (_, content) = call(&client.registry(), "everything_get-env", json!({})).await;
     let env: serde_json::Value = serde_json::from_str(&text(&content.unwrap())).unwrap();
     assert_eq!(env["AGENTRY_MCP_TEST_VALUE"], "seen-by-the-server");
