@@ -116,6 +116,30 @@ impl Registry {
         Ok(self.tools.entry(name).or_insert(entry))
     }
 
+    /// Adds every tool of `other`, sharing them: their schemas were compiled when `other`
+    /// registered them and are not compiled again (an imported MCP server's tools join a
+    /// run's registry this way).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DuplicateTool`] for the first name both hold; nothing is added then.
+    pub fn merge(&mut self, other: &Registry) -> Result<(), Error> {
+        if let Some(name) = other
+            .tools
+            .keys()
+            .find(|name| self.tools.contains_key(*name))
+        {
+            return Err(Error::DuplicateTool { name: name.clone() });
+        }
+        self.tools.extend(
+            other
+                .tools
+                .iter()
+                .map(|(name, tool)| (name.clone(), Arc::clone(tool))),
+        );
+        Ok(())
+    }
+
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
         self.tools.get(name)

@@ -78,6 +78,9 @@ pub(crate) struct FileConfig {
     /// Prices per model, in USD per million tokens; added to (and overriding) the built-in card.
     #[serde(default)]
     pub(crate) prices: BTreeMap<String, ModelPrice>,
+    /// MCP servers whose tools every run gets (`[[mcp]]`, see docs/mcp.md); honoured only
+    /// from files the user vouches for.
+    pub(crate) mcp: Option<Vec<crate::mcp::McpEntry>>,
     /// `agentry serve`'s section, read by the server (`agent_server::ServerConfig`).
     #[serde(default)]
     #[allow(dead_code)]
@@ -161,6 +164,9 @@ impl FileConfig {
                 root
             });
         }
+        for entry in config.mcp.iter_mut().flatten() {
+            entry.anchor(path);
+        }
         if let Some(url) = &config.base_url {
             crate::endpoint::check_base_url(url).map_err(|message| Error::Config {
                 path: path.to_path_buf(),
@@ -218,6 +224,7 @@ impl FileConfig {
             max_repeated_calls: self.max_repeated_calls.or(lower.max_repeated_calls),
             tool_timeout_secs: self.tool_timeout_secs.or(lower.tool_timeout_secs),
             prices,
+            mcp: self.mcp.or(lower.mcp),
             server: self.server.or(lower.server),
         }
     }

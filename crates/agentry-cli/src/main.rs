@@ -22,6 +22,7 @@ mod demo;
 mod endpoint;
 mod error;
 mod exit;
+mod mcp;
 mod render;
 mod replay;
 mod run;
@@ -37,6 +38,7 @@ use clap::{Parser, Subcommand};
 use agent_backends::Api;
 
 use crate::args::{LoopArgs, ModelArgs, OutputArgs, PromptArgs, SchemaArgs, parse_api};
+use crate::mcp::McpArgs;
 use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
@@ -51,7 +53,8 @@ Default models: openai and openai-responses gpt-5-mini, anthropic claude-sonnet-
 gemini-2.5-flash, ollama qwen3; openai-compatible needs --model.
 Flags win over agentry.toml, which wins over your own config.toml (in $XDG_CONFIG_HOME/agentry \
 or ~/.config/agentry), which wins over the defaults. A ./agentry.toml you have not trusted \
-(`agentry trust`) may not set base_url, a provider paired with a base URL, read_file or root.
+(`agentry trust`) may not set base_url, a provider paired with a base URL, read_file, root \
+or [[mcp]] servers.
 
 Exit status: 0 done, 1 error, 2 usage (bad flags, configuration, missing key, or settings \
 refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results, 130 aborted \
@@ -98,6 +101,8 @@ enum Command {
         #[command(flatten)]
         attach: PromptArgs,
         #[command(flatten)]
+        mcp: McpArgs,
+        #[command(flatten)]
         loop_args: LoopArgs,
         #[command(flatten)]
         output: OutputArgs,
@@ -118,6 +123,8 @@ enum Command {
         #[command(flatten)]
         schema: SchemaArgs,
         #[command(flatten)]
+        mcp: McpArgs,
+        #[command(flatten)]
         loop_args: LoopArgs,
         #[command(flatten)]
         output: OutputArgs,
@@ -136,6 +143,11 @@ enum Command {
         /// line; RUST_LOG filters it [default filter: info]
         #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
         log_format: serve::LogFormat,
+    },
+    /// MCP (Model Context Protocol): inspect the tools of MCP servers (docs/mcp.md).
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
     },
     /// Trust a project's agentry.toml (or a session state file) to set where your key goes
     /// and what tools may read: records its path and SHA-256 in your configuration directory.
@@ -169,6 +181,22 @@ enum Command {
         /// A raw response body: SSE, NDJSON, a JSON array stream, or one JSON document
         /// (detected from the bytes).
         file: PathBuf,
+    },
+}
+
+/// `agentry mcp …`.
+#[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// Connect to MCP servers and print each tool they give a run as one JSON line
+    /// (`name`, `description`, `input_schema`), for scripts and for debugging a server.
+    #[command(after_help = EXIT_CODES)]
+    Tools {
+        #[command(flatten)]
+        mcp: McpArgs,
+        /// Settings file whose [[mcp]] entries are used too [default: $AGENTRY_CONFIG, else
+        /// ./agentry.toml when present and trusted]
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -213,6 +241,11 @@ fn main() -> ExitCode {
                     .await
                     .map(|()| ExitCode::SUCCESS)
             }
+            Command::Mcp { command } => match command {
+                McpCommand::Tools { mcp, config } => mcp::tools(&mcp, config.as_deref())
+                    .await
+                    .map(|()| ExitCode::SUCCESS),
+            },
             Command::Demo {
                 provider,
                 loop_args,
@@ -229,6 +262,7 @@ fn main() -> ExitCode {
                 remote_tools,
                 session,
                 attach,
+                mcp,
                 loop_args,
                 output,
             } => {
@@ -239,6 +273,7 @@ fn main() -> ExitCode {
                     remote_tools: &remote_tools,
                     session: session.as_deref(),
                     attach: &attach,
+                    mcp: &mcp,
                     loop_args: &loop_args,
                 };
                 run::run(request, &mut renderer).await.map(ExitCode::from)
@@ -248,6 +283,7 @@ fn main() -> ExitCode {
                 results,
                 model,
                 schema,
+                mcp,
                 loop_args,
                 output,
             } => {
@@ -257,6 +293,7 @@ fn main() -> ExitCode {
                     &results,
                     &model,
                     &schema,
+                    &mcp,
                     &loop_args,
                     &mut renderer,
                 )

@@ -19,6 +19,7 @@ use crate::config::{Config, FileConfig, LoopSettings, rate_card};
 use crate::endpoint;
 use crate::error::Error;
 use crate::exit::Exit;
+use crate::mcp::McpArgs;
 use crate::render::Renderer;
 use crate::session_file::{SessionFile, SessionState};
 use crate::trust::Verdict;
@@ -30,6 +31,7 @@ pub(crate) struct RunRequest<'a> {
     pub(crate) remote_tools: &'a [String],
     pub(crate) session: Option<&'a Path>,
     pub(crate) attach: &'a PromptArgs,
+    pub(crate) mcp: &'a McpArgs,
     pub(crate) loop_args: &'a LoopArgs,
 }
 
@@ -39,6 +41,7 @@ pub(crate) async fn run<O: Write, E: Write>(
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
     let config = Config::load(request.model.config.as_deref())?;
+    let mcp = crate::mcp::servers(request.mcp, &config)?;
     let file = request.session.map(SessionFile::new);
     let stored = match &file {
         Some(file) => file.load().await?,
@@ -85,6 +88,7 @@ pub(crate) async fn run<O: Write, E: Write>(
         Run {
             loop_args: request.loop_args,
             output,
+            mcp,
         },
         renderer,
     )
@@ -97,10 +101,12 @@ pub(crate) async fn resume<O: Write, E: Write>(
     results: &Path,
     model: &ModelArgs,
     schema: &SchemaArgs,
+    mcp: &McpArgs,
     loop_args: &LoopArgs,
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
     let config = Config::load(model.config.as_deref())?;
+    let mcp = crate::mcp::servers(mcp, &config)?;
     let output = structured(schema)?;
     let file = SessionFile::new(session);
     let Some(stored) = file.load().await? else {
@@ -130,7 +136,11 @@ pub(crate) async fn resume<O: Write, E: Write>(
         Some(file),
         SessionInput::ToolResults(results),
         &config.merged,
-        Run { loop_args, output },
+        Run {
+            loop_args,
+            output,
+            mcp,
+        },
         renderer,
     )
     .await
@@ -397,8 +407,10 @@ async fn go<O: Write, E: Write>(
     renderer: &mut Renderer<O, E>,
 ) -> Result<Exit, Error> {
     let settings = LoopSettings::resolve(run.loop_args, config)?;
-    let tools = registry(&state.tools, state.root.as_deref())?;
+    let mut tools = registry(&state.tools, state.root.as_deref())?;
     let model = connect(state.provider, state.base_url.as_deref())?;
+    // MCP servers start after everything else is checked; their tools join the registry.
+    let clients = crate::mcp::connect_into(run.mcp, &mut tools).await?;
     let mut prices = rate_card(config);
     if state.provider == Api::Ollama && prices.price(&state.session.model).is_none() {
         // A model on the user's own machine costs nothing per token.
@@ -436,6 +448,13 @@ async fn go<O: Write, E: Write>(
         let shown = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
         header.push_str(&format!(" · read_file root {}", shown.display()));
     }
+    for client in &clients {
+        header.push_str(&format!(
+            " · mcp {} ({} tools)",
+            client.name(),
+            client.tools().len()
+        ));
+    }
     if let Some(file) = &file {
         header.push_str(&format!(" · session {}", file.path().display()));
     }
@@ -443,6 +462,9 @@ async fn go<O: Write, E: Write>(
         .faint(&header)
         .map_err(|error| Error::Other(format!("cannot write the output: {error}")))?;
     let exit = agent::drive(&*model, &mut state.session, input, options, renderer).await;
+    for client in clients {
+        client.close().await;
+    }
     if let Some(file) = &file {
         file.save(&mut state).await?;
         if exit == Exit::Awaiting {
@@ -459,6 +481,8 @@ async fn go<O: Write, E: Write>(
 struct Run<'a> {
     loop_args: &'a LoopArgs,
     output: Option<(OutputSpec, OutputStrategy, u32)>,
+    /// MCP servers whose tools the run gets.
+    mcp: Vec<agent_mcp::client::ServerConfig>,
 }
 
 /// `--output-schema` and its companions: the compiled schema, the strategy, the retries.

@@ -3,8 +3,8 @@
 //! A project's `agentry.toml` and a session's state file live in directories other people can
 //! write to (a cloned repository, a shared folder). Their harmless settings apply as they are;
 //! the ones that send a key somewhere (`base_url`, a `provider` that pairs a key with another
-//! endpoint) or widen what a tool can reach (`read_file`, `root`) are honoured only from a file
-//! whose canonical path and SHA-256 are in the user's trust store:
+//! endpoint) or widen what a tool can reach (`read_file`, `root`, `[[mcp]]` servers) are
+//! honoured only from a file whose canonical path and SHA-256 are in the user's trust store:
 //!
 //! - `agentry trust FILE` records a project configuration the user has read;
 //! - every state file `agentry run --session` writes is recorded as it is written, so a state
@@ -426,12 +426,16 @@ pub(crate) fn command(
         (Kind::State, bytes, sets)
     } else {
         let (config, bytes) = crate::config::FileConfig::read(&path)?;
-        let sets = sensitive(
+        let mut sets = sensitive(
             config.provider,
             config.base_url.as_deref(),
             config.tools.as_deref(),
             config.root.as_deref(),
         );
+        // MCP servers start programs or connect with headers from the environment.
+        for entry in config.mcp.iter().flatten() {
+            sets.push(format!("[[mcp]] {}", entry.describe()));
+        }
         (Kind::Config, bytes, sets)
     };
     let before = check(Some(&store), &path, &bytes, kind)?;

@@ -207,3 +207,22 @@ fn a_strict_tool_declares_strict_and_its_optional_nulls_are_dropped_before_valid
             .is_err()
     );
 }
+
+#[test]
+fn merge_shares_compiled_tools_and_refuses_a_duplicate_whole() {
+    let mut run = registry(&["a"]);
+    let imported = registry(&["b", "c"]);
+    run.merge(&imported).unwrap();
+    assert_eq!(run.names().collect::<Vec<_>>(), ["a", "b", "c"]);
+    // The same registered tool (schema compiled once), not a recompiled copy.
+    assert!(std::sync::Arc::ptr_eq(
+        run.get("b").unwrap(),
+        imported.get("b").unwrap()
+    ));
+    let clash = registry(&["d", "c"]);
+    assert_eq!(
+        run.merge(&clash).unwrap_err(),
+        Error::DuplicateTool { name: "c".into() }
+    );
+    assert!(!run.contains("d"), "nothing is added when one name clashes");
+}
