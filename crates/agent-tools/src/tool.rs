@@ -31,6 +31,7 @@ pub struct Tool {
     spec: ToolSpec,
     handler: Option<Arc<dyn Handler>>,
     required_permissions: BTreeSet<String>,
+    output_schema: Option<Arc<Value>>,
 }
 
 impl fmt::Debug for Tool {
@@ -39,6 +40,7 @@ impl fmt::Debug for Tool {
             .field("spec", &self.spec)
             .field("remote", &self.is_remote())
             .field("required_permissions", &self.required_permissions)
+            .field("output_schema", &self.output_schema)
             .finish()
     }
 }
@@ -123,6 +125,7 @@ impl Tool {
             spec,
             handler,
             required_permissions: BTreeSet::new(),
+            output_schema: None,
         }
     }
 
@@ -219,6 +222,20 @@ impl Tool {
     pub fn requires_permission(mut self, permission: impl Into<String>) -> Self {
         self.required_permissions.insert(permission.into());
         self
+    }
+
+    /// Declares the JSON Schema of the tool's result (MCP's `outputSchema`): an MCP server
+    /// lists it, and sends a result that is a JSON object as `structuredContent`. Not checked
+    /// here; providers never see it.
+    #[must_use]
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(Arc::new(schema));
+        self
+    }
+
+    /// The declared schema of the tool's result, if any.
+    pub fn output_schema(&self) -> Option<&Arc<Value>> {
+        self.output_schema.as_ref()
     }
 
     /// The spec the model sees.
