@@ -250,10 +250,7 @@ impl McpServer {
     /// The request's caller (and its gate): the connection's, or the authenticated one the
     /// HTTP front put in the request. A request in a session opened by another principal is
     /// refused.
-    fn caller(
-        &self,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<Resolved, McpError> {
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Resolved, McpError> {
         if let Some(caller) = &self.caller {
             return Ok((Arc::clone(caller), None));
         }

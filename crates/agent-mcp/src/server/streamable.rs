@@ -107,6 +107,7 @@ type Body = BoxBody<Bytes, Infallible>;
 pub struct HttpService {
     inner: StreamableHttpService<McpServer, LocalSessionManager>,
     authenticator: Option<Arc<dyn Authenticator>>,
+    anonymous: Option<Authenticated>,
     sessions: Arc<Semaphore>,
     max_sessions: usize,
 }
@@ -147,6 +148,7 @@ impl HttpService {
         Self {
             inner: StreamableHttpService::new(factory, Arc::new(manager), config),
             authenticator: None,
+            anonymous: None,
             sessions,
             max_sessions: http.max_sessions.max(1),
         }
@@ -156,6 +158,14 @@ impl HttpService {
     #[must_use]
     pub fn with_authenticator(mut self, authenticator: impl Authenticator) -> Self {
         self.authenticator = Some(Arc::new(authenticator));
+        self
+    }
+
+    /// Serves requests that carry no key as `caller`: for a listener only this machine can
+    /// reach (loopback, with the `Host` check on). Ignored when an authenticator is set.
+    #[must_use]
+    pub fn with_anonymous(mut self, caller: impl Into<Arc<Caller>>) -> Self {
+        self.anonymous = Some(Authenticated::new(caller));
         self
     }
 
@@ -205,6 +215,10 @@ where
                     request.extensions_mut().remove::<Authenticated>();
                 }
             }
+        } else if let Some(anonymous) = &self.anonymous
+            && request.extensions().get::<Authenticated>().is_none()
+        {
+            request.extensions_mut().insert(anonymous.clone());
         }
         if request.extensions().get::<Authenticated>().is_none() {
             let mut response = plain(

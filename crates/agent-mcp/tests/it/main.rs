@@ -6,3 +6,5 @@
 mod server;
 #[cfg(feature = "server")]
 mod server_http;
+#[cfg(feature = "server")]
+mod server_python;

@@ -126,6 +126,17 @@ pub(crate) fn registry(seen: &Arc<Seen>) -> Registry {
             },
         ))
         .unwrap();
+    let counted = Arc::clone(seen);
+    tools
+        .register(Tool::from_fn(
+            "cancellations",
+            "How many calls of `slow` saw their cancellation.",
+            move |_args: Empty, _ctx| {
+                let seen = Arc::clone(&counted);
+                async move { Ok::<_, ToolError>(seen.cancellations.load(Ordering::SeqCst).to_string()) }
+            },
+        ))
+        .unwrap();
     tools
         .register(Tool::remote(
             "remote",
@@ -193,14 +204,25 @@ async fn tools_list_shows_schemas_and_only_what_the_caller_may_use() {
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
     // No `secret` (needs admin), no `remote` (nothing to run here); sorted by name.
-    assert_eq!(names, ["chart", "count", "echo", "fail", "shout", "slow"]);
-    let echo = &tools[2];
+    assert_eq!(
+        names,
+        [
+            "cancellations",
+            "chart",
+            "count",
+            "echo",
+            "fail",
+            "shout",
+            "slow"
+        ]
+    );
+    let echo = &tools[3];
     assert_eq!(echo.input_schema["properties"]["text"]["type"], "string");
     assert_eq!(
         echo.output_schema.as_ref().unwrap()["required"],
         json!(["echo"])
     );
-    assert!(tools[4].output_schema.is_none());
+    assert!(tools[5].output_schema.is_none());
 
     let (admin, _) = connect(
         registry(&seen),

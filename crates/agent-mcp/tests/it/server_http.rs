@@ -118,7 +118,10 @@ async fn list(addr: SocketAddr, key: &str, session: &str) -> Value {
 }
 
 async fn call(addr: SocketAddr, key: &str, session: &str, name: &str, arguments: Value) -> Value {
-    let request = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+    // Ids are unique per session: a repeated id would stand for a request still running.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": name, "arguments": arguments}});
     post(addr, Some(key), Some(session), &request)
         .await

@@ -1,0 +1,259 @@
+//! `/mcp`: the server's tools over MCP (streamable HTTP) for its tenants, with their keys,
+//! permissions and limits.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::support::{CONFIG, TestServer, slow_tool};
+
+const ACME: &str = "key-acme-test-0001";
+const GLOBEX: &str = "key-globex-test-01";
+
+struct Reply {
+    status: u16,
+    session: Option<String>,
+    body: String,
+}
+
+impl Reply {
+    /// The JSON-RPC message: the body, or the SSE `data:` line carrying an id.
+    fn message(&self) -> Value {
+        if let Ok(value) = serde_json::from_str::<Value>(&self.body) {
+            return value;
+        }
+        self.body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .find(|value| value.get("id").is_some())
+            .unwrap_or_else(|| panic!("no JSON-RPC message in {:?}", self.body))
+    }
+}
+
+async fn post(server: &TestServer, key: &str, session: Option<&str>, body: &Value) -> Reply {
+    let mut request = server
+        .post("/mcp", key)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-06-18");
+    }
+    let response = request.send().await.unwrap();
+    Reply {
+        status: response.status().as_u16(),
+        session: response
+            .headers()
+            .get("mcp-session-id")
+            .map(|value| value.to_str().unwrap().to_owned()),
+        body: response.text().await.unwrap(),
+    }
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}})
+}
+
+async fn open(server: &TestServer, key: &str) -> String {
+    let reply = post(server, key, None, &initialize()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let session = reply.session.expect("a session id");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        post(server, key, Some(&session), &initialized).await.status,
+        202
+    );
+    session
+}
+
+async fn tool_names(server: &TestServer, key: &str, session: &str) -> Vec<String> {
+    let list = post(
+        server,
+        key,
+        Some(session),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await
+    .message();
+    list["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn call(server: &TestServer, key: &str, session: &str, name: &str, args: Value) -> Value {
+    // Ids are unique per session: a repeated id would stand for a request still running.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": args}});
+    post(server, key, Some(session), &request).await.message()
+}
+
+fn weather(seen: &Arc<std::sync::Mutex<Vec<String>>>) -> agent_tools::Tool {
+    let record = Arc::clone(seen);
+    agent_tools::Tool::from_json_fn(
+        "get_weather",
+        "Weather, for tenants allowed to ask.",
+        json!({"type": "object"}),
+        move |_args, ctx| {
+            let record = Arc::clone(&record);
+            async move {
+                record
+                    .lock()
+                    .unwrap()
+                    .push(ctx.caller().tenant().unwrap_or("?").to_owned());
+                Ok(json!({"temp_c": 19}))
+            }
+        },
+    )
+    .requires_permission("weather")
+}
+
+#[tokio::test]
+async fn each_tenant_sees_and_calls_its_tools_as_itself() {
+    let config = CONFIG.replace(
+        "api_keys = [\"key-acme-test-0001\"]",
+        "api_keys = [\"key-acme-test-0001\"]\npermissions = [\"weather\"]",
+    );
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = TestServer::with(&config, vec![weather(&seen)]).await;
+    let acme = open(&server, ACME).await;
+    let globex = open(&server, GLOBEX).await;
+    assert_eq!(
+        tool_names(&server, ACME, &acme).await,
+        ["calculator", "clock", "get_weather"]
+    );
+    assert_eq!(
+        tool_names(&server, GLOBEX, &globex).await,
+        ["calculator", "clock"]
+    );
+
+    let sunny = call(&server, ACME, &acme, "get_weather", json!({})).await;
+    assert_eq!(sunny["result"]["structuredContent"], json!({"temp_c": 19}));
+    assert_eq!(*seen.lock().unwrap(), ["acme"]);
+    let sum = call(
+        &server,
+        GLOBEX,
+        &globex,
+        "calculator",
+        json!({"expression": "2+3"}),
+    )
+    .await;
+    assert_eq!(sum["result"]["isError"], false, "{sum}");
+
+    // globex lacks the permission: for it the tool does not exist.
+    let hidden = call(&server, GLOBEX, &globex, "get_weather", json!({})).await;
+    let absent = call(&server, GLOBEX, &globex, "get_rain", json!({})).await;
+    assert_eq!(hidden["error"]["code"], absent["error"]["code"]);
+    assert_eq!(
+        hidden["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("get_weather", "X"),
+        absent["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("get_rain", "X"),
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    // Nor can it use acme's session.
+    let borrowed = call(&server, GLOBEX, &acme, "get_weather", json!({})).await;
+    assert!(borrowed.to_string().contains("another key"), "{borrowed}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_keys_are_refused_and_count_as_failed_authentications() {
+    let config = format!("{CONFIG}\n[server.auth]\nmax_failures = 2\n");
+    let server = TestServer::with(&config, Vec::new()).await;
+    let first = post(&server, "key-nobody-000001", None, &initialize()).await;
+    assert_eq!(first.status, 401);
+    let second = post(&server, "key-nobody-000001", None, &initialize()).await;
+    assert_eq!(second.status, 401);
+    // The address is now over its limit: even a good key waits.
+    let blocked = post(&server, ACME, None, &initialize()).await;
+    assert_eq!(blocked.status, 429, "{}", blocked.body);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn calls_share_the_tenants_concurrency_gate() {
+    let config = CONFIG.replace(
+        "api_keys = [\"key-acme-test-0001\"]",
+        "api_keys = [\"key-acme-test-0001\"]\nconcurrent_executes = 1",
+    );
+    let started = Arc::new(tokio::sync::Notify::new());
+    let server = Arc::new(
+        TestServer::with(&config, vec![slow_tool("slow", 1500, Arc::clone(&started))]).await,
+    );
+    let session = open(&server, ACME).await;
+    let first = {
+        let server = Arc::clone(&server);
+        let session = session.clone();
+        tokio::spawn(async move { call(&server, ACME, &session, "slow", json!({})).await })
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), started.notified())
+        .await
+        .expect("the slow call started");
+    let second = call(
+        &server,
+        ACME,
+        &session,
+        "calculator",
+        json!({"expression": "1+1"}),
+    )
+    .await;
+    assert_eq!(second["result"]["isError"], true, "{second}");
+    assert!(
+        second.to_string().contains("tenant `acme` has as many"),
+        "{second}"
+    );
+    // Another tenant is not held up by acme's.
+    let globex = open(&server, GLOBEX).await;
+    let other = call(
+        &server,
+        GLOBEX,
+        &globex,
+        "calculator",
+        json!({"expression": "1+1"}),
+    )
+    .await;
+    assert_eq!(other["result"]["isError"], false, "{other}");
+    let first = tokio::time::timeout(std::time::Duration::from_secs(30), first)
+        .await
+        .expect("the slow call answered")
+        .unwrap();
+    assert_eq!(
+        first["result"]["structuredContent"],
+        json!({"waited_ms": 1500})
+    );
+    Arc::into_inner(server).unwrap().shutdown().await;
+}
+
+#[tokio::test]
+async fn mcp_sessions_and_bodies_are_bounded_by_the_configuration() {
+    let config = format!(
+        "{}\n[server.mcp]\nmax_sessions = 2\nmax_sessions_per_tenant = 1\n",
+        CONFIG.replace("[server]\n", "[server]\nmax_body_bytes = 2048\n")
+    );
+    let server = TestServer::with(&config, Vec::new()).await;
+    let acme = open(&server, ACME).await;
+    let again = post(&server, ACME, None, &initialize()).await.message();
+    assert!(again.to_string().contains("sessions open"), "{again}");
+    let _globex = open(&server, GLOBEX).await;
+    // Both places are taken.
+    let full = post(&server, "key-acme-test-0001", None, &initialize()).await;
+    assert_eq!(full.status, 503, "{}", full.body);
+    let big = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "calculator", "arguments": {"expression": "1".repeat(4096)}}});
+    assert_eq!(post(&server, ACME, Some(&acme), &big).await.status, 413);
+    server.shutdown().await;
+}
