@@ -22,6 +22,7 @@ mod demo;
 mod endpoint;
 mod error;
 mod exit;
+mod mcp_serve;
 mod render;
 mod replay;
 mod run;
@@ -137,6 +138,11 @@ enum Command {
         #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
         log_format: serve::LogFormat,
     },
+    /// MCP (Model Context Protocol): serve agentry's tools to MCP clients.
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Trust a project's agentry.toml (or a session state file) to set where your key goes
     /// and what tools may read: records its path and SHA-256 in your configuration directory.
     /// A file that changes afterwards is untrusted again.
@@ -172,11 +178,33 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// Serve the configured tools (--tool flags, else `tools` in agentry.toml) as an MCP
+    /// server: over stdin/stdout by default, over streamable HTTP at http://ADDR/mcp with
+    /// --listen. A non-loopback ADDR requires AGENTRY_MCP_KEY (clients send it as a bearer
+    /// key); on loopback it is optional.
+    Serve {
+        /// The configuration file [default: as for `agentry run`]
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Serve streamable HTTP here (e.g. 127.0.0.1:0 for any free port) instead of stdio
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// A built-in tool to serve (repeatable) [default: `tools` in agentry.toml]
+        #[arg(long = "tool", value_enum, value_name = "TOOL")]
+        tools: Vec<args::BuiltinTool>,
+        /// The one directory read_file may read
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The server uses every core; a single run needs only one thread.
     let runtime = match cli.command {
-        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread(),
+        Command::Serve { .. } | Command::Mcp { .. } => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     }
     .enable_all()
@@ -195,6 +223,22 @@ fn main() -> ExitCode {
                 status,
                 file,
             } => Ok(replay::run(provider, status, &file).await),
+            Command::Mcp {
+                command:
+                    McpCommand::Serve {
+                        config,
+                        listen,
+                        tools,
+                        root,
+                    },
+            } => mcp_serve::run(&mcp_serve::ServeRequest {
+                config: config.as_deref(),
+                listen: listen.as_deref(),
+                tools: &tools,
+                root: root.as_deref(),
+            })
+            .await
+            .map(|()| ExitCode::SUCCESS),
             Command::Trust { file, list, remove } => {
                 trust::command(file, list, remove).map(|()| ExitCode::SUCCESS)
             }

@@ -76,7 +76,7 @@ async def main():
     plan = json.loads(sys.argv[1])
     if plan["transport"] == "stdio":
         params = StdioServerParameters(command=plan["command"], args=plan.get("args", []),
-                                       env=plan.get("env"))
+                                       env=plan.get("env"), cwd=plan.get("cwd"))
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 await run_steps(session, plan["steps"])
