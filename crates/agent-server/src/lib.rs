@@ -244,6 +244,11 @@ pub async fn serve(
     };
     // One service for every connection, not a router rebuilt per connection; the peer
     // address is what failed authentications are counted by.
+    // TCP_NODELAY: an SSE answer (an MCP call's, an execute's first events) goes out in
+    // small writes, and each would otherwise wait for the client's delayed ACK (~40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<std::net::SocketAddr>(),

@@ -150,6 +150,11 @@ async fn http(registry: &Registry, options: ServerOptions, listen: &str) -> Resu
             names.join(", ")
         }
     );
+    // Each answer is an SSE stream written in small pieces: without TCP_NODELAY every call
+    // waits for the client's delayed ACK.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     let router = axum::Router::new().nest_service("/mcp", service);
     let stop = shutdown.clone();
     axum::serve(listener, router)
