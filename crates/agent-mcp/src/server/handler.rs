@@ -353,10 +353,12 @@ impl McpServer {
             rmcp::model::NumberOrString::Number(n) => format!("mcp-{n}"),
             rmcp::model::NumberOrString::String(s) => format!("mcp-{s}"),
         };
+        // `notifications/cancelled` (and an HTTP client going away) fires the request's token;
+        // the time limit fires the child too, so a handler learns why it is being dropped.
+        let cancellation = context.ct.child_token();
         let tool_context = ToolContext::new(context_id, entry.tool.name())
             .with_caller(caller)
-            // `notifications/cancelled` (and an HTTP client going away) fires this token.
-            .with_cancellation(context.ct.clone())
+            .with_cancellation(cancellation.clone())
             .with_max_result_bytes(options.truncation.max_bytes())
             .with_max_binary_bytes(options.max_binary_bytes);
         let slot = tool_context.content_slot();
@@ -390,6 +392,7 @@ impl McpServer {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(finished) => finished,
                 Err(_) => {
+                    cancellation.cancel();
                     return Ok(convert::error_result(
                         &format!(
                             "`{}` did not finish within {limit:?} and was stopped. Try a smaller \

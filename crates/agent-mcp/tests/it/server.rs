@@ -440,4 +440,8 @@ async fn a_call_past_its_time_limit_is_stopped() {
         "{}",
         text(&result)
     );
+    // The handler's token fired before it was dropped: it could tell why.
+    tokio::time::timeout(Duration::from_secs(10), seen.cancelled.notified())
+        .await
+        .expect("the handler saw its cancellation");
 }
