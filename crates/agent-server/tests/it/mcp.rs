@@ -286,3 +286,93 @@ async fn a_call_does_not_wait_for_delayed_acks() {
     );
     server.shutdown().await;
 }
+
+/// The official Python MCP client (PyPI `mcp`, agent-mcp's test script) against `/mcp`: each
+/// tenant's key lists and calls its own tools; a key that is no one's gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_mcp_sdk_sees_each_tenants_tools() {
+    let Some(python) = crate::openai::client_program("AGENTRY_TEST_MCP_PYTHON", "python.sh") else {
+        return;
+    };
+    let config = CONFIG.replace(
+        "api_keys = [\"key-acme-test-0001\"]",
+        "api_keys = [\"key-acme-test-0001\"]\npermissions = [\"weather\"]",
+    );
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = TestServer::with(&config, vec![weather(&seen)]).await;
+    let url = format!("{}/mcp", server.url);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../agent-mcp/tests/mcp_client/client.py"
+    );
+    let run = |key: &'static str| {
+        let plan = json!({"transport": "http", "url": url, "key": key, "steps": [
+            {"list": true},
+            {"call": "get_weather"},
+            {"call": "calculator", "arguments": {"expression": "2^10"}},
+        ]});
+        tokio::process::Command::new(&python)
+            .arg(script)
+            .arg(plan.to_string())
+            .kill_on_drop(true)
+            .output()
+    };
+    let steps = |output: &std::process::Output| -> Vec<Value> {
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    let limit = std::time::Duration::from_secs(120);
+    let acme = tokio::time::timeout(limit, run(ACME))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        acme.status.success(),
+        "{}",
+        String::from_utf8_lossy(&acme.stderr)
+    );
+    let acme = steps(&acme);
+    let names = |step: &Value| -> Vec<String> {
+        step["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&acme[0]), ["calculator", "clock", "get_weather"]);
+    assert_eq!(acme[1]["structuredContent"], json!({"temp_c": 19}));
+    assert_eq!(acme[2]["structuredContent"]["result"], 1024);
+
+    let globex = tokio::time::timeout(limit, run(GLOBEX))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        globex.status.success(),
+        "{}",
+        String::from_utf8_lossy(&globex.stderr)
+    );
+    let globex = steps(&globex);
+    assert_eq!(names(&globex[0]), ["calculator", "clock"]);
+    assert!(
+        globex[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `get_weather`"),
+        "{}",
+        globex[1]
+    );
+    assert_eq!(globex[2]["structuredContent"]["result"], 1024);
+    assert_eq!(*seen.lock().unwrap(), ["acme"]);
+
+    let nobody = tokio::time::timeout(limit, run("key-nobody-0000001"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!nobody.status.success());
+    assert!(steps(&nobody).is_empty());
+    server.shutdown().await;
+}
