@@ -40,18 +40,38 @@ pub(crate) fn service(config: &ServerConfig, tools: &Registry) -> Result<HttpSer
     Ok(HttpService::new(tools, options, http))
 }
 
-/// A tenant's `concurrent_executes`, shared by its executes and its MCP calls.
-struct TenantGate(Arc<Tenant>);
+/// A tenant's `concurrent_executes`, shared by its executes and its MCP calls; each call
+/// counted in `agentry_tool_calls_total` like the loop's.
+struct TenantGate {
+    tenant: Arc<Tenant>,
+    state: AppState,
+}
 
 impl CallGate for TenantGate {
     fn enter(&self) -> Result<CallPermit, String> {
-        self.0.gate.enter().map(CallPermit::new).ok_or_else(|| {
-            format!(
-                "tenant `{}` has as many executes and tool calls running as it may; try again \
+        self.tenant
+            .gate
+            .enter()
+            .map(CallPermit::new)
+            .ok_or_else(|| {
+                format!(
+                    "tenant `{}` has as many executes and tool calls running as it may; try again \
                  when one ends",
-                self.0.name
-            )
-        })
+                    self.tenant.name
+                )
+            })
+    }
+
+    fn finished(&self, tool: &str, is_error: bool) {
+        let metrics = &self.state.inner.metrics;
+        metrics.inc(
+            "agentry_tool_calls_total",
+            &[
+                ("tenant", self.tenant.name.as_str()),
+                ("tool", metrics.tool_label(tool)),
+                ("outcome", if is_error { "error" } else { "ok" }),
+            ],
+        );
     }
 }
 
@@ -66,10 +86,14 @@ pub(crate) async fn admit(
         Ok(tenant) => tenant,
         Err(error) => return error.into_response(),
     };
-    request.extensions_mut().insert(
-        Authenticated::new(Arc::clone(&tenant.caller))
-            .with_gate(Arc::new(TenantGate(Arc::clone(&tenant)))),
-    );
+    request
+        .extensions_mut()
+        .insert(
+            Authenticated::new(Arc::clone(&tenant.caller)).with_gate(Arc::new(TenantGate {
+                tenant: Arc::clone(&tenant),
+                state: state.clone(),
+            })),
+        );
     let response = next.run(request).await;
     crate::http::tagged(response, &tenant)
 }

@@ -72,6 +72,12 @@ pub trait CallGate: Send + Sync + 'static {
     ///
     /// The refusal's message.
     fn enter(&self) -> Result<CallPermit, String>;
+
+    /// Told when a call that entered has ended: the tool and whether its result is an error
+    /// (for metrics). Does nothing by default.
+    fn finished(&self, tool: &str, is_error: bool) {
+        let _ = (tool, is_error);
+    }
 }
 
 /// One call's place in a [`CallGate`]; dropping it frees the place.
@@ -345,7 +351,7 @@ impl McpServer {
                 caps,
             ));
         };
-        let _gate = match gate.map(|gate| gate.enter()).transpose() {
+        let _gate = match gate.as_ref().map(|gate| gate.enter()).transpose() {
             Ok(permit) => permit,
             Err(refusal) => return Ok(convert::error_result(&refusal, caps)),
         };
@@ -389,32 +395,34 @@ impl McpServer {
             None
         };
         let finished = match options.call_timeout {
-            Some(limit) => match tokio::time::timeout(limit, run).await {
-                Ok(finished) => finished,
-                Err(_) => {
-                    cancellation.cancel();
-                    return Ok(convert::error_result(
-                        &format!(
-                            "`{}` did not finish within {limit:?} and was stopped. Try a smaller \
-                             request or another approach.",
-                            entry.tool.name()
-                        ),
-                        caps,
-                    ));
-                }
-            },
-            None => run.await,
+            Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| limit),
+            None => Ok(run.await),
         };
-        Ok(match finished {
-            Some(Ok(value)) => match slot.take() {
+        let result = match finished {
+            Ok(Some(Ok(value))) => match slot.take() {
                 Some(content) => convert::content_result(content, caps),
                 None => {
                     convert::value_result(value, entry.tool.tool().output_schema().is_some(), caps)
                 }
             },
-            Some(Err(error)) => convert::tool_error(&error, caps),
-            None => convert::error_result("the tool ended without a result", caps),
-        })
+            Ok(Some(Err(error))) => convert::tool_error(&error, caps),
+            Ok(None) => convert::error_result("the tool ended without a result", caps),
+            Err(limit) => {
+                cancellation.cancel();
+                convert::error_result(
+                    &format!(
+                        "`{}` did not finish within {limit:?} and was stopped. Try a smaller \
+                         request or another approach.",
+                        entry.tool.name()
+                    ),
+                    caps,
+                )
+            }
+        };
+        if let Some(gate) = &gate {
+            gate.finished(entry.tool.name(), result.is_error == Some(true));
+        }
+        Ok(result)
     }
 }
 

@@ -167,6 +167,24 @@ async fn each_tenant_sees_and_calls_its_tools_as_itself() {
     // Nor can it use acme's session.
     let borrowed = call(&server, GLOBEX, &acme, "get_weather", json!({})).await;
     assert!(borrowed.to_string().contains("another key"), "{borrowed}");
+
+    // MCP calls count in the tool metric like the loop's, by tenant.
+    let metrics = server
+        .client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "agentry_tool_calls_total{tenant=\"acme\",tool=\"get_weather\",outcome=\"ok\"} 1",
+        "agentry_tool_calls_total{tenant=\"globex\",tool=\"calculator\",outcome=\"ok\"} 1",
+        "agentry_http_requests_total{tenant=\"acme\",route=\"/mcp\",status=\"200\"}",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
     server.shutdown().await;
 }
 
