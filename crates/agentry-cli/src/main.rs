@@ -188,7 +188,8 @@ enum McpCommand {
         /// The configuration file [default: as for `agentry run`]
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Serve streamable HTTP here (e.g. 127.0.0.1:0 for any free port) instead of stdio
+        /// Serve streamable HTTP here instead of stdio (a bare port binds 127.0.0.1; 0 picks a
+        /// free one)
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
         /// A built-in tool to serve (repeatable) [default: `tools` in agentry.toml]

@@ -6,7 +6,8 @@
 //! (`tool_result_max_bytes`, `validation`, `tool_timeout_secs`). As for `run`, a project
 //! `agentry.toml` you have not trusted may not turn on `read_file` or set its root.
 //!
-//! Over HTTP the endpoint is `http://ADDR/mcp`. On a loopback address it needs no key unless
+//! Over HTTP the endpoint is `http://ADDR/mcp` (a bare port means `127.0.0.1:PORT`). On a
+//! loopback address it needs no key unless
 //! `AGENTRY_MCP_KEY` is set (and rmcp's `Host` check keeps web pages from reaching it by DNS
 //! rebinding); any other address requires `AGENTRY_MCP_KEY` (at least 16 characters), sent
 //! as `Authorization: Bearer <key>`.
@@ -110,6 +111,12 @@ fn key() -> Result<Option<String>, Error> {
 }
 
 async fn http(registry: &Registry, options: ServerOptions, listen: &str) -> Result<(), Error> {
+    // A bare port binds loopback: reaching other machines has to be asked for by address.
+    let listen = match listen.parse::<u16>() {
+        Ok(port) => format!("127.0.0.1:{port}"),
+        Err(_) => listen.to_owned(),
+    };
+    let listen = listen.as_str();
     let address: SocketAddr = tokio::net::lookup_host(listen)
         .await
         .ok()

@@ -139,10 +139,10 @@ struct Listening {
 }
 
 impl Listening {
-    fn start(args: &[&str], key: Option<&str>) -> Self {
+    fn start(listen: &str, args: &[&str], key: Option<&str>) -> Self {
         let mut command = agentry();
         command
-            .args(["mcp", "serve", "--listen", "127.0.0.1:0"])
+            .args(["mcp", "serve", "--listen", listen])
             .args(args)
             .current_dir(home())
             .stdout(Stdio::null())
@@ -175,7 +175,7 @@ impl Drop for Listening {
 #[test]
 fn http_serves_the_python_sdk_with_the_key_and_refuses_it_without() {
     let Some(python) = python() else { return };
-    let served = Listening::start(&["--tool", "calculator"], Some(KEY));
+    let served = Listening::start("127.0.0.1:0", &["--tool", "calculator"], Some(KEY));
     let steps = json!([
         {"list": true},
         {"call": "calculator", "arguments": {"expression": "6 * 7"}},
@@ -202,7 +202,13 @@ fn http_serves_the_python_sdk_with_the_key_and_refuses_it_without() {
 #[test]
 fn loopback_without_a_key_is_open_to_this_machine() {
     let Some(python) = python() else { return };
-    let served = Listening::start(&["--tool", "clock"], None);
+    // A bare port binds loopback.
+    let served = Listening::start("0", &["--tool", "clock"], None);
+    assert!(
+        served.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        served.url
+    );
     let (ok, steps, stderr) = run_plan(
         &python,
         &json!({"transport": "http", "url": served.url, "key": null, "steps": [{"list": true}]}),
