@@ -394,3 +394,29 @@ async fn the_python_mcp_sdk_sees_each_tenants_tools() {
     assert!(steps(&nobody).is_empty());
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_drain_closes_open_mcp_streams() {
+    let server = TestServer::start().await;
+    let session = open(&server, ACME).await;
+    // The session's standalone SSE stream (GET) stays open until the server closes it.
+    let stream = server
+        .get("/mcp", ACME)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let reader = tokio::spawn(async move { stream.text().await });
+    let started = std::time::Instant::now();
+    server.shutdown().await;
+    // Without closing the MCP sessions, the drain waited drain_secs (30) for this stream.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the drain took {:?}",
+        started.elapsed()
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), reader).await;
+}
