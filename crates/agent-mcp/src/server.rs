@@ -24,6 +24,43 @@
 //! ([`ServerOptions::max_message_bytes`]), and over HTTP the live sessions, their idle time,
 //! the sessions per caller and the request body size ([`HttpOptions`]).
 //!
+//! # Example
+//!
+//! A registry served over an in-memory pipe, called by rmcp's own client:
+//!
+//! ```
+//! # #[cfg(feature = "client")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_mcp::server::{ServerOptions, serve_io};
+//! use agent_tools::{Caller, Registry, Tool, ToolError};
+//! use rmcp::ServiceExt;
+//! use rmcp::model::CallToolRequestParams;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Add { a: i64, b: i64 }
+//!
+//! let mut tools = Registry::new();
+//! tools.register(Tool::from_fn("add", "Adds two integers.", |args: Add, _ctx| async move {
+//!     Ok::<_, ToolError>(serde_json::json!({"sum": args.a + args.b}))
+//! }))?;
+//!
+//! let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+//! let (read, write) = tokio::io::split(server_end);
+//! tokio::spawn(async move {
+//!     serve_io(&tools, Caller::new("me"), ServerOptions::default(), read, write).await
+//! });
+//! let client = ().serve(client_end).await?;
+//! let mut call = CallToolRequestParams::new("add");
+//! call.arguments = serde_json::json!({"a": 2, "b": 3}).as_object().cloned();
+//! let result = client.call_tool(call).await?;
+//! assert_eq!(result.structured_content, Some(serde_json::json!({"sum": 5})));
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "client"))]
+//! # fn main() {}
+//! ```
+//!
 //! [`Registry::permitted_for`]: agent_tools::Registry::permitted_for
 
 mod convert;
