@@ -1,10 +1,10 @@
-//! agent-mcp's integration tests: one binary.
+//! agent-mcp's integration tests: one binary. The server tests drive it with rmcp's client.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(feature = "server")]
+#[cfg(all(feature = "server", feature = "client"))]
 mod server;
-#[cfg(feature = "server")]
+#[cfg(all(feature = "server", feature = "client"))]
 mod server_http;
-#[cfg(feature = "server")]
+#[cfg(all(feature = "server", feature = "client"))]
 mod server_python;
