@@ -215,7 +215,7 @@ async fn sessions_are_capped_and_a_closed_one_frees_its_place() {
 
 #[tokio::test]
 async fn one_caller_cannot_take_every_session() {
-    let (addr, _, _) = start(HttpOptions::default().with_max_sessions_per_caller(1)).await;
+    let (addr, service, _) = start(HttpOptions::default().with_max_sessions_per_caller(1)).await;
     let _mine = open(addr, USER_KEY).await;
     let again = post(addr, Some(USER_KEY), None, &initialize()).await;
     let message = again.message();
@@ -225,6 +225,16 @@ async fn one_caller_cannot_take_every_session() {
             .is_some_and(|text| text.contains("sessions open")),
         "{message}"
     );
+    // The refused session does not linger: its place under `max_sessions` is given back.
+    let mut released = false;
+    for _ in 0..100 {
+        if service.live_sessions() == 1 {
+            released = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(released, "{} sessions live", service.live_sessions());
     // Another caller still gets in.
     open(addr, ADMIN_KEY).await;
 }
