@@ -181,7 +181,15 @@ fn permits(caller: &Caller, tool: &RegisteredTool) -> bool {
 struct SessionSlot {
     shared: Arc<Shared>,
     principal: String,
+    /// Alive as long as the session: the HTTP front's record of the session's owner holds a
+    /// weak reference to it.
+    _tag: Option<Arc<SessionTag>>,
 }
+
+/// Put by the HTTP front into a request that may open a session; the session's handler keeps
+/// it, so the front knows which sessions are alive and whose they are.
+#[derive(Debug)]
+pub(crate) struct SessionTag;
 
 impl Drop for SessionSlot {
     fn drop(&mut self) {
@@ -310,9 +318,15 @@ impl McpServer {
             }
             *count += 1;
         }
+        let tag = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Arc<SessionTag>>())
+            .cloned();
         *owner = Some(SessionSlot {
             shared: Arc::clone(&self.shared),
             principal,
+            _tag: tag,
         });
         Ok(())
     }

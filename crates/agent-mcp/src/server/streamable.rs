@@ -1,11 +1,12 @@
 //! Streamable HTTP: rmcp's tower service behind a front that authenticates each request and
 //! caps the sessions a client can open.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 
 use agent_tools::{Caller, Registry};
@@ -18,7 +19,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{Authenticated, McpServer, Shared};
+use super::handler::{Authenticated, McpServer, SessionTag, Shared};
 use super::options::{HttpOptions, ServerOptions};
 
 /// Maps a presented bearer key to its caller.
@@ -110,6 +111,35 @@ pub struct HttpService {
     anonymous: Option<Authenticated>,
     sessions: Arc<Semaphore>,
     max_sessions: usize,
+    owners: Arc<Owners>,
+}
+
+/// Whose each live session is, by session id: a request naming another principal's session
+/// (a GET stream, a DELETE, a POST) is answered as if the session did not exist. Entries of
+/// ended sessions (their tag dropped) are pruned as new ones come; at most about
+/// `max_sessions` live ones.
+#[derive(Default)]
+struct Owners(Mutex<HashMap<String, (String, Weak<SessionTag>)>>);
+
+impl Owners {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Weak<SessionTag>)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `principal` may use session `id` (a session it did not see opened is rmcp's to
+    /// answer).
+    fn allows(&self, id: &str, principal: &str) -> bool {
+        match self.lock().get(id) {
+            Some((owner, tag)) if tag.strong_count() > 0 => owner == principal,
+            _ => true,
+        }
+    }
+
+    fn record(&self, id: String, principal: String, tag: &Arc<SessionTag>) {
+        let mut owners = self.lock();
+        owners.retain(|_, (_, tag)| tag.strong_count() > 0);
+        owners.insert(id, (principal, Arc::downgrade(tag)));
+    }
 }
 
 impl fmt::Debug for HttpService {
@@ -149,6 +179,7 @@ impl HttpService {
             inner: StreamableHttpService::new(factory, Arc::new(manager), config),
             authenticator: None,
             anonymous: None,
+            owners: Arc::default(),
             sessions,
             max_sessions: http.max_sessions.max(1),
         }
@@ -230,12 +261,28 @@ where
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return Box::pin(std::future::ready(Ok(response)));
         }
+        let principal = request
+            .extensions()
+            .get::<Authenticated>()
+            .map(|who| who.caller().principal().to_owned())
+            .unwrap_or_default();
+        let session = request
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|value| value.to_str().ok());
+        if let Some(id) = session
+            && !self.owners.allows(id, &principal)
+        {
+            // Not yours and not there are one answer (rmcp's for an unknown session).
+            return Box::pin(std::future::ready(Ok(plain(
+                StatusCode::NOT_FOUND,
+                "Not Found: Session not found",
+            ))));
+        }
+        let opens = request.method() == Method::POST && session.is_none();
         // A request without a session opens one: refused up front when none is free, so the
         // client gets a status it can act on instead of rmcp's generic 500.
-        if request.method() == Method::POST
-            && !request.headers().contains_key("mcp-session-id")
-            && self.sessions.available_permits() == 0
-        {
+        if opens && self.sessions.available_permits() == 0 {
             let mut response = plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too many MCP sessions are open; try again later",
@@ -246,6 +293,25 @@ where
             return Box::pin(std::future::ready(Ok(response)));
         }
         let mut inner = self.inner.clone();
-        Box::pin(async move { tower_service::Service::call(&mut inner, request).await })
+        if !opens {
+            return Box::pin(
+                async move { tower_service::Service::call(&mut inner, request).await },
+            );
+        }
+        let tag = Arc::new(SessionTag);
+        request.extensions_mut().insert(Arc::clone(&tag));
+        let owners = Arc::clone(&self.owners);
+        Box::pin(async move {
+            let response = tower_service::Service::call(&mut inner, request).await?;
+            // The session's handler holds the tag while the session lives.
+            if let Some(id) = response
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|value| value.to_str().ok())
+            {
+                owners.record(id.to_owned(), principal, &tag);
+            }
+            Ok(response)
+        })
     }
 }

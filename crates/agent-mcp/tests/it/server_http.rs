@@ -179,10 +179,36 @@ async fn each_key_sees_and_calls_only_its_callers_tools() {
             .replace("nothing", "X")
     );
 
-    // A session answers only the key that opened it.
-    let borrowed = call(addr, USER_KEY, &admin, "secret", json!({})).await;
-    assert!(borrowed.get("error").is_some(), "{borrowed}");
-    assert!(borrowed.to_string().contains("another key"), "{borrowed}");
+    // A session answers only the key that opened it: to another, it does not exist, for a
+    // call, its event stream (GET) or closing it (DELETE).
+    let request = json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
+        "params": {"name": "secret", "arguments": {}}});
+    let borrowed = post(addr, Some(USER_KEY), Some(&admin), &request).await;
+    assert_eq!(borrowed.status, 404, "{}", borrowed.body);
+    let unknown = post(addr, Some(USER_KEY), Some("no-such-session"), &request).await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert_eq!(borrowed.body, unknown.body);
+    let client = reqwest::Client::new();
+    let stream = client
+        .get(format!("http://{addr}/mcp"))
+        .bearer_auth(USER_KEY)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 404);
+    let closed = client
+        .delete(format!("http://{addr}/mcp"))
+        .bearer_auth(USER_KEY)
+        .header("mcp-session-id", &admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 404);
+    // The owner's session is untouched.
+    let still = call(addr, ADMIN_KEY, &admin, "secret", json!({})).await;
+    assert_eq!(still["result"]["content"][0]["text"], "the secret");
 }
 
 #[tokio::test]

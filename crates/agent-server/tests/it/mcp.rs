@@ -164,9 +164,11 @@ async fn each_tenant_sees_and_calls_its_tools_as_itself() {
             .replace("get_rain", "X"),
     );
     assert_eq!(seen.lock().unwrap().len(), 1);
-    // Nor can it use acme's session.
-    let borrowed = call(&server, GLOBEX, &acme, "get_weather", json!({})).await;
-    assert!(borrowed.to_string().contains("another key"), "{borrowed}");
+    // Nor can it use acme's session: for it, that session does not exist.
+    let request = json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+        "params": {"name": "get_weather", "arguments": {}}});
+    let borrowed = post(&server, GLOBEX, Some(&acme), &request).await;
+    assert_eq!(borrowed.status, 404, "{}", borrowed.body);
 
     // MCP calls count in the tool metric like the loop's, by tenant.
     let metrics = server
