@@ -445,3 +445,60 @@ async fn a_call_past_its_time_limit_is_stopped() {
         .await
         .expect("the handler saw its cancellation");
 }
+
+#[tokio::test]
+async fn a_stdio_message_over_the_cap_is_dropped_and_the_connection_goes_on() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let seen = Arc::new(Seen::default());
+    let mut options = ServerOptions::default();
+    options.max_message_bytes = 1024;
+    let (client_side, server_side) = tokio::io::duplex(64 * 1024);
+    let (read, write) = tokio::io::split(server_side);
+    let tools = registry(&seen);
+    tokio::spawn(async move {
+        let _ = serve_io(&tools, Caller::new("user"), options, read, write).await;
+    });
+    let (client_read, mut client_write) = tokio::io::split(client_side);
+    let mut lines = BufReader::new(client_read).lines();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    client_write
+        .write_all(format!("{initialize}\n").as_bytes())
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(answer["id"], 1);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    client_write
+        .write_all(format!("{initialized}\n").as_bytes())
+        .await
+        .unwrap();
+    // 4 KiB of arguments: past the 1 KiB cap, so the line is dropped unread.
+    let big = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x".repeat(4096)}}});
+    client_write
+        .write_all(format!("{big}\n").as_bytes())
+        .await
+        .unwrap();
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    client_write
+        .write_all(format!("{list}\n").as_bytes())
+        .await
+        .unwrap();
+    // The next answer is the list's: the oversized call was never run.
+    let next = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let line = lines.next_line().await.unwrap().unwrap();
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message.get("id").is_some() {
+                return message;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(next["id"], 3, "{next}");
+    assert!(next["result"]["tools"].is_array(), "{next}");
+}
