@@ -22,8 +22,9 @@ commands:
              snapshot check, docs, and single-layer builds: everything CI runs
   layering   check the crate dependency rules with `cargo tree`
   bench      run the benchmarks of agent-tools, agent-loop, agent-backends (parse
-             throughput), agentry (loopback agent run) and agent-mcp (a tool call over
-             MCP stdio and HTTP); each reports ratios to a baseline measured in the same run
+             throughput), agentry (loopback agent run) and agent-mcp (a tool call in
+             process, over MCP stdio and HTTP: to server-everything and to our own
+             server); each reports ratios to a baseline measured in the same run
 ";
 
 fn main() -> ExitCode {
@@ -61,6 +62,8 @@ fn main() -> ExitCode {
                 "agent-mcp",
                 "--bench",
                 "client",
+                "--bench",
+                "transport",
                 "--features",
                 "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
             ],

@@ -55,4 +55,10 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// Serving MCP failed: the handshake with the client, or the connection.
+    #[error("serving MCP failed: {0}")]
+    Serve(String),
+    /// An HTTP listener could not be set up (binding, a missing key for a public address).
+    #[error("the MCP HTTP listener could not start: {0}")]
+    Listen(String),
 }

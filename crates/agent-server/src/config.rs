@@ -96,6 +96,35 @@ pub struct ServerConfig {
     /// Serve `/metrics` on this address only, not on `listen` [default: on `listen`].
     #[serde(default)]
     pub metrics_listen: Option<String>,
+    /// The MCP endpoint at `/mcp`: its session bounds.
+    #[serde(default)]
+    pub mcp: McpConfig,
+}
+
+/// The bounds of the MCP endpoint (`/mcp`). Its requests also go through the tenant's
+/// request rate, `max_body_bytes`, and its calls through `concurrent_executes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// MCP sessions open at once, over all tenants; one more gets 503 [default: 256].
+    #[serde(default = "defaults::mcp_max_sessions")]
+    pub max_sessions: usize,
+    /// MCP sessions one tenant may have open at once [default: 16].
+    #[serde(default = "defaults::mcp_max_sessions_per_tenant")]
+    pub max_sessions_per_tenant: usize,
+    /// A session with no request for this long is closed, in seconds [default: 600].
+    #[serde(default = "defaults::mcp_session_idle_secs")]
+    pub session_idle_secs: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            max_sessions: defaults::mcp_max_sessions(),
+            max_sessions_per_tenant: defaults::mcp_max_sessions_per_tenant(),
+            session_idle_secs: defaults::mcp_session_idle_secs(),
+        }
+    }
 }
 
 /// Limits on failed authentication, per client address (the TCP peer: behind a proxy every
@@ -430,6 +459,16 @@ impl ServerConfig {
         if self.tenants.is_empty() {
             return fail("no tenants: add at least one [[server.tenants]] with an API key".into());
         }
+        if self.mcp.max_sessions == 0
+            || self.mcp.max_sessions_per_tenant == 0
+            || self.mcp.session_idle_secs == 0
+        {
+            return fail(
+                "[server.mcp]: max_sessions, max_sessions_per_tenant and session_idle_secs must \
+                 be at least 1"
+                    .into(),
+            );
+        }
         let mut tenants = HashSet::new();
         for tenant in &self.tenants {
             if !tenants.insert(&tenant.name) {
@@ -661,6 +700,18 @@ fn check_spend_caps(whose: &str, caps: &[(&'static str, Option<f64>)]) -> Result
 
 mod defaults {
     use std::path::PathBuf;
+
+    pub(super) fn mcp_max_sessions() -> usize {
+        256
+    }
+
+    pub(super) fn mcp_max_sessions_per_tenant() -> usize {
+        16
+    }
+
+    pub(super) fn mcp_session_idle_secs() -> u64 {
+        600
+    }
 
     pub(super) fn listen() -> String {
         "127.0.0.1:8080".into()

@@ -37,6 +37,7 @@ mod execute;
 mod http;
 mod id;
 mod limits;
+mod mcp;
 mod metrics;
 mod openai;
 mod quota;
@@ -57,8 +58,8 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
 pub use config::{
-    AuthConfig, Caps, Limits, ModelConfig, ModelSource, QuotaOverrides, Quotas, ServerConfig,
-    StoreConfig, TenantConfig,
+    AuthConfig, Caps, Limits, McpConfig, ModelConfig, ModelSource, QuotaOverrides, Quotas,
+    ServerConfig, StoreConfig, TenantConfig,
 };
 pub use error::{ApiError, Error};
 pub use execute::ExecuteComplete;
@@ -82,7 +83,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))
-        .route("/healthz", get(healthz));
+        .route("/healthz", get(healthz))
+        .merge(
+            Router::new()
+                .route_service("/mcp", state.inner.mcp.clone())
+                .route_layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    mcp::admit,
+                )),
+        );
     let routes = if state.inner.config.metrics_listen.is_some() {
         routes
     } else {
@@ -200,6 +209,7 @@ pub async fn serve(
     };
     // Expires idle sessions while the server runs; dropped (stopped) when serving ends.
     let _sweeper = sweeper::spawn(&state);
+    let mcp_shutdown = state.inner.mcp.shutdown_token();
     let app = router(state);
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -226,11 +236,19 @@ pub async fn serve(
                 );
                 deadline.cancel_all();
             }
+            // MCP sessions hold SSE streams open: close them once the executes are done
+            // (or cut), so the connections can finish.
+            mcp_shutdown.cancel();
         });
         let _ = stopped_tx.send(());
     };
     // One service for every connection, not a router rebuilt per connection; the peer
     // address is what failed authentications are counted by.
+    // TCP_NODELAY: an SSE answer (an MCP call's, an execute's first events) goes out in
+    // small writes, and each would otherwise wait for the client's delayed ACK (~40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<std::net::SocketAddr>(),

@@ -37,6 +37,8 @@ pub(crate) struct Inner {
     pub(crate) models: HashMap<String, Model>,
     /// Server-side tools.
     pub(crate) tools: Arc<Registry>,
+    /// `/mcp`: the tools as an MCP server for the tenants.
+    pub(crate) mcp: agent_mcp::server::HttpService,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) metrics: Metrics,
     pub(crate) rate_card: Arc<RateCard>,
@@ -272,6 +274,7 @@ impl ServerBuilder {
             rate_card.insert(model.clone(), *price);
         }
         let metrics = Metrics::with_tools(tools.iter().map(|tool| tool.name().to_owned()));
+        let mcp = crate::mcp::service(&config, &tools)?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
@@ -280,6 +283,7 @@ impl ServerBuilder {
                 metrics_token,
                 models,
                 tools: Arc::new(tools),
+                mcp,
                 store,
                 metrics,
                 rate_card: Arc::new(rate_card),

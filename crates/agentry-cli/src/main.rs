@@ -23,6 +23,7 @@ mod endpoint;
 mod error;
 mod exit;
 mod mcp;
+mod mcp_serve;
 mod render;
 mod replay;
 mod run;
@@ -144,7 +145,8 @@ enum Command {
         #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
         log_format: serve::LogFormat,
     },
-    /// MCP (Model Context Protocol): inspect the tools of MCP servers (docs/mcp.md).
+    /// MCP (Model Context Protocol): list the tools of MCP servers, or serve agentry's tools
+    /// to MCP clients (docs/mcp.md).
     Mcp {
         #[command(subcommand)]
         command: McpCommand,
@@ -198,13 +200,32 @@ enum McpCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Serve the configured tools (--tool flags, else `tools` in agentry.toml) as an MCP
+    /// server: over stdin/stdout by default, over streamable HTTP at http://ADDR/mcp with
+    /// --listen. A non-loopback ADDR requires AGENTRY_MCP_KEY (clients send it as a bearer
+    /// key); on loopback it is optional.
+    Serve {
+        /// The configuration file [default: as for `agentry run`]
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Serve streamable HTTP here instead of stdio (a bare port binds 127.0.0.1; 0 picks a
+        /// free one)
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// A built-in tool to serve (repeatable) [default: `tools` in agentry.toml]
+        #[arg(long = "tool", value_enum, value_name = "TOOL")]
+        tools: Vec<args::BuiltinTool>,
+        /// The one directory read_file may read
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The server uses every core; a single run needs only one thread.
     let runtime = match cli.command {
-        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread(),
+        Command::Serve { .. } | Command::Mcp { .. } => tokio::runtime::Builder::new_multi_thread(),
         _ => tokio::runtime::Builder::new_current_thread(),
     }
     .enable_all()
@@ -245,6 +266,19 @@ fn main() -> ExitCode {
                 McpCommand::Tools { mcp, config } => mcp::tools(&mcp, config.as_deref())
                     .await
                     .map(|()| ExitCode::SUCCESS),
+                McpCommand::Serve {
+                    config,
+                    listen,
+                    tools,
+                    root,
+                } => mcp_serve::run(&mcp_serve::ServeRequest {
+                    config: config.as_deref(),
+                    listen: listen.as_deref(),
+                    tools: &tools,
+                    root: root.as_deref(),
+                })
+                .await
+                .map(|()| ExitCode::SUCCESS),
             },
             Command::Demo {
                 provider,

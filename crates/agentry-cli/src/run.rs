@@ -523,7 +523,7 @@ fn connect(api: Api, base_url: Option<&str>) -> Result<Box<dyn agent_types::Back
 }
 
 /// The built-in tools by name; `read_file` needs a root.
-fn registry(tools: &[BuiltinTool], root: Option<&Path>) -> Result<Registry, Error> {
+pub(crate) fn registry(tools: &[BuiltinTool], root: Option<&Path>) -> Result<Registry, Error> {
     let mut registry = Registry::new();
     for tool in tools {
         let tool = match tool {

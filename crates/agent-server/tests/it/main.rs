@@ -4,6 +4,7 @@
 
 mod hardening;
 mod lifecycle;
+mod mcp;
 mod openai;
 mod sessions;
 mod settings;
