@@ -200,10 +200,12 @@ enum McpCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
-    /// Serve the configured tools (--tool flags, else `tools` in agentry.toml) as an MCP
-    /// server: over stdin/stdout by default, over streamable HTTP at http://ADDR/mcp with
-    /// --listen. A non-loopback ADDR requires AGENTRY_MCP_KEY (clients send it as a bearer
-    /// key); on loopback it is optional.
+    /// Serve the configured tools (--tool flags, else `tools` in agentry.toml), the tools of
+    /// the MCP servers it imports (--mcp, [[mcp]]: a proxy) and the products catalog
+    /// (--products-db) as an MCP server: over stdin/stdout by default, over streamable HTTP at
+    /// http://ADDR/mcp with --listen. A non-loopback ADDR requires AGENTRY_MCP_KEY (clients
+    /// send it as a bearer key); on loopback it is optional.
+    #[command(after_help = EXIT_CODES)]
     Serve {
         /// The configuration file [default: as for `agentry run`]
         #[arg(long, value_name = "FILE")]
@@ -218,6 +220,12 @@ enum McpCommand {
         /// The one directory read_file may read
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
+        /// Serve the example products catalog kept in this SQLite file (created when missing):
+        /// get_product, search_product, create_product, update_product, delete_product
+        #[arg(long, value_name = "FILE")]
+        products_db: Option<PathBuf>,
+        #[command(flatten)]
+        mcp: McpArgs,
     },
 }
 
@@ -271,11 +279,15 @@ fn main() -> ExitCode {
                     listen,
                     tools,
                     root,
+                    products_db,
+                    mcp,
                 } => mcp_serve::run(&mcp_serve::ServeRequest {
                     config: config.as_deref(),
                     listen: listen.as_deref(),
                     tools: &tools,
                     root: root.as_deref(),
+                    products_db: products_db.as_deref(),
+                    mcp: &mcp,
                 })
                 .await
                 .map(|()| ExitCode::SUCCESS),

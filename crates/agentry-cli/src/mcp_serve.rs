@@ -2,9 +2,11 @@
 //! streamable HTTP (`--listen`).
 //!
 //! The tools are the ones `agentry run` would offer (`--tool` flags, else `tools` in
-//! agentry.toml, built by the same [`run::registry`]), under the same caps
-//! (`tool_result_max_bytes`, `validation`, `tool_timeout_secs`). As for `run`, a project
-//! `agentry.toml` you have not trusted may not turn on `read_file` or set its root.
+//! agentry.toml, built by the same [`run::registry`]; the imported tools of `--mcp` and
+//! `[[mcp]]` servers, so it also works as a proxy), plus the example products catalog with
+//! `--products-db`, under the same caps (`tool_result_max_bytes`, `validation`,
+//! `tool_timeout_secs`). As for `run`, a project `agentry.toml` you have not trusted may not
+//! turn on `read_file`, set its root or name MCP servers to start.
 //!
 //! Over HTTP the endpoint is `http://ADDR/mcp` (a bare port means `127.0.0.1:PORT`). On a
 //! loopback address it needs no key unless
@@ -22,7 +24,9 @@ use agent_tools::{Caller, Registry, TruncationPolicy};
 use crate::args::{BuiltinTool, LoopArgs};
 use crate::config::{Config, LoopSettings};
 use crate::error::Error;
+use crate::mcp::McpArgs;
 use crate::run;
+use agentry_cli::products;
 
 /// The environment variable holding the bearer key of `--listen`.
 pub(crate) const KEY_ENV: &str = "AGENTRY_MCP_KEY";
@@ -36,18 +40,39 @@ pub(crate) struct ServeRequest<'a> {
     pub(crate) listen: Option<&'a str>,
     pub(crate) tools: &'a [BuiltinTool],
     pub(crate) root: Option<&'a Path>,
+    pub(crate) products_db: Option<&'a Path>,
+    pub(crate) mcp: &'a McpArgs,
 }
 
 /// Serves until stdin closes (stdio) or Ctrl-C (HTTP).
 pub(crate) async fn run(request: &ServeRequest<'_>) -> Result<(), Error> {
     let config = Config::load(request.config)?;
-    let registry = tools(&config, request.tools, request.root)?;
+    let mut registry = tools(&config, request.tools, request.root)?;
+    // Whoever may reach this server is the one user it serves: with the catalog they may
+    // read and write it (the permissions its tools require).
+    let mut permissions = Vec::new();
+    if let Some(path) = request.products_db {
+        products::register(&mut registry, path)
+            .map_err(|error| Error::Usage(format!("--products-db {}: {error}", path.display())))?;
+        permissions.extend(["product:read", "product:write"]);
+    }
+    // Before anything is served: an MCP server to import that cannot be reached is an error
+    // now, not a tool missing later. The clients live as long as the serving does.
+    let servers = crate::mcp::servers(request.mcp, &config)?;
+    let _clients = crate::mcp::connect_into(servers, &mut registry).await?;
     let options = options(&config)?;
     match request.listen {
-        None => serve_stdio(&registry, Caller::new("stdio"), options)
-            .await
-            .map_err(|error| Error::Other(error.to_string())),
-        Some(listen) => http(&registry, options, listen).await,
+        None => serve_stdio(
+            &registry,
+            Caller::new("stdio").with_permissions(permissions),
+            options,
+        )
+        .await
+        .map_err(|error| Error::Other(error.to_string())),
+        Some(listen) => {
+            let caller = Caller::new("mcp").with_permissions(permissions);
+            http(&registry, options, listen, caller).await
+        }
     }
 }
 
@@ -110,7 +135,12 @@ fn key() -> Result<Option<String>, Error> {
     }
 }
 
-async fn http(registry: &Registry, options: ServerOptions, listen: &str) -> Result<(), Error> {
+async fn http(
+    registry: &Registry,
+    options: ServerOptions,
+    listen: &str,
+    caller: Caller,
+) -> Result<(), Error> {
     // A bare port binds loopback: reaching other machines has to be asked for by address.
     let listen = match listen.parse::<u16>() {
         Ok(port) => format!("127.0.0.1:{port}"),
@@ -135,7 +165,7 @@ async fn http(registry: &Registry, options: ServerOptions, listen: &str) -> Resu
         // Reached by whatever name the operator gives it; the key is what keeps strangers out.
         http = http.with_allowed_hosts(Vec::<String>::new());
     }
-    let caller = Arc::new(Caller::new("mcp"));
+    let caller = Arc::new(caller);
     let service = HttpService::new(registry, options, http);
     let service = match key {
         Some(key) => service.with_authenticator(BearerKeys::new().with_key(key, caller)),

@@ -257,3 +257,106 @@ fn an_untrusted_project_file_cannot_serve_read_file() {
     // Nothing was served: the refusal comes before stdin is read.
     assert!(output.stdout.is_empty());
 }
+
+/// node and server-everything's entry script: required under `CI`, else `None` (skip).
+fn everything() -> Option<(String, String)> {
+    if let Ok(script) = std::env::var("AGENTRY_TEST_MCP_EVERYTHING") {
+        let node = std::env::var("AGENTRY_TEST_NODE").unwrap_or_else(|_| "node".into());
+        return Some((node, script));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "AGENTRY_TEST_MCP_EVERYTHING is not set: CI must run `eval \"$(bash .ci/node.sh)\"` first"
+    );
+    None
+}
+
+/// Reference 000's one registry, end to end: the SQLite products catalog (resources as tools)
+/// and an imported MCP server's tools (a proxy) listed and called by the Python SDK through
+/// `agentry mcp serve`, with the rows checked in the SQLite file afterwards.
+#[test]
+fn the_products_catalog_and_an_imported_server_are_served_as_one_registry() {
+    let Some(python) = python() else { return };
+    let Some((node, everything)) = everything() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("products.db");
+    let plan = json!({
+        "transport": "stdio",
+        "command": env!("CARGO_BIN_EXE_agentry"),
+        "args": ["mcp", "serve", "--tool", "calculator", "--products-db", db,
+                 "--mcp", format!("{node} {everything} stdio"), "--mcp-name", "everything"],
+        "env": {"HOME": home(), "XDG_CONFIG_HOME": home().join(".config")},
+        "cwd": dir.path(),
+        "steps": [
+            {"list": true},
+            {"call": "create_product", "arguments": {"sku": "KB-01", "name": "Keyboard", "price_cents": 4900, "stock": 3}},
+            {"call": "create_product", "arguments": {"sku": "MS-02", "name": "Mouse", "price_cents": 1900}},
+            {"call": "create_product", "arguments": {"sku": "KB-01", "name": "Again", "price_cents": 1}},
+            {"call": "search_product", "arguments": {"text": "key", "limit": 5}},
+            {"call": "update_product", "arguments": {"id": 2, "stock": 7}},
+            {"call": "get_product", "arguments": {"id": 99}},
+            {"call": "everything_echo", "arguments": {"message": "through the proxy"}},
+        ],
+    });
+    let (ok, steps, stderr) = run_plan(&python, &plan);
+    assert!(ok, "{stderr}");
+    let listed = names(&steps[0]);
+    for tool in [
+        "calculator",
+        "get_product",
+        "search_product",
+        "create_product",
+        "update_product",
+        "delete_product",
+        "everything_echo",
+    ] {
+        assert!(listed.contains(&tool), "{tool} not in {listed:?}");
+    }
+    // The record type's schema reaches the client as the tool's output schema.
+    let create = steps[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "create_product")
+        .unwrap();
+    assert_eq!(
+        create["outputSchema"]["properties"]["sku"]["type"],
+        "string"
+    );
+
+    assert_eq!(steps[1]["isError"], false, "{}", steps[1]);
+    assert_eq!(steps[1]["structuredContent"]["id"], 1);
+    assert_eq!(steps[2]["structuredContent"]["stock"], 0);
+    // A taken SKU is an error the client (a model) can act on, not a crash.
+    assert_eq!(steps[3]["isError"], true, "{}", steps[3]);
+    let found = &steps[4]["structuredContent"];
+    assert_eq!(found["records"].as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(found["records"][0]["sku"], "KB-01");
+    assert_eq!(steps[5]["structuredContent"]["stock"], 7);
+    assert_eq!(steps[6]["isError"], true);
+    assert_eq!(steps[7]["isError"], false, "{}", steps[7]);
+    assert!(
+        steps[7]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("through the proxy"),
+        "{}",
+        steps[7]
+    );
+
+    // What the calls committed is in the file, each call its own transaction.
+    let rows: Vec<(String, i64)> = {
+        let connection = rusqlite::Connection::open(&db).unwrap();
+        let mut statement = connection
+            .prepare("SELECT sku, stock FROM products ORDER BY id")
+            .unwrap();
+        statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(rows, [("KB-01".to_owned(), 3), ("MS-02".to_owned(), 7)]);
+}
