@@ -360,3 +360,52 @@ fn the_products_catalog_and_an_imported_server_are_served_as_one_registry() {
     };
     assert_eq!(rows, [("KB-01".to_owned(), 3), ("MS-02".to_owned(), 7)]);
 }
+
+/// The proxy passes progress through both hops (the Python SDK's progress callback sees
+/// server-everything's progress relayed by `agentry mcp serve`), and a call the SDK abandons
+/// does not hold the proxy. (That the cancellation reaches the far server is proven hop by
+/// hop: agent-mcp's `a_cancelled_notification_cancels_the_handler` and the client tests where a
+/// Python SDK server sees `notifications/cancelled`.)
+#[test]
+fn the_proxy_relays_progress_and_an_abandoned_call_does_not_hold_it() {
+    let Some(python) = python() else { return };
+    let Some((node, everything)) = everything() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let long = "everything_trigger-long-running-operation";
+    let plan = json!({
+        "transport": "stdio",
+        "command": env!("CARGO_BIN_EXE_agentry"),
+        "args": ["mcp", "serve", "--mcp", format!("{node} {everything} stdio"),
+                 "--mcp-name", "everything"],
+        "env": {"HOME": home(), "XDG_CONFIG_HOME": home().join(".config")},
+        "cwd": dir.path(),
+        "steps": [
+            {"call": long, "arguments": {"duration": 1, "steps": 4}},
+            {"cancel": long, "arguments": {"duration": 60, "steps": 60}, "after": 0.5},
+            {"call": "everything_echo", "arguments": {"message": "still here"}},
+        ],
+    });
+    let started = std::time::Instant::now();
+    let (ok, steps, stderr) = run_plan(&python, &plan);
+    assert!(ok, "{stderr}");
+    assert_eq!(steps[0]["isError"], false, "{}", steps[0]);
+    let progress = steps[0]["progress"].as_array().unwrap();
+    assert!(!progress.is_empty(), "no progress relayed: {}", steps[0]);
+    assert_eq!(steps[1]["cancelled"], true, "{}", steps[1]);
+    assert!(
+        steps[2]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("still here"),
+        "{}",
+        steps[2]
+    );
+    // The abandoned 60-second operation did not hold the proxy.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
