@@ -11,6 +11,7 @@
 //! | [`agent_loop`] | `agent-loop` | the loop: `return`/`auto` modes, budgets, cancellation, streaming, sessions | `loop` (default) |
 //! | [`backends`] | `agent-backends` | model backends: provider adapters, replay of recorded traffic, the scripted backend | `backends`, `scripted` (default), one feature per provider |
 //! | [`conversation`] | `agent-conversation` | turn appenders: in-memory, JSONL, SQLite | `conversation` (default) |
+//! | `mcp` | `agent-mcp` | MCP: import tools from MCP servers, serve a registry as an MCP server | `mcp` |
 //!
 //! | feature | default | enables |
 //! |---|---|---|
@@ -25,6 +26,7 @@
 //! | `conversation` | yes | [`conversation`] with both stores below |
 //! | `jsonl` | via `conversation` | the durable JSONL appender |
 //! | `sqlite` | via `conversation` | the SQLite store (bundles SQLite, builds C code) |
+//! | `mcp` | no | `mcp`: the MCP client and server (rmcp; the client over the same reqwest) |
 //!
 //! With `default-features = false` the facade is the vocabulary alone: no tokio, no HTTP
 //! client, no SQLite.
