@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
 
-use crate::telemetry::SpanName;
+use crate::telemetry::{self, SpanName};
 
 use crate::events::Emitter;
 use crate::options::{Options, ToolErrorMode};
@@ -160,14 +160,20 @@ impl Round<'_> {
             gen_ai.tool.name = %call.name,
             gen_ai.tool.call.id = %call.id,
             gen_ai.tool.type = "function",
-            agentry.iteration = job.iteration,
+            agentry.iteration = i64::from(job.iteration),
             agentry.tool.result_bytes = field::Empty,
             agentry.tool.sent_bytes = field::Empty,
             agentry.tool.truncated = field::Empty,
         );
         let outcome = self.run_call(job).instrument(span.clone()).await;
-        span.record("agentry.tool.result_bytes", outcome.trace.result_bytes);
-        span.record("agentry.tool.sent_bytes", outcome.trace.sent_bytes);
+        span.record(
+            "agentry.tool.result_bytes",
+            telemetry::int(outcome.trace.result_bytes),
+        );
+        span.record(
+            "agentry.tool.sent_bytes",
+            telemetry::int(outcome.trace.sent_bytes),
+        );
         span.record("agentry.tool.truncated", outcome.trace.truncated);
         outcome
     }

@@ -413,8 +413,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     ) -> Result<GenerateResult, AgentError> {
         self.settle();
         let span = tracing::Span::current();
-        span.record("agentry.iterations", self.state.iterations);
-        span.record("agentry.model_calls", self.records.len());
+        span.record("agentry.iterations", telemetry::int(self.state.iterations));
+        span.record("agentry.model_calls", telemetry::int(self.records.len()));
         telemetry::record_usage(&span, &self.usage, self.cost_usd);
         match ended {
             Ok(End::Answered) => {
@@ -551,7 +551,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = self.backend.provider_name(),
             gen_ai.request.model = %self.request.model,
-            gen_ai.request.max_tokens = settings.max_output_tokens,
+            gen_ai.request.max_tokens = settings.max_output_tokens.map(i64::from),
             gen_ai.request.temperature = settings.temperature.map(f64::from),
             gen_ai.request.top_p = settings.top_p.map(f64::from),
             gen_ai.conversation.id = %self.session.id,
@@ -567,7 +567,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             agentry.usage.cache_creation_1h.input_tokens = field::Empty,
             agentry.usage.reasoning.output_tokens = field::Empty,
             agentry.cost_usd = field::Empty,
-            agentry.iteration = iteration,
+            agentry.iteration = i64::from(iteration),
             agentry.time_to_first_chunk = field::Empty,
             agentry.tool_calls = field::Empty,
         );
@@ -703,7 +703,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             "gen_ai.response.finish_reasons",
             telemetry::finish_reason(message.stop_reason.unwrap_or(StopReason::Stop)),
         );
-        span.record("agentry.tool_calls", tool_calls);
+        span.record("agentry.tool_calls", i64::from(tool_calls));
         if self.options.trace_content
             && !span.is_disabled()
             && let Ok(json) = serde_json::to_string(&message)

@@ -84,6 +84,12 @@ pub(crate) fn budget(error: &AgentError) -> Option<&'static str> {
     }
 }
 
+/// A count as OpenTelemetry's integer type: tracing-opentelemetry records `i64` as an
+/// integer attribute but a `u64` as its decimal text.
+pub(crate) fn int(count: impl TryInto<i64>) -> i64 {
+    count.try_into().unwrap_or(i64::MAX)
+}
+
 /// Marks a span failed: `error.type` and the OpenTelemetry status.
 pub(crate) fn record_error(span: &tracing::Span, error: &AgentError) {
     span.record("error.type", error_type(error));
@@ -95,26 +101,26 @@ pub(crate) fn record_error(span: &tracing::Span, error: &AgentError) {
 /// also in `agentry.usage.cache_creation_1h.input_tokens` (it is billed differently).
 pub(crate) fn record_usage(span: &tracing::Span, usage: &Usage, cost_usd: Option<f64>) {
     if let Some(tokens) = usage.input_tokens {
-        span.record("gen_ai.usage.input_tokens", tokens);
+        span.record("gen_ai.usage.input_tokens", int(tokens));
     }
     if let Some(tokens) = usage.output_tokens {
-        span.record("gen_ai.usage.output_tokens", tokens);
+        span.record("gen_ai.usage.output_tokens", int(tokens));
     }
     if let Some(tokens) = usage.cache_read_tokens {
-        span.record("gen_ai.usage.cache_read.input_tokens", tokens);
+        span.record("gen_ai.usage.cache_read.input_tokens", int(tokens));
     }
     if usage.cache_write_5m_tokens.is_some() || usage.cache_write_1h_tokens.is_some() {
         let written = usage
             .cache_write_5m_tokens
             .unwrap_or(0)
             .saturating_add(usage.cache_write_1h_tokens.unwrap_or(0));
-        span.record("gen_ai.usage.cache_creation.input_tokens", written);
+        span.record("gen_ai.usage.cache_creation.input_tokens", int(written));
     }
     if let Some(tokens) = usage.cache_write_1h_tokens {
-        span.record("agentry.usage.cache_creation_1h.input_tokens", tokens);
+        span.record("agentry.usage.cache_creation_1h.input_tokens", int(tokens));
     }
     if let Some(tokens) = usage.reasoning_tokens {
-        span.record("agentry.usage.reasoning.output_tokens", tokens);
+        span.record("agentry.usage.reasoning.output_tokens", int(tokens));
     }
     if let Some(cost) = cost_usd {
         span.record("agentry.cost_usd", cost);
