@@ -96,6 +96,10 @@ pub use agent_backends as backends;
 #[doc(inline)]
 pub use agent_mcp as mcp;
 
+#[cfg(feature = "otel")]
+#[doc(inline)]
+pub use agent_otel as otel;
+
 #[cfg(feature = "loop")]
 #[doc(inline)]
 pub use agent_loop::{
