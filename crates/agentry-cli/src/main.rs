@@ -243,9 +243,11 @@ fn main() -> ExitCode {
         cli.command,
         Command::Run { .. } | Command::Resume { .. } | Command::Demo { .. } | Command::Serve { .. }
     );
+    // `serve` drains on SIGTERM itself; the others are dropped by it (and then flushed).
+    let serves = matches!(cli.command, Command::Serve { .. });
     if exports {
         match telemetry::start() {
-            Ok(true) if !matches!(cli.command, Command::Serve { .. }) => telemetry::install(),
+            Ok(true) if !serves => telemetry::install(),
             Ok(_) => {}
             Err(error) => {
                 eprintln!("agentry: {error}");
@@ -253,7 +255,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    let outcome = runtime.block_on(telemetry::until_terminated(async {
+    let outcome = runtime.block_on(telemetry::until_terminated(!serves, async {
         match cli.command {
             Command::Replay {
                 provider,

@@ -44,14 +44,15 @@ pub(crate) fn install() {
     }
 }
 
-/// Runs `work`; with the export on, SIGTERM drops it (ending its spans) and exits 143, so the
-/// flush after it still runs. Without the export SIGTERM keeps its default action.
-pub(crate) async fn until_terminated<F>(work: F) -> Result<ExitCode, Error>
+/// Runs `work`; with `watch` and the export on, SIGTERM drops it (ending its spans) and exits
+/// 143, so the flush after it still runs. Otherwise SIGTERM keeps its default action (or the
+/// command's own handling: `serve` drains).
+pub(crate) async fn until_terminated<F>(watch: bool, work: F) -> Result<ExitCode, Error>
 where
     F: Future<Output = Result<ExitCode, Error>>,
 {
     #[cfg(unix)]
-    if TELEMETRY.get().is_some() {
+    if watch && TELEMETRY.get().is_some() {
         use tokio::signal::unix::{SignalKind, signal};
         if let Ok(mut terminate) = signal(SignalKind::terminate()) {
             return tokio::select! {

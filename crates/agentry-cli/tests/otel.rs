@@ -507,3 +507,116 @@ fn sigterm_mid_run_still_exports_the_runs_spans() {
         .collect();
     assert_eq!(names, ["invoke_agent", "chat gpt-4.1-mini"]);
 }
+
+/// `agentry serve` exports its runs too, and SIGTERM's drain ends with a flush: the run that
+/// was streaming when the signal came is in the receiver once the process has exited.
+#[cfg(unix)]
+#[test]
+fn serve_exports_and_flushes_after_the_sigterm_drain() {
+    let Some(python) = python() else { return };
+    let receiver = Receiver::start(&python);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agentry.toml");
+    // Each streamed model event is held back 40 ms: the run is still going at SIGTERM.
+    std::fs::write(
+        &config,
+        r#"
+[server]
+tools = ["calculator", "clock"]
+
+[server.store]
+kind = "sqlite"
+path = "sessions.db"
+
+[[server.models]]
+name = "demo"
+provider = "replay"
+recording = "anthropic"
+event_delay_ms = 40
+
+[[server.tenants]]
+name = "acme"
+api_keys = ["key-acme-test-0001"]
+"#,
+    )
+    .unwrap();
+    let mut child = agentry(dir.path())
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let url = loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "agentry serve exited early"
+        );
+        if let Some(url) = line.trim().strip_prefix("agentry serve: listening on ") {
+            break url.to_owned();
+        }
+    };
+    // The log goes on (and the pipe must not fill) while the test waits.
+    let log = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+        rest
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = runtime.block_on(async {
+        let mut response = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/otel-1/execute"))
+            .bearer_auth("key-acme-test-0001")
+            .json(&serde_json::json!({
+                "message": "Weather?",
+                "context": {"model": "demo", "tools": ["calculator", "clock"]},
+            }))
+            .send()
+            .await
+            .unwrap();
+        let mut body =
+            String::from_utf8(response.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            body.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        body
+    });
+    assert!(body.contains("execute_complete"), "{body}");
+    let status = child.wait().unwrap();
+    let log = log.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("drained and stopped"), "{log}");
+
+    let spans = receiver.spans();
+    let run = spans
+        .iter()
+        .find(|span| span["name"] == "invoke_agent")
+        .unwrap_or_else(|| panic!("no run span in {spans:?}"));
+    let chats: Vec<&Value> = spans
+        .iter()
+        .filter(|span| span["name"] == "chat claude-sonnet-4-5")
+        .collect();
+    assert!(!chats.is_empty());
+    for chat in chats {
+        assert_eq!(chat["parentSpanId"], run["spanId"]);
+    }
+    assert_eq!(attributes(run)["gen_ai.conversation.id"], "otel-1");
+    assert!(!receiver.points("gen_ai.client.token.usage").is_empty());
+}
