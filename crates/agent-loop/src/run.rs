@@ -554,6 +554,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             gen_ai.request.max_tokens = settings.max_output_tokens.map(i64::from),
             gen_ai.request.temperature = settings.temperature.map(f64::from),
             gen_ai.request.top_p = settings.top_p.map(f64::from),
+            gen_ai.output.type = self.request.response_format.as_ref().map(|_| "json"),
             gen_ai.conversation.id = %self.session.id,
             gen_ai.response.model = field::Empty,
             gen_ai.response.finish_reasons = field::Empty,

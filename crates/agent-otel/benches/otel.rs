@@ -137,6 +137,13 @@ fn main() {
     );
     let subscriber = Arc::new(tracing_subscriber::registry().with(telemetry.layer()));
 
+    // A subscriber with no layer: what the loop's own span creation and recording cost.
+    let bare = Arc::new(tracing_subscriber::registry());
+    let bare_backend = script();
+    let bare_run = |rt: &Runtime| {
+        let _guard = tracing::subscriber::set_default(bare.clone());
+        sample(rt, &bare_backend, &options, &input)
+    };
     let off_backend = script();
     let on_backend = script();
     let on = |rt: &Runtime| {
@@ -146,12 +153,14 @@ fn main() {
     // Warm-up.
     for _ in 0..2 {
         sample(&rt, &off_backend, &options, &input);
+        bare_run(&rt);
         on(&rt);
     }
     let before = exported.0.load(Ordering::Relaxed);
-    let (mut off_ns, mut on_ns) = (Vec::new(), Vec::new());
+    let (mut off_ns, mut bare_ns, mut on_ns) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..SAMPLES {
         off_ns.push(sample(&rt, &off_backend, &options, &input));
+        bare_ns.push(bare_run(&rt));
         on_ns.push(on(&rt));
     }
     let spans = exported.0.load(Ordering::Relaxed) - before;
@@ -164,10 +173,17 @@ fn main() {
     telemetry.shutdown().unwrap();
 
     let off = median(off_ns) / ROUNDS as f64;
+    let bare = median(bare_ns) / ROUNDS as f64;
     let on = median(on_ns) / ROUNDS as f64;
     println!(
         "loop, no subscriber                          {:>10.2} µs/round",
         off / 1000.0
+    );
+    println!(
+        "loop, a subscriber without layers            {:>10.2} µs/round   +{:.2} µs/round  (+{:.1}%)",
+        bare / 1000.0,
+        (bare - off) / 1000.0,
+        (bare - off) / off * 100.0
     );
     println!(
         "loop, OpenTelemetry layer (spans + metrics)  {:>10.2} µs/round   +{:.2} µs/round  (+{:.1}%)",

@@ -147,7 +147,10 @@ impl Telemetry {
             // the span's own start and end are what a trace shows.
             .with_tracked_inactivity(false)
             .with_location(false)
-            .with_threads(false);
+            .with_threads(false)
+            // Attaching an OpenTelemetry context on every enter serves OpenTelemetry-native
+            // instrumentation inside our spans; the loop has none, and it costs every poll.
+            .with_context_activation(false);
         let metrics = GenAiMetrics::new(&self.meter_provider.meter(SCOPE));
         spans
             .and_then(metrics)

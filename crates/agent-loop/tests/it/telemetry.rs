@@ -285,3 +285,45 @@ async fn failures_carry_error_type_and_error_status() {
     assert_eq!(run.field("error.type"), Some("budget_exceeded"));
     assert_eq!(run.field("agentry.budget"), Some("iterations"));
 }
+
+#[tokio::test]
+async fn a_native_structured_answer_is_marked_json_and_the_settings_sent_are_recorded() {
+    let backend = ScriptedBackend::new([ScriptedTurn::text(r#"{"city": "Oslo"}"#)])
+        .with_capabilities(agent_types::Capabilities {
+            tools: true,
+            streaming: true,
+            structured_output: true,
+            usage_reporting: true,
+            ..agent_types::Capabilities::default()
+        });
+    let options = Options::default().with_output_schema(json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"]
+    }));
+    let mut input = Input::new("m").user("Which city?");
+    input.settings.temperature = Some(0.5);
+    input.settings.max_output_tokens = Some(300);
+    let (result, spans) = capture(generate(&backend, input, &options)).await;
+    result.unwrap();
+    let chat = named(&spans, "chat")[0].1;
+    assert_eq!(chat.field("gen_ai.output.type"), Some("json"));
+    assert_eq!(chat.field("gen_ai.request.temperature"), Some("0.5"));
+    assert_eq!(chat.field("gen_ai.request.max_tokens"), Some("300"));
+    assert_eq!(
+        chat.field("gen_ai.request.top_p"),
+        None,
+        "not set, not recorded"
+    );
+
+    // A free-text run says nothing about the output type.
+    let backend = ScriptedBackend::new([ScriptedTurn::text("Oslo.")]);
+    let (result, spans) = capture(generate(
+        &backend,
+        Input::new("m").user("?"),
+        &Options::default(),
+    ))
+    .await;
+    result.unwrap();
+    assert_eq!(named(&spans, "chat")[0].1.field("gen_ai.output.type"), None);
+}
