@@ -25,6 +25,7 @@
 //! | `conversation` | yes | [`conversation`] with both stores below |
 //! | `jsonl` | via `conversation` | the durable JSONL appender |
 //! | `sqlite` | via `conversation` | the SQLite store (bundles SQLite, builds C code) |
+//! | `otel` | no | `otel` (`agent-otel`): OpenTelemetry export of the loop's GenAI spans and metrics over OTLP/HTTP (docs/observability.md) |
 //!
 //! With `default-features = false` the facade is the vocabulary alone: no tokio, no HTTP
 //! client, no SQLite.
