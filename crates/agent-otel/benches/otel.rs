@@ -9,7 +9,9 @@
 //! export included, is on the measured thread) and a periodic metric reader (aggregation on
 //! every call; its collection, every 60 s, does not fall in the run). Samples of "off" and "on" alternate, so drift hits both.
 //!
-//! Run with `cargo bench -p agent-otel --bench otel`. Reported, never asserted.
+//! Reported per round: the median sample's wall time, and the measuring thread's CPU time
+//! (every span is built, ended and exported on it) averaged over all samples. Run with `cargo bench -p agent-otel --bench otel`.
+//! Reported, never asserted.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,11 +20,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use agent_backends::Provider;
+use agent_backends::replay::{Cassette, ReplayBackend};
 use agent_backends::{ScriptedBackend, ScriptedTurn};
 use agent_loop::{Input, Options, generate};
 use agent_otel::Telemetry;
 use agent_tools::{Registry, Tool};
-use agent_types::{Message, ToolCall, Usage, UserMessage};
+use agent_types::{Backend, Message, ToolCall, Usage, UserMessage};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
@@ -98,17 +102,45 @@ fn input() -> Input {
     input.user("Look up the nine keys and report.")
 }
 
-/// Nanoseconds per run of one sample: `BATCH` runs of the workload.
-fn sample(rt: &Runtime, backend: &ScriptedBackend, options: &Options, input: &Input) -> f64 {
+/// This thread's CPU time in nanoseconds (Linux's schedstat, updated at scheduler ticks), or
+/// `None` elsewhere.
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// One sample, `BATCH` runs of the workload: wall nanoseconds per run, and this thread's CPU
+/// nanoseconds for the whole sample (tick-grained: summed over the samples, not per sample).
+fn sample<B: Backend>(
+    rt: &Runtime,
+    backend: &B,
+    options: &Options,
+    input: &Input,
+    before_each: &dyn Fn(),
+) -> (f64, u64) {
     let inputs: Vec<Input> = (0..BATCH).map(|_| input.clone()).collect();
+    let cpu = thread_cpu_ns();
     let start = Instant::now();
     rt.block_on(async {
         for input in inputs {
+            before_each();
             let result = generate(backend, input, options).await.unwrap();
             black_box(result);
         }
     });
-    start.elapsed().as_nanos() as f64 / BATCH as f64
+    let wall = start.elapsed().as_nanos() as f64 / BATCH as f64;
+    let cpu = match (cpu, thread_cpu_ns()) {
+        (Some(before), Some(after)) => after - before,
+        _ => 0,
+    };
+    (wall, cpu)
+}
+
+/// Median wall time per round and mean CPU time per round over the samples.
+fn summary(samples: &[(f64, u64)], rounds: usize) -> (f64, f64) {
+    let wall = median(samples.iter().map(|s| s.0).collect()) / rounds as f64;
+    let cpu: u64 = samples.iter().map(|s| s.1).sum();
+    (wall, cpu as f64 / (samples.len() * BATCH * rounds) as f64)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -116,16 +148,90 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// Samples "off", "bare" and "on" alternately for one workload and prints the rows.
+#[allow(clippy::too_many_arguments)]
+fn compare<B: Backend>(
+    title: &str,
+    rt: &Runtime,
+    backends: [&B; 3],
+    options: &Options,
+    input: &Input,
+    before_each: &dyn Fn(&B),
+    telemetry: &Telemetry,
+    spans_per_run: usize,
+    rounds: usize,
+    exported: &Discard,
+) {
+    let bare = Arc::new(tracing_subscriber::registry());
+    let on = Arc::new(tracing_subscriber::registry().with(telemetry.layer()));
+    let [off_backend, bare_backend, on_backend] = backends;
+    let run = |variant: usize| match variant {
+        0 => sample(rt, off_backend, options, input, &|| {
+            before_each(off_backend)
+        }),
+        1 => {
+            let _guard = tracing::subscriber::set_default(bare.clone());
+            sample(rt, bare_backend, options, input, &|| {
+                before_each(bare_backend)
+            })
+        }
+        _ => {
+            let _guard = tracing::subscriber::set_default(on.clone());
+            sample(rt, on_backend, options, input, &|| before_each(on_backend))
+        }
+    };
+    for _ in 0..2 {
+        for variant in 0..3 {
+            run(variant);
+        }
+    }
+    let before = exported.0.load(Ordering::Relaxed);
+    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+    for _ in 0..SAMPLES {
+        for (variant, samples) in samples.iter_mut().enumerate() {
+            samples.push(run(variant));
+        }
+    }
+    let spans = exported.0.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        spans,
+        SAMPLES * BATCH * spans_per_run,
+        "the layer did not see every span"
+    );
+    println!("{title}");
+    let names = [
+        "no subscriber",
+        "a subscriber without layers",
+        "OpenTelemetry layer (spans + metrics)",
+    ];
+    let (off_wall, off_cpu) = summary(&samples[0], rounds);
+    for (name, samples) in names.iter().zip(&samples) {
+        let (wall, cpu) = summary(samples, rounds);
+        println!(
+            "  {name:<40} {:>8.2} µs/round (median wall) {:>+7.1}%   {:>8.2} µs CPU/round (mean) {:>+7.1}%",
+            wall / 1000.0,
+            (wall - off_wall) / off_wall * 100.0,
+            cpu / 1000.0,
+            (cpu - off_cpu) / off_cpu * 100.0,
+        );
+    }
+}
+
+/// A tool answering like the demo's (the recorded model ignores what it says).
+fn fixed_tool(name: &str) -> Tool {
+    Tool::from_json_fn(
+        name,
+        "A fixed answer.",
+        json!({"type": "object"}),
+        |_arguments, _ctx| async move { Ok(json!({"city": "Lisbon", "temp_c": 19, "value": 15})) },
+    )
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let mut tools = Registry::new();
-    tools.register(lookup_tool()).unwrap();
-    let options = Options::auto().with_tools(tools);
-    let input = input();
-
     let exported = Discard::default();
     let telemetry = Telemetry::from_providers(
         SdkTracerProvider::builder()
@@ -135,60 +241,61 @@ fn main() {
             .with_reader(PeriodicReader::builder(InMemoryMetricExporter::default()).build())
             .build(),
     );
-    let subscriber = Arc::new(tracing_subscriber::registry().with(telemetry.layer()));
 
-    // A subscriber with no layer: what the loop's own span creation and recording cost.
-    let bare = Arc::new(tracing_subscriber::registry());
-    let bare_backend = script();
-    let bare_run = |rt: &Runtime| {
-        let _guard = tracing::subscriber::set_default(bare.clone());
-        sample(rt, &bare_backend, &options, &input)
+    // 1. The loop bench's workload, scripted (nothing but the loop).
+    let mut tools = Registry::new();
+    tools.register(lookup_tool()).unwrap();
+    let options = Options::auto().with_tools(tools);
+    let (a, b, c) = (script(), script(), script());
+    compare(
+        &format!(
+            "scripted model, {ROUNDS} rounds of {CALLS_PER_ROUND} tools, {HISTORY_MESSAGES}-message history"
+        ),
+        &rt,
+        [&a, &b, &c],
+        &options,
+        &input(),
+        &|_| {},
+        &telemetry,
+        // invoke_agent, four chat, nine execute_tool
+        14,
+        ROUNDS,
+        &exported,
+    );
+
+    // 2. `agentry demo`'s conversation: the real Anthropic adapter over loopback HTTP, two tool
+    //    rounds (three calls, then one), three model calls.
+    let (model, rounds) = agent_backends::replay::demo(Provider::Anthropic);
+    let start = || {
+        rt.block_on(ReplayBackend::start(
+            Provider::Anthropic,
+            std::iter::empty(),
+        ))
+        .unwrap()
     };
-    let off_backend = script();
-    let on_backend = script();
-    let on = |rt: &Runtime| {
-        let _guard = tracing::subscriber::set_default(subscriber.clone());
-        sample(rt, &on_backend, &options, &input)
+    let (a, b, c) = (start(), start(), start());
+    let mut tools = Registry::new();
+    for name in ["get_weather", "clock", "calculator"] {
+        tools.register(fixed_tool(name)).unwrap();
+    }
+    let options = Options::auto().with_tools(tools);
+    let queue = |backend: &ReplayBackend| {
+        for body in rounds {
+            backend.server().push(Cassette::body(body));
+        }
     };
-    // Warm-up.
-    for _ in 0..2 {
-        sample(&rt, &off_backend, &options, &input);
-        bare_run(&rt);
-        on(&rt);
-    }
-    let before = exported.0.load(Ordering::Relaxed);
-    let (mut off_ns, mut bare_ns, mut on_ns) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..SAMPLES {
-        off_ns.push(sample(&rt, &off_backend, &options, &input));
-        bare_ns.push(bare_run(&rt));
-        on_ns.push(on(&rt));
-    }
-    let spans = exported.0.load(Ordering::Relaxed) - before;
-    // One run: invoke_agent, four chat, nine execute_tool.
-    assert_eq!(
-        spans,
-        SAMPLES * BATCH * 14,
-        "the layer did not see every span"
+    compare(
+        "the demo's recorded conversation over loopback HTTP (Anthropic adapter), 2 tool rounds",
+        &rt,
+        [&a, &b, &c],
+        &options,
+        &Input::new(model).user("What's the weather in Lisbon and in Oslo?"),
+        &queue,
+        &telemetry,
+        // invoke_agent, three chat, four execute_tool
+        8,
+        2,
+        &exported,
     );
     telemetry.shutdown().unwrap();
-
-    let off = median(off_ns) / ROUNDS as f64;
-    let bare = median(bare_ns) / ROUNDS as f64;
-    let on = median(on_ns) / ROUNDS as f64;
-    println!(
-        "loop, no subscriber                          {:>10.2} µs/round",
-        off / 1000.0
-    );
-    println!(
-        "loop, a subscriber without layers            {:>10.2} µs/round   +{:.2} µs/round  (+{:.1}%)",
-        bare / 1000.0,
-        (bare - off) / 1000.0,
-        (bare - off) / off * 100.0
-    );
-    println!(
-        "loop, OpenTelemetry layer (spans + metrics)  {:>10.2} µs/round   +{:.2} µs/round  (+{:.1}%)",
-        on / 1000.0,
-        (on - off) / 1000.0,
-        (on - off) / off * 100.0
-    );
 }
