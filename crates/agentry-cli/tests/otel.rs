@@ -453,11 +453,10 @@ fn an_unsupported_otlp_protocol_is_a_usage_error() {
     );
 }
 
-/// SIGTERM in the middle of a model call: the process exits 143 and the run's spans (ended
-/// when the command is dropped) still reach the receiver.
+/// A signal in the middle of a model call: the process exits with `code`, and the run's spans
+/// reach the receiver; with `aborted`, they say the run was aborted.
 #[cfg(unix)]
-#[test]
-fn sigterm_mid_run_still_exports_the_runs_spans() {
+fn signal_mid_run(signal: &str, code: i32, aborted: bool) {
     let Some(python) = python() else { return };
     let receiver = Receiver::start(&python);
     // A provider that accepts the connection and never answers.
@@ -477,14 +476,14 @@ fn sigterm_mid_run_still_exports_the_runs_spans() {
         ])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     // The model call is under way once the request's connection arrives.
     let (_held, _) = upstream.accept().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([signal, &child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
@@ -495,17 +494,42 @@ fn sigterm_mid_run_still_exports_the_runs_spans() {
         }
         assert!(
             Instant::now() < deadline,
-            "agentry did not exit after SIGTERM"
+            "agentry did not exit after {signal}"
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(status.code(), Some(143));
-    let names: Vec<String> = receiver
-        .spans()
+    assert_eq!(status.code(), Some(code));
+    let spans = receiver.spans();
+    let names: Vec<&str> = spans
         .iter()
-        .map(|span| span["name"].as_str().unwrap().to_owned())
+        .map(|span| span["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["invoke_agent", "chat gpt-4.1-mini"]);
+    if aborted {
+        for span in &spans {
+            assert_eq!(
+                attributes(span)["error.type"],
+                "aborted",
+                "{}",
+                span["name"]
+            );
+            assert_eq!(span["status"]["code"], "STATUS_CODE_ERROR");
+        }
+    }
+}
+
+/// SIGTERM: the command is dropped (ending its spans), flushed, and the process exits 143.
+#[cfg(unix)]
+#[test]
+fn sigterm_mid_run_still_exports_the_runs_spans() {
+    signal_mid_run("-TERM", 143, false);
+}
+
+/// Ctrl-C: the run is cancelled and winds down (exit 130); its spans say it was aborted.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_mid_run_exports_the_aborted_runs_spans() {
+    signal_mid_run("-INT", 130, true);
 }
 
 /// `agentry serve` exports its runs too, and SIGTERM's drain ends with a flush: the run that
