@@ -4,12 +4,15 @@
 #   - the main venv: the official `openai` client and `langchain-openai`;
 #   - a second venv for `litellm`, whose releases that accept openai 3.x all require a
 #     `certifi` newer than PyPI has, so it gets the openai 2.x it resolves to on its own;
-#   - a third for the official MCP Python SDK (`mcp`), the client of agent-mcp's server tests.
+#   - a third for the official MCP Python SDK (`mcp`), the client of agent-mcp's server tests;
+#   - a fourth with the official `opentelemetry-proto` package, for the OTLP receiver the
+#     CLI's OpenTelemetry tests export to (crates/agentry-cli/tests/otlp/receiver.py).
 #
-#   eval "$(bash .ci/python.sh)"   # prints three lines:
+#   eval "$(bash .ci/python.sh)"   # prints four lines:
 #     export AGENTRY_TEST_PYTHON=<venv>/bin/python
 #     export AGENTRY_TEST_LITELLM_PYTHON=<litellm venv>/bin/python
 #     export AGENTRY_TEST_MCP_PYTHON=<mcp venv>/bin/python
+#     export AGENTRY_TEST_OTEL_PYTHON=<opentelemetry-proto venv>/bin/python
 #
 # Creates the venvs with `python3 -m venv` (installing Debian's python3-venv if the module is
 # missing and we are root) and pip-installs the pinned clients into them. Running it again
@@ -20,6 +23,7 @@
 #   AGENTRY_CI_VENV          where the main venv lives (default: $HOME/.cache/agentry-ci/venv)
 #   AGENTRY_CI_LITELLM_VENV  where litellm's lives (default: $HOME/.cache/agentry-ci/venv-litellm)
 #   AGENTRY_CI_MCP_VENV      where mcp's lives (default: $HOME/.cache/agentry-ci/venv-mcp)
+#   AGENTRY_CI_OTEL_VENV     where opentelemetry-proto's lives (default: $HOME/.cache/agentry-ci/venv-otel)
 set -euo pipefail
 
 # Only the export line goes to stdout (fd 3); every command's output goes to stderr.
@@ -35,6 +39,9 @@ LITELLM_VERSION=1.100.5
 # The official MCP Python SDK, the client agent-mcp's server tests run against (its own venv:
 # its pins must not fight the OpenAI clients').
 MCP_VERSION=2.3.0
+# The official OTLP protobuf bindings (with the protobuf runtime they pin), which decode what
+# the exporter sends in the CLI's OpenTelemetry tests.
+OTEL_PROTO_VERSION=1.45.2
 
 log() { echo "python.sh: $*" >&2; }
 die() {
@@ -79,6 +86,7 @@ venv() {
 
 VENV="${AGENTRY_CI_VENV:-${HOME:-/root}/.cache/agentry-ci/venv}"
 MCP_VENV="${AGENTRY_CI_MCP_VENV:-${HOME:-/root}/.cache/agentry-ci/venv-mcp}"
+OTEL_VENV="${AGENTRY_CI_OTEL_VENV:-${HOME:-/root}/.cache/agentry-ci/venv-otel}"
 LITELLM_VENV="${AGENTRY_CI_LITELLM_VENV:-${HOME:-/root}/.cache/agentry-ci/venv-litellm}"
 
 venv "$VENV" langchain-openai "$LANGCHAIN_OPENAI_VERSION" \
@@ -95,6 +103,11 @@ venv "$MCP_VENV" mcp "$MCP_VERSION" "mcp==$MCP_VERSION"
 "$MCP_VENV/bin/python" -c 'import mcp.client.stdio, mcp.client.streamable_http' || die "the mcp venv's client does not import"
 log "mcp $MCP_VERSION ready in $MCP_VENV"
 
+venv "$OTEL_VENV" opentelemetry-proto "$OTEL_PROTO_VERSION" "opentelemetry-proto==$OTEL_PROTO_VERSION"
+"$OTEL_VENV/bin/python" -c 'import opentelemetry.proto.collector.trace.v1.trace_service_pb2, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2' || die "the otel venv's opentelemetry-proto does not import"
+log "opentelemetry-proto $OTEL_PROTO_VERSION ready in $OTEL_VENV"
+
 printf 'export AGENTRY_TEST_PYTHON=%q\n' "$VENV/bin/python" >&3
 printf 'export AGENTRY_TEST_LITELLM_PYTHON=%q\n' "$LITELLM_VENV/bin/python" >&3
 printf 'export AGENTRY_TEST_MCP_PYTHON=%q\n' "$MCP_VENV/bin/python" >&3
+printf 'export AGENTRY_TEST_OTEL_PYTHON=%q\n' "$OTEL_VENV/bin/python" >&3

@@ -59,8 +59,21 @@ const RULES: &[Rule] = &[
     Rule {
         package: "agent-loop",
         features: Features::All,
-        forbidden: &["reqwest", "hyper", "rusqlite"],
-        why: "the loop talks to the backend trait, never to a provider or a store directly",
+        forbidden: &["reqwest", "hyper", "rusqlite", "opentelemetry"],
+        why: "the loop talks to the backend trait, never to a provider or a store directly; \
+              its spans are plain tracing (agent-otel exports them)",
+    },
+    Rule {
+        package: "agent-otel",
+        features: Features::All,
+        forbidden: &[
+            "agent-loop",
+            "agent-backends",
+            "openssl-sys",
+            "native-tls",
+            "aws-lc-sys",
+        ],
+        why: "the exporter reads the loop's spans through tracing only, with one reqwest over rustls",
     },
     Rule {
         package: "agent-server",

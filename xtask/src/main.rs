@@ -24,7 +24,8 @@ commands:
   bench      run the benchmarks of agent-tools, agent-loop, agent-backends (parse
              throughput), agentry (loopback agent run) and agent-mcp (a tool call in
              process, over MCP stdio and HTTP: to server-everything and to our own
-             server); each reports ratios to a baseline measured in the same run
+             server) and agent-otel (the loop with the OpenTelemetry layer against
+             without); each reports ratios to a baseline measured in the same run
 ";
 
 fn main() -> ExitCode {
@@ -64,6 +65,10 @@ fn main() -> ExitCode {
                 "client",
                 "--bench",
                 "transport",
+                "-p",
+                "agent-otel",
+                "--bench",
+                "otel",
                 "--features",
                 "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
             ],

@@ -241,7 +241,7 @@ impl Anthropic {
     }
 }
 
-http_builders!(Anthropic);
+http_builders!(Anthropic, "anthropic");
 
 impl Protocol for Anthropic {
     type Decoder = decode::WireDecoder;

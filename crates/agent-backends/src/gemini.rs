@@ -203,7 +203,7 @@ impl Gemini {
     }
 }
 
-http_builders!(Gemini);
+http_builders!(Gemini, "gcp.gemini");
 
 impl Protocol for Gemini {
     type Decoder = decode::WireDecoder;

@@ -106,10 +106,14 @@ pub(crate) fn secret_header(value: &str) -> Result<reqwest::header::HeaderValue,
 /// `Protocol`). The type needs the fields `connection: Connection` and
 /// `capabilities: Capabilities`.
 macro_rules! http_builders {
-    ($type:ty) => {
+    ($type:ty, $provider:literal) => {
         impl agent_types::Backend for $type {
             fn capabilities(&self) -> agent_types::Capabilities {
                 self.capabilities
+            }
+
+            fn provider_name(&self) -> &str {
+                $provider
             }
 
             fn stream<'a>(

@@ -168,7 +168,7 @@ fn host_url(value: &str) -> String {
     format!("{scheme}://{host}:{port}{path}")
 }
 
-http_builders!(Ollama);
+http_builders!(Ollama, "ollama");
 
 impl Protocol for Ollama {
     type Decoder = decode::WireDecoder;

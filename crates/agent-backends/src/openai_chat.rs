@@ -163,7 +163,7 @@ impl OpenAiChat {
     }
 }
 
-http_builders!(OpenAiChat);
+http_builders!(OpenAiChat, "openai");
 
 impl Protocol for OpenAiChat {
     type Decoder = ChatDecoder;

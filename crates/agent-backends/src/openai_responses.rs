@@ -120,7 +120,7 @@ impl OpenAiResponses {
     }
 }
 
-http_builders!(OpenAiResponses);
+http_builders!(OpenAiResponses, "openai");
 
 impl Protocol for OpenAiResponses {
     type Decoder = WireDecoder;

@@ -448,6 +448,10 @@ impl Backend for ScriptedBackend {
         self.capabilities
     }
 
+    fn provider_name(&self) -> &str {
+        "scripted"
+    }
+
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let number = call.saturating_add(1);

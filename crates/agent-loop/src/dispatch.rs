@@ -17,6 +17,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
 
+use crate::telemetry::{self, SpanName};
+
 use crate::events::Emitter;
 use crate::options::{Options, ToolErrorMode};
 
@@ -127,31 +129,52 @@ enum Failure {
     NotRun,
 }
 
+impl Failure {
+    /// `error.type` on the call's span.
+    fn error_type(&self) -> &'static str {
+        match self {
+            Self::UnknownTool => "unknown_tool",
+            Self::Invalid => "invalid_arguments",
+            Self::Handler(ToolErrorKind::Fatal) => "fatal",
+            Self::Handler(ToolErrorKind::Panicked) => "panicked",
+            Self::Handler(ToolErrorKind::Cancelled) => "cancelled",
+            Self::Handler(_) => "tool_error",
+            Self::TimedOut => "timeout",
+            Self::NotRun => "not_run",
+        }
+    }
+}
+
 impl Round<'_> {
     async fn run(&self, job: &Job) -> Outcome {
         let call = &job.call;
+        // GenAI semantic conventions (docs/observability.md). A round's calls are siblings
+        // under the run's span.
         let span = tracing::info_span!(
-            "tool_call",
-            tool = %call.name,
-            call_id = %call.id,
-            iteration = job.iteration,
-            result_bytes = field::Empty,
-            sent_bytes = field::Empty,
-            truncated = field::Empty,
-            duration_us = field::Empty,
-            error = field::Empty,
+            "execute_tool",
+            otel.name = %SpanName("execute_tool", Some(&call.name)),
+            otel.kind = "internal",
+            otel.status_code = field::Empty,
+            error.type = field::Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.type = "function",
+            agentry.iteration = i64::from(job.iteration),
+            agentry.tool.result_bytes = field::Empty,
+            agentry.tool.sent_bytes = field::Empty,
+            agentry.tool.truncated = field::Empty,
         );
         let outcome = self.run_call(job).instrument(span.clone()).await;
-        span.record("result_bytes", outcome.trace.result_bytes);
-        span.record("sent_bytes", outcome.trace.sent_bytes);
-        span.record("truncated", outcome.trace.truncated);
         span.record(
-            "duration_us",
-            u64::try_from(outcome.trace.duration.as_micros()).unwrap_or(u64::MAX),
+            "agentry.tool.result_bytes",
+            telemetry::int(outcome.trace.result_bytes),
         );
-        if let Some(error) = &outcome.trace.error {
-            span.record("error", error.as_str());
-        }
+        span.record(
+            "agentry.tool.sent_bytes",
+            telemetry::int(outcome.trace.sent_bytes),
+        );
+        span.record("agentry.tool.truncated", outcome.trace.truncated);
         outcome
     }
 
@@ -366,6 +389,7 @@ impl Round<'_> {
             binary_sent_bytes,
         } = self.cap(job, ended);
         let mut error = failure.is_some().then(|| result.content.clone());
+        let mut error_type = failure.as_ref().map(Failure::error_type);
         let counted = !matches!(failure, Some(Failure::NotRun));
         let mut result = match self.options.hooks.transformer() {
             Some(transform) => transform(result).await,
@@ -392,6 +416,13 @@ impl Round<'_> {
             result.is_error = true;
             truncated = true;
             error = Some(result.content.clone());
+            error_type = Some("round_result_limit");
+        }
+        if let Some(error_type) = error_type {
+            // The call's own span (run_call is instrumented with it).
+            let span = tracing::Span::current();
+            span.record("error.type", error_type);
+            span.record("otel.status_code", "ERROR");
         }
         if self.emitter.is_on() {
             self.emitter

@@ -77,6 +77,7 @@ pub mod output;
 mod result;
 mod run;
 mod session;
+mod telemetry;
 
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};

@@ -184,6 +184,13 @@ pub struct Options {
     pub tool_arg_validation: ValidationMode,
     /// Put the trace in the result (it is always attached to errors).
     pub include_tool_trace: bool,
+    /// The agent's name on the run's span (`invoke_agent {name}`, `gen_ai.agent.name`); see
+    /// docs/observability.md.
+    pub agent_name: Option<Arc<str>>,
+    /// Puts the messages sent and received on each model call's span
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`). Off by default: prompts and answers
+    /// often hold personal data, and serializing them costs every call.
+    pub trace_content: bool,
     /// Receives each message the run produces, in order, awaited before the run goes on.
     pub conversation: Option<Arc<dyn ConversationAppender>>,
     /// Also append the caller's input (the user message or remote tool results) and count it
@@ -236,6 +243,8 @@ impl Default for Options {
             tool_error_mode: ToolErrorMode::Recover,
             tool_arg_validation: ValidationMode::Strict,
             include_tool_trace: false,
+            agent_name: None,
+            trace_content: false,
             conversation: None,
             echo_input: false,
             cancellation: CancellationToken::new(),
@@ -312,6 +321,8 @@ impl Options {
         with_tool_arg_validation(tool_arg_validation: ValidationMode);
         /// Puts the trace in the result.
         with_tool_trace(include_tool_trace: bool);
+        /// Records message content on the model-call spans (off by default).
+        with_trace_content(trace_content: bool);
         /// Also appends the caller's input.
         with_echo_input(echo_input: bool);
         /// Sets the cancellation token.
@@ -332,6 +343,13 @@ impl Options {
         with_output_strategy(output_strategy: OutputStrategy);
         /// Sets how many times an invalid answer is sent back for another try.
         with_max_output_retries(max_output_retries: u32);
+    }
+
+    /// Names the agent on the run's span (`invoke_agent {name}`).
+    #[must_use]
+    pub fn with_agent_name(mut self, name: &str) -> Self {
+        self.agent_name = Some(Arc::from(name));
+        self
     }
 
     /// Asks for a final answer matching `T`'s schema, derived and compiled here (once per

@@ -27,6 +27,7 @@ use crate::options::{Options, ToolMode};
 use crate::output::{OutputSpec, OutputStrategy};
 use crate::result::{GenerateResult, ModelCallRecord};
 use crate::session::{RepeatedCall, RunState, Session, SessionInput, SessionStatus};
+use crate::telemetry::{self, SpanName};
 
 /// An output limit every current model accepts (the smallest maximum output among them, and
 /// Anthropic's adapter default): a budget's clamp below it is always sent; above it, only to
@@ -57,17 +58,30 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
             session_id: session_id.clone(),
         })
         .await;
+    // GenAI semantic conventions (docs/observability.md); values are recorded lazily.
     let span = tracing::info_span!(
-        "agent_loop",
-        session_id = %session_id,
-        model = %session.model,
-        mode = ?options.mode,
-        iterations = field::Empty,
-        model_calls = field::Empty,
-        input_tokens = field::Empty,
-        output_tokens = field::Empty,
-        cost_usd = field::Empty,
-        finish_reason = field::Empty,
+        "invoke_agent",
+        otel.name = %SpanName("invoke_agent", options.agent_name.as_deref()),
+        otel.kind = "internal",
+        otel.status_code = field::Empty,
+        error.type = field::Empty,
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.provider.name = backend.provider_name(),
+        gen_ai.agent.name = options.agent_name.as_deref(),
+        gen_ai.request.model = %session.model,
+        gen_ai.conversation.id = %session_id,
+        gen_ai.usage.input_tokens = field::Empty,
+        gen_ai.usage.output_tokens = field::Empty,
+        gen_ai.usage.cache_read.input_tokens = field::Empty,
+        gen_ai.usage.cache_creation.input_tokens = field::Empty,
+        agentry.usage.cache_creation_1h.input_tokens = field::Empty,
+        agentry.usage.reasoning.output_tokens = field::Empty,
+        agentry.cost_usd = field::Empty,
+        agentry.tool_mode = ?options.mode,
+        agentry.iterations = field::Empty,
+        agentry.model_calls = field::Empty,
+        agentry.finish_reason = field::Empty,
+        agentry.budget = field::Empty,
     );
     // A permission scope is applied once, here: the run (the tools it offers, the caller its
     // handlers and gates see) only ever meets the narrowed caller.
@@ -97,7 +111,16 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
         Err(error) if error.is_aborted() => StopReason::Aborted,
         Err(_) => StopReason::Error,
     };
-    span.record("finish_reason", field::debug(finish_reason));
+    span.record(
+        "agentry.finish_reason",
+        telemetry::finish_reason(finish_reason),
+    );
+    if let Err(error) = &outcome {
+        telemetry::record_error(&span, error);
+        if let Some(budget) = telemetry::budget(error) {
+            span.record("agentry.budget", budget);
+        }
+    }
     if emitter.is_on() {
         // Built before any await: no borrow of the outcome is held across one.
         let (last, messages) = match &outcome {
@@ -390,9 +413,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     ) -> Result<GenerateResult, AgentError> {
         self.settle();
         let span = tracing::Span::current();
-        span.record("iterations", self.state.iterations);
-        span.record("model_calls", self.records.len());
-        record_usage(&span, &self.usage, self.cost_usd);
+        span.record("agentry.iterations", telemetry::int(self.state.iterations));
+        span.record("agentry.model_calls", telemetry::int(self.records.len()));
+        telemetry::record_usage(&span, &self.usage, self.cost_usd);
         match ended {
             Ok(End::Answered) => {
                 self.session.status = SessionStatus::Completed;
@@ -518,17 +541,47 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 .await
                 .map_err(|reason| AgentError::new(ErrorKind::Refused, reason))?;
         }
+        let settings = &self.request.settings;
         let span = tracing::info_span!(
-            "model_call",
-            model = %self.request.model,
-            iteration,
-            input_tokens = field::Empty,
-            output_tokens = field::Empty,
-            cache_read_tokens = field::Empty,
-            cost_usd = field::Empty,
-            latency_us = field::Empty,
-            tool_calls = field::Empty,
+            "chat",
+            otel.name = %SpanName("chat", Some(&self.request.model)),
+            otel.kind = "client",
+            otel.status_code = field::Empty,
+            error.type = field::Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = self.backend.provider_name(),
+            gen_ai.request.model = %self.request.model,
+            gen_ai.request.max_tokens = settings.max_output_tokens.map(i64::from),
+            gen_ai.request.temperature = settings.temperature.map(f64::from),
+            gen_ai.request.top_p = settings.top_p.map(f64::from),
+            gen_ai.output.type = self.request.response_format.as_ref().map(|_| "json"),
+            gen_ai.conversation.id = %self.session.id,
+            gen_ai.response.model = field::Empty,
+            gen_ai.response.finish_reasons = field::Empty,
+            gen_ai.usage.input_tokens = field::Empty,
+            gen_ai.usage.output_tokens = field::Empty,
+            gen_ai.usage.cache_read.input_tokens = field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = field::Empty,
+            gen_ai.input.messages = field::Empty,
+            gen_ai.output.messages = field::Empty,
+            gen_ai.system_instructions = field::Empty,
+            agentry.usage.cache_creation_1h.input_tokens = field::Empty,
+            agentry.usage.reasoning.output_tokens = field::Empty,
+            agentry.cost_usd = field::Empty,
+            agentry.iteration = i64::from(iteration),
+            agentry.time_to_first_chunk = field::Empty,
+            agentry.tool_calls = field::Empty,
         );
+        // Content only on request (Options::trace_content), and only serialized when a
+        // subscriber listens to this span.
+        if self.options.trace_content && !span.is_disabled() {
+            if let Some(system) = &self.request.system {
+                span.record("gen_ai.system_instructions", system.as_str());
+            }
+            if let Ok(json) = serde_json::to_string(&self.request.messages) {
+                span.record("gen_ai.input.messages", json.as_str());
+            }
+        }
         self.emitter
             .emit_with(|| AgentEvent::MessageStart {
                 role: Role::Assistant,
@@ -607,7 +660,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 format!("the model call took longer than its {limit:?} timeout"),
             ))),
         };
+        if let Some(first) = first_event {
+            span.record("agentry.time_to_first_chunk", first.as_secs_f64());
+        }
         if let Some(mut error) = failure {
+            telemetry::record_error(&span, &error);
             let reason = if error.is_aborted() {
                 StopReason::Aborted
             } else {
@@ -638,13 +695,22 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let cost_usd = self.account(&message);
         let tool_calls = u32::try_from(message.tool_calls().count()).unwrap_or(u32::MAX);
         if let Some(usage) = &message.usage {
-            record_usage(&span, usage, cost_usd);
+            telemetry::record_usage(&span, usage, cost_usd);
+        }
+        if let Some(model) = &message.model {
+            span.record("gen_ai.response.model", model.as_str());
         }
         span.record(
-            "latency_us",
-            u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
+            "gen_ai.response.finish_reasons",
+            telemetry::finish_reason(message.stop_reason.unwrap_or(StopReason::Stop)),
         );
-        span.record("tool_calls", tool_calls);
+        span.record("agentry.tool_calls", i64::from(tool_calls));
+        if self.options.trace_content
+            && !span.is_disabled()
+            && let Ok(json) = serde_json::to_string(&message)
+        {
+            span.record("gen_ai.output.messages", json.as_str());
+        }
         let record = ModelCallRecord {
             iteration,
             model: message.model.clone().unwrap_or_default(),
@@ -1252,21 +1318,6 @@ fn stop_error(kind: crate::dispatch::Stop, call: &ToolCall, content: &str) -> Ag
             },
             format!("`{}` (call {}) failed: {content}", call.name, call.id),
         ),
-    }
-}
-
-fn record_usage(span: &tracing::Span, usage: &Usage, cost_usd: Option<f64>) {
-    if let Some(tokens) = usage.input_tokens {
-        span.record("input_tokens", tokens);
-    }
-    if let Some(tokens) = usage.output_tokens {
-        span.record("output_tokens", tokens);
-    }
-    if let Some(tokens) = usage.cache_read_tokens {
-        span.record("cache_read_tokens", tokens);
-    }
-    if let Some(cost) = cost_usd {
-        span.record("cost_usd", cost);
     }
 }
 

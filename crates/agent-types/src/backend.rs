@@ -60,6 +60,13 @@ pub trait Backend: Send + Sync {
         let _ = request;
         None
     }
+
+    /// The provider's name as OpenTelemetry's GenAI conventions spell it
+    /// (`gen_ai.provider.name`: `openai`, `anthropic`, `gcp.gemini`, `ollama`, …). The loop
+    /// puts it on its spans; a backend that does not say is `unknown`.
+    fn provider_name(&self) -> &str {
+        "unknown"
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for &B {
@@ -72,6 +79,10 @@ impl<B: Backend + ?Sized> Backend for &B {
     }
     fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
         (**self).count_input_tokens(request)
+    }
+
+    fn provider_name(&self) -> &str {
+        (**self).provider_name()
     }
 }
 
@@ -86,6 +97,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
         (**self).count_input_tokens(request)
     }
+
+    fn provider_name(&self) -> &str {
+        (**self).provider_name()
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -98,5 +113,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
         (**self).count_input_tokens(request)
+    }
+
+    fn provider_name(&self) -> &str {
+        (**self).provider_name()
     }
 }

@@ -29,6 +29,7 @@ mod replay;
 mod run;
 mod serve;
 mod session_file;
+mod telemetry;
 mod trust;
 
 use std::path::PathBuf;
@@ -245,7 +246,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(async {
+    // OpenTelemetry for the commands that run agents (docs/observability.md).
+    let exports = matches!(
+        cli.command,
+        Command::Run { .. } | Command::Resume { .. } | Command::Demo { .. } | Command::Serve { .. }
+    );
+    // `serve` drains on SIGTERM itself; the others are dropped by it (and then flushed).
+    let serves = matches!(cli.command, Command::Serve { .. });
+    if exports {
+        match telemetry::start() {
+            Ok(true) if !serves => telemetry::install(),
+            Ok(_) => {}
+            Err(error) => {
+                eprintln!("agentry: {error}");
+                return ExitCode::from(error.exit());
+            }
+        }
+    }
+    let outcome = runtime.block_on(telemetry::until_terminated(!serves, async {
         match cli.command {
             Command::Replay {
                 provider,
@@ -347,7 +365,9 @@ fn main() -> ExitCode {
                 .map(ExitCode::from)
             }
         }
-    });
+    }));
+    // Every span and metric out before the process ends (outside the runtime: it blocks).
+    telemetry::shutdown();
     match outcome {
         Ok(code) => code,
         Err(error) => {

@@ -5,7 +5,9 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 use agent_server::{ServerBuilder, ServerConfig, serve};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::error::Error;
 
@@ -22,14 +24,15 @@ pub(crate) enum LogFormat {
 /// Nothing logged by the server carries a key or a header (see `docs/server.md`).
 fn install_log(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
+    // The filter is the log's own: RUST_LOG quiets the log, never the OpenTelemetry export.
+    let registry = tracing_subscriber::registry().with(crate::telemetry::layer());
     // Already installed (a second `run` in one process) is not an error worth stopping for.
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => registry.with(log.with_filter(filter)).try_init(),
+        LogFormat::Json => registry.with(log.json().with_filter(filter)).try_init(),
     };
 }
 

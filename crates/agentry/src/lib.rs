@@ -27,6 +27,7 @@
 //! | `jsonl` | via `conversation` | the durable JSONL appender |
 //! | `sqlite` | via `conversation` | the SQLite store (bundles SQLite, builds C code) |
 //! | `mcp` | no | `mcp`: the MCP client and server (rmcp; the client over the same reqwest) |
+//! | `otel` | no | `otel` (`agent-otel`): OpenTelemetry export of the loop's GenAI spans and metrics over OTLP/HTTP (docs/observability.md) |
 //!
 //! With `default-features = false` the facade is the vocabulary alone: no tokio, no HTTP
 //! client, no SQLite.
@@ -97,6 +98,10 @@ pub use agent_backends as backends;
 #[cfg(feature = "mcp")]
 #[doc(inline)]
 pub use agent_mcp as mcp;
+
+#[cfg(feature = "otel")]
+#[doc(inline)]
+pub use agent_otel as otel;
 
 #[cfg(feature = "loop")]
 #[doc(inline)]

@@ -185,6 +185,10 @@ impl Backend for ReplayBackend {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         self.adapter.stream(request)
     }
+
+    fn provider_name(&self) -> &str {
+        self.adapter.provider_name()
+    }
 }
 
 impl std::fmt::Debug for ReplayBackend {

@@ -18,4 +18,5 @@ mod recorded_output;
 mod sessions;
 mod streaming;
 mod support;
+mod telemetry;
 mod tools;
