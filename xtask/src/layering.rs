@@ -59,8 +59,21 @@ const RULES: &[Rule] = &[
     Rule {
         package: "agent-loop",
         features: Features::All,
-        forbidden: &["reqwest", "hyper", "rusqlite"],
+        forbidden: &["reqwest", "hyper", "rusqlite", "tokio-postgres"],
         why: "the loop talks to the backend trait, never to a provider or a store directly",
+    },
+    Rule {
+        package: "agent-accounting",
+        features: Features::All,
+        forbidden: &[
+            "reqwest",
+            "hyper",
+            "agent-backends",
+            "openssl-sys",
+            "native-tls",
+            "aws-lc-sys",
+        ],
+        why: "accounting stores rows the loop hands it; it never talks to a provider",
     },
     Rule {
         package: "agent-server",

@@ -161,6 +161,8 @@ struct Run<'s, 'o, B: ?Sized> {
     warned_no_usage: bool,
     hard_stop: CancellationToken,
     accounting: Accounting,
+    /// Who and which run the accounting rows name; `None` without an accounting queue.
+    audit: Option<std::sync::Arc<crate::audit::RunContext>>,
     /// Whether this run's usage and cost were added to the session.
     settled: bool,
     scope: Scope,
@@ -315,7 +317,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let preamble_tokens = options
             .token_counter
             .preamble_tokens(request.system.as_deref(), &request.tools);
+        let audit = options
+            .accounting
+            .as_ref()
+            .map(|queue| queue.context(&options.caller, session.id.as_str()));
         Ok(Self {
+            audit,
             session,
             backend,
             options,
@@ -613,6 +620,29 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             } else {
                 StopReason::Error
             };
+            if let (Some(queue), Some(context)) = (&self.options.accounting, &self.audit) {
+                let record = ModelCallRecord {
+                    iteration,
+                    model: self.request.model.clone(),
+                    usage: None,
+                    cost_usd: None,
+                    latency,
+                    time_to_first_event: first_event.unwrap_or(latency),
+                    tool_calls: 0,
+                    stop_reason: reason,
+                };
+                // The run already failed: an accounting failure on top does not replace it.
+                let _ = queue
+                    .enqueue(crate::audit::AccountingRow::ModelCall(
+                        crate::audit::ModelCallRow {
+                            at_us: crate::audit::now_us(),
+                            context: std::sync::Arc::clone(context),
+                            record,
+                            error: Some(error.to_string()),
+                        },
+                    ))
+                    .await;
+            }
             let partial = assembler.finish_partial(reason);
             self.flush_assembler(&mut assembler).await;
             if let ErrorKind::Backend { error: backend } = &mut error.kind
@@ -657,6 +687,18 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         };
         if let Some(sink) = &self.options.on_model_call {
             sink(&record);
+        }
+        if let (Some(queue), Some(context)) = (&self.options.accounting, &self.audit) {
+            queue
+                .enqueue(crate::audit::AccountingRow::ModelCall(
+                    crate::audit::ModelCallRow {
+                        at_us: crate::audit::now_us(),
+                        context: std::sync::Arc::clone(context),
+                        record: record.clone(),
+                        error: None,
+                    },
+                ))
+                .await?;
         }
         self.records.push(record);
         self.push_message(Message::Assistant(message), cost_usd)
@@ -926,6 +968,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             } = outcome;
             if stop.is_none() {
                 stop = stops.map(|kind| stop_error(kind, &job.call, &result.content));
+            }
+            if let (Some(queue), Some(context)) = (&self.options.accounting, &self.audit) {
+                queue
+                    .enqueue(crate::audit::AccountingRow::ToolCall(
+                        crate::audit::ToolCallRow {
+                            at_us: crate::audit::now_us(),
+                            context: std::sync::Arc::clone(context),
+                            entry: trace.clone(),
+                        },
+                    ))
+                    .await?;
             }
             self.trace.push(trace);
             self.push_message(Message::Tool(result), None).await?;
