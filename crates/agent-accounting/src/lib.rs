@@ -3,7 +3,7 @@
 //! The loop hands one row per model call and per tool call to an
 //! [`AccountingQueue`](agent_loop::AccountingQueue); this crate's sinks are the
 //! [`RowWriter`](agent_loop::RowWriter)s that store them, in two tables with a versioned schema
-//! ([`SCHEMA_VERSION`], the `schema_version` table, migrations from version 1), and answer
+//! ([`SCHEMA_VERSION`], the `accounting_schema_version` table, migrations from version 1), and answer
 //! usage queries ([`UsageQuery`]) for one tenant at a time.
 //!
 //! - [`SqliteSink`] (feature `sqlite`, default): a SQLite file, for the CLI and a one-instance

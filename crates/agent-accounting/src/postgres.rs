@@ -343,7 +343,7 @@ impl PostgresSink {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_version",
+                "SELECT COALESCE(MAX(version), 0)::BIGINT FROM accounting_schema_version",
                 &[],
             )
             .await?;
@@ -371,11 +371,13 @@ async fn open(url: &str) -> Result<Client, Error> {
     let tx = client.transaction().await?;
     tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
         .await?;
-    tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
-        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS accounting_schema_version (version BIGINT NOT NULL)",
+    )
+    .await?;
     let found: i64 = tx
         .query_one(
-            "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_version",
+            "SELECT COALESCE(MAX(version), 0)::BIGINT FROM accounting_schema_version",
             &[],
         )
         .await?
@@ -390,8 +392,11 @@ async fn open(url: &str) -> Result<Client, Error> {
     {
         tx.batch_execute(sql).await?;
         let to = i64::try_from(from).unwrap_or(0) + 1;
-        tx.execute("INSERT INTO schema_version (version) VALUES ($1)", &[&to])
-            .await?;
+        tx.execute(
+            "INSERT INTO accounting_schema_version (version) VALUES ($1)",
+            &[&to],
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(client)

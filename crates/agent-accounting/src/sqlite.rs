@@ -335,9 +335,14 @@ impl RowWriter for SqliteSink {
 }
 
 fn current_version(conn: &Connection) -> Result<i64, rusqlite::Error> {
-    conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
-    let version: Option<i64> =
-        conn.query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS accounting_schema_version (version INTEGER NOT NULL)",
+    )?;
+    let version: Option<i64> = conn.query_row(
+        "SELECT MAX(version) FROM accounting_schema_version",
+        [],
+        |r| r.get(0),
+    )?;
     Ok(version.unwrap_or(0))
 }
 
@@ -354,7 +359,10 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
     {
         tx.execute_batch(sql)?;
         let to = i64::try_from(from).unwrap_or(0) + 1;
-        tx.execute("INSERT INTO schema_version (version) VALUES (?1)", [to])?;
+        tx.execute(
+            "INSERT INTO accounting_schema_version (version) VALUES (?1)",
+            [to],
+        )?;
     }
     tx.commit()?;
     Ok(())
