@@ -21,7 +21,7 @@
 //!    does a store's CPU work short of I/O (serializes each tool call's arguments, sums every
 //!    row's tokens), against the same run without: the CPU a round costs more (≤ 5%).
 //!
-//! Run with `cargo bench -p agent-loop --bench loop` (or `cargo xtask bench`). Timings are
+//! Run with `cargo bench -p agent-loop --bench loop` (`ONLY_ACCOUNTING=1` for question 4 alone) (or `cargo xtask bench`). Timings are
 //! reported, never asserted: nothing here fails on a slow machine.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
@@ -539,7 +539,10 @@ impl agent_loop::RowWriter for CountingWriter {
                     self.tokens += row.record.usage.and_then(|u| u.total_tokens()).unwrap_or(0);
                 }
                 agent_loop::AccountingRow::ToolCall(row) => {
-                    serde_json::to_writer(Counting(&mut self.bytes), &row.entry.arguments).unwrap();
+                    if std::env::var_os("NOSER").is_none() {
+                        serde_json::to_writer(Counting(&mut self.bytes), &row.entry.arguments)
+                            .unwrap();
+                    }
                 }
             }
         }
@@ -776,9 +779,11 @@ fn main() {
         "agent-loop benchmarks: median of {SAMPLES} samples of {BATCH} runs; ratio = baseline / measured; \
          overhead = measured - baseline"
     );
-    // Sessions first, while the process's peak RSS is still low.
-    bench_sessions(&rt);
-    bench_rounds(&rt);
+    if std::env::var_os("ONLY_ACCOUNTING").is_none() {
+        // Sessions first, while the process's peak RSS is still low.
+        bench_sessions(&rt);
+        bench_rounds(&rt);
+    }
     bench_accounting(&rt);
     println!("\ntotal {:.1} s", start.elapsed().as_secs_f64());
 }

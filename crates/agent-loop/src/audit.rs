@@ -4,9 +4,11 @@
 //! The loop only enqueues: [`AccountingQueue`] is the sending half (set it with
 //! [`Options::with_accounting`](crate::Options::with_accounting)); [`AccountingReceiver::run`]
 //! is the writer's future, which the caller spawns on its runtime with a [`RowWriter`] (a
-//! SQLite or PostgreSQL table, a counter, anything). Rows move whole into the queue: a model
-//! row carries a copy of the call's [`ModelCallRecord`] (a few words), a tool row the call's
-//! [`TraceEntry`]; the history is never copied.
+//! SQLite or PostgreSQL table, a counter, anything). During the run the loop only notes when
+//! each call ended; when the run ends (with its result, its error, or dropped mid-way) it
+//! builds the rows and sends them in one item: a model row from each [`ModelCallRecord`] (a
+//! copy of a few words), a tool row from each [`TraceEntry`] (moved when neither the result
+//! nor an error keeps the trace, copied otherwise). The history is never copied.
 //!
 //! A full queue either waits for room ([`QueueFull::Wait`], back-pressure on the run) or drops
 //! the row, counts it and warns ([`QueueFull::Drop`], the default). A writer that fails is
@@ -103,9 +105,11 @@ pub enum QueueFull {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AccountingConfig {
-    /// The most rows waiting for the writer (at least 1; default 1,024).
+    /// The most sends waiting for the writer (at least 1; default 1,024). The loop sends a
+    /// round's rows (its model call's and its tool calls') as one.
     pub capacity: usize,
-    /// The most rows one write gets (at least 1; default 256).
+    /// A write takes the items waiting until it holds this many rows or more (at least 1;
+    /// default 256); one run's rows are never split.
     pub batch: usize,
     /// What a full queue does.
     pub when_full: QueueFull,
@@ -199,10 +203,8 @@ pub trait RowWriter: Send {
     fn write<'a>(&'a mut self, rows: &'a [AccountingRow]) -> WriteFuture<'a>;
 }
 
-// Rows are nearly every item: boxing them would allocate per row to shrink a rare flush.
-#[allow(clippy::large_enum_variant)]
 enum Item {
-    Row(AccountingRow),
+    Rows(Vec<AccountingRow>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -287,31 +289,50 @@ impl AccountingQueue {
 
     /// Enqueues `row` as configured. `Err` only with `fail_run` set and a failure seen.
     pub async fn enqueue(&self, row: AccountingRow) -> Result<(), AgentError> {
+        self.enqueue_all(vec![row]).await
+    }
+
+    /// Enqueues `rows` (in order) as one item: the loop sends a round's rows together, so a
+    /// round costs one send and at most one wake-up of the writer. `Err` only with
+    /// `fail_run` set and a failure seen.
+    pub async fn enqueue_all(&self, rows: Vec<AccountingRow>) -> Result<(), AgentError> {
+        if rows.is_empty() {
+            return self.verdict();
+        }
+        let count = rows.len() as u64;
         let sent = match self.config.when_full {
-            QueueFull::Wait => self.sender.send(Item::Row(row)).await.is_ok(),
-            QueueFull::Drop => match self.sender.try_send(Item::Row(row)) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::warn!(
-                        dropped,
-                        capacity = self.config.capacity,
-                        "the accounting queue is full: a row was dropped"
-                    );
-                    self.stats.failed.store(true, Ordering::Relaxed);
-                    return self.verdict();
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            },
+            QueueFull::Wait => self.sender.send(Item::Rows(rows)).await.is_ok(),
+            QueueFull::Drop => self.try_enqueue(rows),
         };
         if sent {
-            self.stats.enqueued.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::warn!(dropped, "the accounting writer is gone: a row was dropped");
-            self.stats.failed.store(true, Ordering::Relaxed);
+            self.stats.enqueued.fetch_add(count, Ordering::Relaxed);
+        } else if self.sender.is_closed() {
+            self.lost(count, "the accounting writer is gone: rows were dropped");
         }
         self.verdict()
+    }
+
+    /// Enqueues without waiting (a full queue drops, whatever the mode): for a run dropped
+    /// mid-way, whose last rows cannot be awaited. `true` when sent.
+    pub(crate) fn try_enqueue(&self, rows: Vec<AccountingRow>) -> bool {
+        let count = rows.len() as u64;
+        match self.sender.try_send(Item::Rows(rows)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.lost(count, "the accounting queue is full: rows were dropped");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.lost(count, "the accounting writer is gone: rows were dropped");
+                false
+            }
+        }
+    }
+
+    fn lost(&self, count: u64, message: &'static str) {
+        let dropped = self.stats.dropped.fetch_add(count, Ordering::Relaxed) + count;
+        tracing::warn!(dropped, capacity = self.config.capacity, "{message}");
+        self.stats.failed.store(true, Ordering::Relaxed);
     }
 
     fn verdict(&self) -> Result<(), AgentError> {
@@ -379,7 +400,7 @@ impl AccountingReceiver {
 
 fn push(item: Item, rows: &mut Vec<AccountingRow>, flushes: &mut Vec<oneshot::Sender<()>>) {
     match item {
-        Item::Row(row) => rows.push(row),
+        Item::Rows(mut batch) => rows.append(&mut batch),
         Item::Flush(done) => flushes.push(done),
     }
 }

@@ -250,32 +250,35 @@ impl RowWriter for Failing {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_drops_and_counts_without_failing_the_run() {
-    let (backend, options) = scripted();
     let (queue, receiver) =
         AccountingQueue::new(AccountingConfig::default().with_capacity(1).with_batch(1));
     tokio::spawn(receiver.run(Stuck));
-    let options = options.with_accounting(queue.clone());
-    let result = tokio::time::timeout(
-        Duration::from_secs(10),
-        generate(
-            &backend,
-            Input::new("test-model").user("Weather?"),
-            &options,
-        ),
-    )
-    .await
-    .expect("a stuck writer must not stall a run in drop mode")
-    .unwrap();
-    assert_eq!(result.text(), "Sunny in Denver.");
+    // Each run sends its 4 rows as one item: the writer holds the first run's, the queue the
+    // second's, the third's find it full.
+    for _ in 0..3 {
+        let (backend, options) = scripted();
+        let options = options.with_accounting(queue.clone());
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            generate(
+                &backend,
+                Input::new("test-model").user("Weather?"),
+                &options,
+            ),
+        )
+        .await
+        .expect("a stuck writer must not stall a run in drop mode")
+        .unwrap();
+        assert_eq!(result.text(), "Sunny in Denver.");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let stats = queue.stats();
-    // 4 rows: the writer holds one, the queue one, the rest are dropped and counted.
-    assert_eq!(stats.enqueued() + stats.dropped(), 4);
-    assert!(stats.dropped() >= 2, "{stats:?}");
+    assert_eq!(stats.enqueued(), 8, "{stats:?}");
+    assert_eq!(stats.dropped(), 4, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_in_wait_mode_applies_back_pressure() {
-    let (backend, options) = scripted();
     let (queue, receiver) = AccountingQueue::new(
         AccountingConfig::default()
             .with_capacity(1)
@@ -283,17 +286,23 @@ async fn a_full_queue_in_wait_mode_applies_back_pressure() {
             .with_when_full(QueueFull::Wait),
     );
     tokio::spawn(receiver.run(Stuck));
-    let options = options.with_accounting(queue.clone());
-    let waited = tokio::time::timeout(
-        Duration::from_millis(500),
-        generate(
-            &backend,
-            Input::new("test-model").user("Weather?"),
-            &options,
-        ),
-    )
-    .await;
-    assert!(waited.is_err(), "the run must wait for room in the queue");
+    for run in 0..3 {
+        let (backend, options) = scripted();
+        let options = options.with_accounting(queue.clone());
+        let waited = tokio::time::timeout(
+            Duration::from_millis(500),
+            generate(
+                &backend,
+                Input::new("test-model").user("Weather?"),
+                &options,
+            ),
+        )
+        .await;
+        // The writer takes the first run's rows, the queue holds the second's: the third
+        // waits for room.
+        assert_eq!(waited.is_err(), run == 2, "run {run}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(queue.stats().dropped(), 0);
 }
 
@@ -392,4 +401,39 @@ fn postgres_url() -> Option<String> {
             None
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dropped_mid_way_still_hands_over_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = SqliteSink::open(dir.path().join("usage.db")).unwrap();
+    let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
+    tokio::spawn(receiver.run(sink.clone()));
+    let (_, options) = scripted();
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "weather", json!({"city": "Denver"}))
+            .with_usage(usage(100, 20)),
+        ScriptedTurn::text("never").hang(),
+    ]);
+    let options = options.with_accounting(queue.clone());
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        generate(
+            &backend,
+            Input::new("test-model").user("Weather?"),
+            &options,
+        ),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the second model call hangs until the run is dropped"
+    );
+    queue.flush().await;
+    let models = sink.model_calls("acme").unwrap();
+    assert_eq!(models.len(), 1);
+    assert_eq!(models[0].record.usage.unwrap().input_tokens, Some(100));
+    let tools = sink.tool_calls("acme").unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].call_id, "call_1");
 }
