@@ -1,7 +1,7 @@
 //! The tables in a SQLite file (WAL), written on the blocking pool.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use agent_loop::{AccountingRow, RowWriter, WriteError, WriteFuture};
@@ -71,10 +71,21 @@ const INSERT_TOOL: &str = "INSERT INTO tool_calls (at_us, tenant, caller, sessio
     ?11, ?12, ?13, ?14, ?15, ?16)";
 
 /// `model_calls` and `tool_calls` in a SQLite file. Cheap to clone (one shared connection).
+///
+/// As a [`RowWriter`] it writes on a thread of its own, started on the first write and ended
+/// with the last clone, so accounting never takes a thread of tokio's blocking pool from a busy
+/// server's other blocking work (session saves, file reads).
 #[derive(Clone)]
 pub struct SqliteSink {
     path: PathBuf,
     conn: Arc<Mutex<Connection>>,
+    writer: Arc<OnceLock<std::sync::mpsc::Sender<Job>>>,
+}
+
+/// A batch for the writer thread and where its outcome goes.
+struct Job {
+    rows: Vec<AccountingRow>,
+    done: tokio::sync::oneshot::Sender<Result<(), Error>>,
 }
 
 impl std::fmt::Debug for SqliteSink {
@@ -104,7 +115,29 @@ impl SqliteSink {
         Ok(Self {
             path,
             conn: Arc::new(Mutex::new(conn)),
+            writer: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// The writer thread's queue, starting the thread on first use.
+    fn writer(&self) -> Result<&std::sync::mpsc::Sender<Job>, Error> {
+        if let Some(sender) = self.writer.get() {
+            return Ok(sender);
+        }
+        let (sender, jobs) = std::sync::mpsc::channel::<Job>();
+        // The thread holds the connection only: it ends when the last sink (and so the
+        // last sender) is dropped.
+        let conn = Arc::clone(&self.conn);
+        std::thread::Builder::new()
+            .name("agentry-accounting".to_owned())
+            .spawn(move || {
+                for job in jobs {
+                    let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                    let _ = job.done.send(write_rows(&mut conn, &job.rows));
+                }
+            })
+            .map_err(|error| Error::Store(format!("starting the writer thread: {error}")))?;
+        Ok(self.writer.get_or_init(|| sender))
     }
 
     /// The file.
@@ -123,65 +156,7 @@ impl SqliteSink {
     ///
     /// [`Error::Store`]; nothing of the batch is stored then.
     pub fn write_blocking(&self, rows: &[AccountingRow]) -> Result<(), Error> {
-        self.with(|conn| {
-            let tx = conn.transaction()?;
-            {
-                let mut model = tx.prepare_cached(INSERT_MODEL)?;
-                let mut tool = tx.prepare_cached(INSERT_TOOL)?;
-                for row in rows {
-                    match row {
-                        AccountingRow::ModelCall(row) => {
-                            let c = ModelColumns::of(row);
-                            model.execute(params![
-                                c.at_us,
-                                c.tenant,
-                                c.caller,
-                                c.session,
-                                c.run_id,
-                                c.round,
-                                c.provider,
-                                c.model,
-                                c.input_tokens,
-                                c.output_tokens,
-                                c.cache_read_tokens,
-                                c.cache_write_5m_tokens,
-                                c.cache_write_1h_tokens,
-                                c.reasoning_tokens,
-                                c.cost_usd,
-                                c.latency_us,
-                                c.first_event_us,
-                                c.tool_calls,
-                                c.stop_reason,
-                                c.error,
-                            ])?;
-                        }
-                        AccountingRow::ToolCall(row) => {
-                            let c = ToolColumns::of(row);
-                            tool.execute(params![
-                                c.at_us,
-                                c.tenant,
-                                c.caller,
-                                c.session,
-                                c.run_id,
-                                c.round,
-                                c.tool,
-                                c.call_id,
-                                c.arguments_bytes,
-                                c.arguments_sha256,
-                                c.result_bytes,
-                                c.sent_bytes,
-                                c.truncated,
-                                c.duration_us,
-                                c.outcome,
-                                c.error,
-                            ])?;
-                        }
-                    }
-                }
-            }
-            tx.commit()?;
-            Ok(())
-        })
+        self.with(|conn| write_rows(conn, rows))
     }
 
     /// Every `model_calls` row of `tenant` (empty: none), oldest first.
@@ -321,17 +296,85 @@ impl SqliteSink {
 impl RowWriter for SqliteSink {
     fn write<'a>(&'a mut self, rows: &'a [AccountingRow]) -> WriteFuture<'a> {
         Box::pin(async move {
-            // The batch moves to the blocking pool with a clone of the handle; rows are
-            // cloned once per batch, off the loop's path.
-            let sink = self.clone();
-            let rows = rows.to_vec();
-            let written = tokio::task::spawn_blocking(move || sink.write_blocking(&rows))
-                .await
-                .map_err(|error| Error::Store(error.to_string()))
-                .and_then(|written| written);
+            // The batch is copied once, off the loop's path, for the writer thread.
+            let (done, outcome) = tokio::sync::oneshot::channel();
+            let sent = self.writer().and_then(|writer| {
+                writer
+                    .send(Job {
+                        rows: rows.to_vec(),
+                        done,
+                    })
+                    .map_err(|_| Error::Store("the writer thread is gone".to_owned()))
+            });
+            let written = match sent {
+                Ok(()) => outcome
+                    .await
+                    .unwrap_or_else(|_| Err(Error::Store("the writer thread is gone".to_owned()))),
+                Err(error) => Err(error),
+            };
             written.map_err(|error| -> WriteError { Box::new(error) })
         })
     }
+}
+
+fn write_rows(conn: &mut Connection, rows: &[AccountingRow]) -> Result<(), Error> {
+    let tx = conn.transaction()?;
+    {
+        let mut model = tx.prepare_cached(INSERT_MODEL)?;
+        let mut tool = tx.prepare_cached(INSERT_TOOL)?;
+        for row in rows {
+            match row {
+                AccountingRow::ModelCall(row) => {
+                    let c = ModelColumns::of(row);
+                    model.execute(params![
+                        c.at_us,
+                        c.tenant,
+                        c.caller,
+                        c.session,
+                        c.run_id,
+                        c.round,
+                        c.provider,
+                        c.model,
+                        c.input_tokens,
+                        c.output_tokens,
+                        c.cache_read_tokens,
+                        c.cache_write_5m_tokens,
+                        c.cache_write_1h_tokens,
+                        c.reasoning_tokens,
+                        c.cost_usd,
+                        c.latency_us,
+                        c.first_event_us,
+                        c.tool_calls,
+                        c.stop_reason,
+                        c.error,
+                    ])?;
+                }
+                AccountingRow::ToolCall(row) => {
+                    let c = ToolColumns::of(row);
+                    tool.execute(params![
+                        c.at_us,
+                        c.tenant,
+                        c.caller,
+                        c.session,
+                        c.run_id,
+                        c.round,
+                        c.tool,
+                        c.call_id,
+                        c.arguments_bytes,
+                        c.arguments_sha256,
+                        c.result_bytes,
+                        c.sent_bytes,
+                        c.truncated,
+                        c.duration_us,
+                        c.outcome,
+                        c.error,
+                    ])?;
+                }
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 fn current_version(conn: &Connection) -> Result<i64, rusqlite::Error> {

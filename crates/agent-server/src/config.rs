@@ -100,7 +100,7 @@ pub struct ServerConfig {
     #[serde(default)]
     pub mcp: McpConfig,
     /// Write a `model_calls` row per model call and a `tool_calls` row per tool call, per
-    /// tenant, in the store's database, and serve `GET /v1/usage` [default: true].
+    /// tenant, in the store's database, and serve `GET /v1/usage` [default: false].
     #[serde(default = "defaults::accounting")]
     pub accounting: bool,
 }
@@ -706,7 +706,7 @@ mod defaults {
     use std::path::PathBuf;
 
     pub(super) fn accounting() -> bool {
-        true
+        false
     }
 
     pub(super) fn mcp_max_sessions() -> usize {

@@ -5,7 +5,7 @@
 //! tenant, written in batches by one writer task into the store's database (a second
 //! connection to the SQLite file, or the PostgreSQL database), in the tables of
 //! `agent-accounting`. A full queue drops rows with a counted warning: accounting never slows
-//! or fails a run. `[server] accounting = false` turns it off.
+//! or fails a run. Off unless `[server] accounting = true`.
 //!
 //! `GET /v1/usage?from=&to=&group_by=model|session|day&limit=` sums the caller's rows between
 //! `from` (inclusive) and `to` (exclusive), each Unix seconds or a UTC date `YYYY-MM-DD`
@@ -120,7 +120,7 @@ pub(crate) async fn usage(
     crate::sessions::respond(state, headers, |tenant| async move {
         let Some(accounting) = &state.inner.accounting else {
             return Err(ApiError::not_found(
-                "usage accounting is off on this server (`accounting = false`)",
+                "usage accounting is off on this server (set `accounting = true`)",
             ));
         };
         let now = i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX);

@@ -74,6 +74,7 @@ fn config(acme: &str, globex: &str, store: StoreConfig) -> ServerConfig {
     let text = format!(
         r#"
         [server]
+        accounting = true
         tools = ["calculator", "clock"]
         [[server.models]]
         name = "demo"
