@@ -33,6 +33,8 @@ pub(crate) fn run() -> Result<(), String> {
             "-p",
             "agent-backends",
             "-p",
+            "agent-accounting",
+            "-p",
             "agentry",
             "--no-default-features",
         ],

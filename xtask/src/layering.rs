@@ -59,7 +59,7 @@ const RULES: &[Rule] = &[
     Rule {
         package: "agent-loop",
         features: Features::All,
-        forbidden: &["reqwest", "hyper", "rusqlite", "opentelemetry"],
+        forbidden: &["reqwest", "hyper", "rusqlite", "opentelemetry", "tokio-postgres"],
         why: "the loop talks to the backend trait, never to a provider or a store directly; \
               its spans are plain tracing (agent-otel exports them)",
     },
@@ -74,6 +74,19 @@ const RULES: &[Rule] = &[
             "aws-lc-sys",
         ],
         why: "the exporter reads the loop's spans through tracing only, with one reqwest over rustls",
+    },
+    Rule {
+        package: "agent-accounting",
+        features: Features::All,
+        forbidden: &[
+            "reqwest",
+            "hyper",
+            "agent-backends",
+            "openssl-sys",
+            "native-tls",
+            "aws-lc-sys",
+        ],
+        why: "accounting stores rows the loop hands it; it never talks to a provider",
     },
     Rule {
         package: "agent-server",

@@ -16,7 +16,12 @@
 //!    Reported per session: live heap in flight and once suspended, minus the heap of its
 //!    own messages, cross-checked against the process's RSS.
 //!
-//! Run with `cargo bench -p agent-loop --bench loop` (or `cargo xtask bench`). Timings are
+//! 4. **Accounting on against off.** The run of question 1 with an accounting queue
+//!    (`Options::with_accounting`, waiting mode) drained on the same thread by a writer that
+//!    does a store's CPU work short of I/O (serializes each tool call's arguments, sums every
+//!    row's tokens), against the same run without: the CPU a round costs more (≤ 5%).
+//!
+//! Run with `cargo bench -p agent-loop --bench loop` (`ONLY_ACCOUNTING=1` for question 4 alone) (or `cargo xtask bench`). Timings are
 //! reported, never asserted: nothing here fails on a slow machine.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
@@ -499,6 +504,103 @@ fn bench_rounds(rt: &Runtime) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 4: accounting on against off
+
+/// A writer doing a store's CPU work without the I/O: each tool row's arguments serialized
+/// (what the SQL sinks hash), each model row's tokens summed.
+#[derive(Default)]
+struct CountingWriter {
+    rows: u64,
+    bytes: u64,
+    tokens: u64,
+}
+
+struct Counting<'a>(&'a mut u64);
+
+impl std::io::Write for Counting<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        *self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl agent_loop::RowWriter for CountingWriter {
+    fn write<'a>(
+        &'a mut self,
+        rows: &'a [agent_loop::AccountingRow],
+    ) -> agent_loop::WriteFuture<'a> {
+        for row in rows {
+            self.rows += 1;
+            match row {
+                agent_loop::AccountingRow::ModelCall(row) => {
+                    self.tokens += row.record.usage.and_then(|u| u.total_tokens()).unwrap_or(0);
+                }
+                agent_loop::AccountingRow::ToolCall(row) => {
+                    if std::env::var_os("NOSER").is_none() {
+                        serde_json::to_writer(Counting(&mut self.bytes), &row.entry.arguments)
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        black_box((self.bytes, self.tokens));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn bench_accounting(rt: &Runtime) {
+    let mut tools = Registry::new();
+    tools.register(lookup_tool()).unwrap();
+    let off = Options::auto().with_tools(tools.clone());
+    let (queue, receiver) = agent_loop::AccountingQueue::new(
+        agent_loop::AccountingConfig::default().with_when_full(agent_loop::QueueFull::Wait),
+    );
+    // The writer runs on the bench's one thread: its CPU is inside the timed region.
+    rt.spawn(receiver.run(CountingWriter::default()));
+    let on = off
+        .clone()
+        .with_accounting(queue.clone().with_provider("bench"));
+    let long = input(history());
+    // Alternated, twice, so drift on a shared machine hits both sides alike.
+    let mut pairs = Vec::new();
+    for _ in 0..2 {
+        let backend = script();
+        let without = measure(rt, &long, async |input| {
+            generate(&backend, input, &off).await.unwrap()
+        });
+        let backend = script();
+        let with = measure(rt, &long, async |input| {
+            generate(&backend, input, &on).await.unwrap()
+        });
+        pairs.push((without, with));
+    }
+    rt.block_on(queue.flush());
+    let stats = queue.stats();
+    println!(
+        "\n4. accounting: the run of 1 with an accounting queue drained by a counting writer on the \
+         same thread, against without ({} rows written, {} dropped)",
+        stats.written(),
+        stats.dropped()
+    );
+    for (without, with) in &pairs {
+        let more = with.ns_per_round() / without.ns_per_round() - 1.0;
+        let verdict = if more <= 0.05 { "met" } else { "MISSED" };
+        row(
+            "generate + accounting",
+            with,
+            "generate, accounting off",
+            without,
+            &format!("  {:+.1}% CPU/round (target ≤ 5%: {verdict})", more * 100.0),
+        );
+        alloc_row("generate, accounting off", without);
+        alloc_row("generate + accounting", with);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // 3: many suspended sessions
 
 /// A backend whose model calls all wait at one gate, so every run is in flight at once
@@ -677,8 +779,11 @@ fn main() {
         "agent-loop benchmarks: median of {SAMPLES} samples of {BATCH} runs; ratio = baseline / measured; \
          overhead = measured - baseline"
     );
-    // Sessions first, while the process's peak RSS is still low.
-    bench_sessions(&rt);
-    bench_rounds(&rt);
+    if std::env::var_os("ONLY_ACCOUNTING").is_none() {
+        // Sessions first, while the process's peak RSS is still low.
+        bench_sessions(&rt);
+        bench_rounds(&rt);
+    }
+    bench_accounting(&rt);
     println!("\ntotal {:.1} s", start.elapsed().as_secs_f64());
 }

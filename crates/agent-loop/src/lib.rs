@@ -68,6 +68,7 @@
 //! # }
 //! ```
 
+pub mod audit;
 mod dispatch;
 mod estimate;
 mod events;
@@ -82,6 +83,10 @@ mod telemetry;
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
 
+pub use audit::{
+    AccountingConfig, AccountingQueue, AccountingReceiver, AccountingRow, AccountingStats,
+    ModelCallRow, QueueFull, RowWriter, RunContext, ToolCallRow, WriteError, WriteFuture,
+};
 pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use hooks::{Hooks, ModelCallGate};

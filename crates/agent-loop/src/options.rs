@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::AccountingQueue;
 use crate::estimate::{ByteEstimate, TokenCounter};
 use crate::hooks::Hooks;
 use crate::output::{OutputSpec, OutputStrategy};
@@ -212,6 +213,9 @@ pub struct Options {
     pub hooks: Hooks,
     /// Receives one record per model call as it completes.
     pub on_model_call: Option<ModelCallSink>,
+    /// Receives an accounting row per model call and per tool call, through a bounded queue
+    /// (see [`crate::audit`]); `None` (the default) builds no row.
+    pub accounting: Option<AccountingQueue>,
     /// The schema the final answer must match (see [`crate::output`]); `None` (the default)
     /// leaves the answer free text and costs the run nothing.
     pub output: Option<OutputSpec>,
@@ -254,6 +258,7 @@ impl Default for Options {
             max_repeated_calls: Some(3),
             hooks: Hooks::default(),
             on_model_call: None,
+            accounting: None,
             output: None,
             output_strategy: OutputStrategy::Auto,
             max_output_retries: 1,
@@ -456,6 +461,13 @@ impl Options {
         self.on_model_call = Some(Arc::new(sink));
         self
     }
+
+    /// Sends an accounting row per model call and per tool call to `queue`.
+    #[must_use]
+    pub fn with_accounting(mut self, queue: AccountingQueue) -> Self {
+        self.accounting = Some(queue);
+        self
+    }
 }
 
 impl fmt::Debug for Options {
@@ -490,6 +502,7 @@ impl fmt::Debug for Options {
             .field("max_repeated_calls", &self.max_repeated_calls)
             .field("hooks", &self.hooks)
             .field("on_model_call", &self.on_model_call.is_some())
+            .field("accounting", &self.accounting)
             .field("output", &self.output)
             .field("output_strategy", &self.output_strategy)
             .field("max_output_retries", &self.max_output_retries)

@@ -99,6 +99,10 @@ pub struct ServerConfig {
     /// The MCP endpoint at `/mcp`: its session bounds.
     #[serde(default)]
     pub mcp: McpConfig,
+    /// Write a `model_calls` row per model call and a `tool_calls` row per tool call, per
+    /// tenant, in the store's database, and serve `GET /v1/usage` [default: false].
+    #[serde(default = "defaults::accounting")]
+    pub accounting: bool,
 }
 
 /// The bounds of the MCP endpoint (`/mcp`). Its requests also go through the tenant's
@@ -700,6 +704,10 @@ fn check_spend_caps(whose: &str, caps: &[(&'static str, Option<f64>)]) -> Result
 
 mod defaults {
     use std::path::PathBuf;
+
+    pub(super) fn accounting() -> bool {
+        false
+    }
 
     pub(super) fn mcp_max_sessions() -> usize {
         256

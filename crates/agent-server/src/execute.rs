@@ -229,6 +229,16 @@ pub(crate) fn options(
         .with_tool_trace(true);
     options.rate_card = Arc::clone(&state.inner.rate_card);
     options.caller = Arc::clone(&tenant.caller);
+    if let Some(accounting) = &state.inner.accounting {
+        let provider = state
+            .inner
+            .config
+            .models
+            .iter()
+            .find(|model| model.name == record.model)
+            .map_or("", |model| model.provider.as_str());
+        options.accounting = Some(accounting.queue.clone().with_provider(provider));
+    }
     options.token_budget = min_some(chosen.token_budget, caps.token_budget);
     options.max_cost_usd = match (chosen.max_cost_usd, caps.max_cost_usd) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -46,6 +46,7 @@ pub mod spend;
 mod state;
 pub mod store;
 mod sweeper;
+mod usage;
 
 use std::future::{Future, IntoFuture};
 use std::time::Duration;
@@ -81,6 +82,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/sessions/{id}/execute", post(sessions::execute))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/usage", get(usage::usage))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))
         .route("/healthz", get(healthz))
@@ -210,6 +212,7 @@ pub async fn serve(
     // Expires idle sessions while the server runs; dropped (stopped) when serving ends.
     let _sweeper = sweeper::spawn(&state);
     let mcp_shutdown = state.inner.mcp.shutdown_token();
+    let flushed = state.clone();
     let app = router(state);
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -294,6 +297,10 @@ pub async fn serve(
             running = runs.count(),
             "shutdown: runs did not end after cancellation; stopping without them"
         );
+    }
+    // The runs' last accounting rows are written before the process goes (bounded).
+    if let Some(accounting) = &flushed.inner.accounting {
+        accounting.flush().await;
     }
     if let Some(task) = metrics_server {
         task.abort();

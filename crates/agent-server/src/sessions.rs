@@ -77,7 +77,7 @@ enum UserInput {
 }
 
 /// Runs `handler` for an admitted tenant and tags the response for the request metric.
-async fn respond<F, Fut>(state: &AppState, headers: &HeaderMap, handler: F) -> Response
+pub(crate) async fn respond<F, Fut>(state: &AppState, headers: &HeaderMap, handler: F) -> Response
 where
     F: FnOnce(Arc<Tenant>) -> Fut,
     Fut: Future<Output = Result<Response, ApiError>>,

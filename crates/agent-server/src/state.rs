@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) instance: String,
     /// Per-tenant spend caps and their ledger.
     pub(crate) spend: Arc<crate::spend::Spend>,
+    /// The accounting rows' queue and tables (`None` with `accounting = false`).
+    pub(crate) accounting: Option<crate::usage::Accounting>,
 }
 
 /// A tenant: its identity for tools and its limits.
@@ -269,6 +271,11 @@ impl ServerBuilder {
             None => open_store(&config.store).await?,
         };
         let spend = crate::spend::Spend::open(&config, spend_ledger, clock).await?;
+        let accounting = if config.accounting {
+            Some(crate::usage::Accounting::open(&config.store).await?)
+        } else {
+            None
+        };
         let mut rate_card = RateCard::list_prices();
         for (model, price) in &config.prices {
             rate_card.insert(model.clone(), *price);
@@ -290,6 +297,7 @@ impl ServerBuilder {
                 runs: Arc::default(),
                 instance: instance_id(),
                 spend: Arc::new(spend),
+                accounting,
             }),
         })
     }

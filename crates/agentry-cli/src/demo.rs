@@ -79,7 +79,13 @@ pub(crate) async fn run<O: Write, E: Write>(
 
     let mut session = Session::new(model).with_system(SYSTEM);
     let input = SessionInput::User(UserMessage::text(PROMPT));
-    Ok(agent::drive(&backend, &mut session, input, options, renderer).await)
+    let (options, recorder) =
+        crate::accounting::attach(options, loop_args.accounting.as_deref(), wire.name()).await?;
+    let exit = agent::drive(&backend, &mut session, input, options, renderer).await;
+    if let Some(recorder) = recorder {
+        recorder.finish().await;
+    }
+    Ok(exit)
 }
 
 /// The demo's tools.

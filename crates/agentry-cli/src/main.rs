@@ -14,6 +14,7 @@
 // Printing is this program's job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod accounting;
 mod agent;
 mod args;
 mod attach;
@@ -167,6 +168,23 @@ enum Command {
         #[arg(long, value_name = "FILE", conflicts_with = "file")]
         remove: Option<PathBuf>,
     },
+    /// Print what the runs recorded with `--accounting FILE` used and cost: model calls,
+    /// tokens by kind and dollars, grouped by model, session or UTC day.
+    #[command(after_help = EXIT_CODES)]
+    Usage {
+        /// The accounting file given to `--accounting`
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// One line per model, session or day
+        #[arg(long, value_enum, default_value = "model")]
+        by: accounting::By,
+        /// The last N days (1 to 366)
+        #[arg(long, value_name = "N", default_value_t = 30)]
+        days: u32,
+        /// One JSON object instead of a table
+        #[arg(long)]
+        json: bool,
+    },
     /// Decode a recorded provider response body through the real adapter and print the
     /// normalized assistant message as one JSON object.
     ///
@@ -310,6 +328,14 @@ fn main() -> ExitCode {
                 .await
                 .map(|()| ExitCode::SUCCESS),
             },
+            Command::Usage {
+                file,
+                by,
+                days,
+                json,
+            } => accounting::usage(&file, by, days, json)
+                .await
+                .map(|()| ExitCode::SUCCESS),
             Command::Demo {
                 provider,
                 loop_args,

@@ -461,7 +461,16 @@ async fn go<O: Write, E: Write>(
     renderer
         .faint(&header)
         .map_err(|error| Error::Other(format!("cannot write the output: {error}")))?;
+    let (options, recorder) = crate::accounting::attach(
+        options,
+        run.loop_args.accounting.as_deref(),
+        state.provider.name(),
+    )
+    .await?;
     let exit = agent::drive(&*model, &mut state.session, input, options, renderer).await;
+    if let Some(recorder) = recorder {
+        recorder.finish().await;
+    }
     for client in clients {
         client.close().await;
     }

@@ -14,3 +14,4 @@ mod structured;
 mod support;
 mod tenancy;
 mod tenant_spend;
+mod usage;

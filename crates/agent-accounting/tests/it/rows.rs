@@ -1,0 +1,439 @@
+use std::time::Duration;
+
+use agent_accounting::{GroupBy, SqliteSink, StoredModelCall, StoredToolCall, UsageQuery};
+use agent_backends::{ScriptedBackend, ScriptedTurn};
+use agent_loop::{
+    AccountingConfig, AccountingQueue, GenerateResult, Input, Options, QueueFull, RowWriter,
+    generate,
+};
+use agent_tools::{Caller, Registry, Tool};
+use agent_types::{BackendError, BackendErrorKind, ModelPrice, RateCard, Usage};
+use serde_json::json;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct City {
+    city: String,
+}
+
+fn usage(input: u64, output: u64) -> Usage {
+    Usage {
+        input_tokens: Some(input),
+        output_tokens: Some(output),
+        cache_read_tokens: Some(7),
+        cache_write_5m_tokens: Some(3),
+        cache_write_1h_tokens: Some(2),
+        reasoning_tokens: Some(5),
+    }
+}
+
+/// A two-round run: two parallel tool calls (one fails), then an answer; priced.
+fn scripted() -> (ScriptedBackend, Options) {
+    let mut tools = Registry::new();
+    tools
+        .register(Tool::from_fn(
+            "weather",
+            "Weather for a city.",
+            |args: City, _ctx| async move {
+                if args.city == "Nowhere" {
+                    return Err(agent_tools::ToolError::new(
+                        agent_tools::ToolErrorKind::RespondToModel,
+                        "no such city",
+                    ));
+                }
+                Ok(json!({"city": args.city, "sky": "sunny"}))
+            },
+        ))
+        .unwrap();
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "weather", json!({"city": "Denver"}))
+            .with_tool_call(agent_types::ToolCall::new(
+                "call_2",
+                "weather",
+                json!({"city": "Nowhere"}),
+            ))
+            .with_usage(usage(100, 20)),
+        ScriptedTurn::text("Sunny in Denver.").with_usage(usage(150, 10)),
+    ])
+    .with_model("test-model");
+    let rates = RateCard::new().with(
+        "test-model",
+        ModelPrice {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+            cache_read_per_mtok: Some(0.3),
+            cache_write_5m_per_mtok: Some(3.75),
+            cache_write_1h_per_mtok: Some(6.0),
+        },
+    );
+    let options = Options::auto()
+        .with_tools(tools)
+        .with_tool_trace(true)
+        .with_rate_card(rates)
+        .with_caller(Caller::new("alice").with_tenant("acme"));
+    (backend, options)
+}
+
+async fn run_into<W: RowWriter + 'static>(writer: W) -> GenerateResult {
+    let (backend, options) = scripted();
+    let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
+    let task = tokio::spawn(receiver.run(writer));
+    let options = options.with_accounting(queue.clone().with_provider("scripted"));
+    let result = generate(
+        &backend,
+        Input::new("test-model").user("Weather?"),
+        &options,
+    )
+    .await
+    .unwrap();
+    queue.flush().await;
+    assert_eq!(queue.stats().written(), 4, "{:?}", queue.stats());
+    drop((options, queue));
+    task.await.unwrap();
+    result
+}
+
+fn check_rows(result: &GenerateResult, models: &[StoredModelCall], tools: &[StoredToolCall]) {
+    assert_eq!(result.model_calls.len(), 2);
+    let records: Vec<_> = models.iter().map(|m| m.record.clone()).collect();
+    // Stored at the wire's resolution (microseconds), as the result serializes them.
+    let wire: Vec<agent_loop::ModelCallRecord> =
+        serde_json::from_value(serde_json::to_value(&result.model_calls).unwrap()).unwrap();
+    assert_eq!(records, wire);
+    let run_id = &models[0].run_id;
+    for m in models {
+        assert_eq!(m.tenant, "acme");
+        assert_eq!(m.caller, "alice");
+        assert_eq!(m.session, result.session_id.as_str());
+        assert_eq!(&m.run_id, run_id);
+        assert_eq!(m.provider, "scripted");
+        assert_eq!(m.error, None);
+    }
+    assert!(models[0].record.cost_usd.unwrap() > 0.0);
+    assert_eq!(result.trace.len(), 2);
+    assert_eq!(tools.len(), 2);
+    for (row, entry) in tools.iter().zip(&result.trace) {
+        assert_eq!(row.tenant, "acme");
+        assert_eq!(row.caller, "alice");
+        assert_eq!(&row.run_id, run_id);
+        assert_eq!(row.round, i64::from(entry.iteration));
+        assert_eq!(row.tool, entry.tool_name);
+        assert_eq!(row.call_id, entry.call_id.as_str());
+        let (bytes, hash) = agent_accounting::arguments_digest(&entry.arguments);
+        assert_eq!(row.arguments_bytes, bytes);
+        assert_eq!(
+            row.arguments_bytes,
+            entry.arguments.to_string().len() as i64
+        );
+        assert_eq!(row.arguments_sha256, hash);
+        assert_eq!(row.arguments_sha256.len(), 64);
+        assert_eq!(row.result_bytes, entry.result_bytes as i64);
+        assert_eq!(row.sent_bytes, entry.sent_bytes as i64);
+        assert_eq!(row.truncated, entry.truncated);
+        assert_eq!(row.duration_us, entry.duration.as_micros() as i64);
+        assert_eq!(row.error, entry.error);
+        assert_eq!(
+            row.outcome,
+            if entry.error.is_some() { "error" } else { "ok" }
+        );
+    }
+    assert_ne!(tools[0].arguments_sha256, tools[1].arguments_sha256);
+    assert!(tools.iter().any(|t| t.outcome == "error"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_rows_equal_the_runs_records_and_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("usage.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    let result = run_into(sink.clone()).await;
+    drop(sink);
+    // Read back through a fresh connection: the rows are in the file.
+    let sink = SqliteSink::open(&path).unwrap();
+    assert_eq!(
+        sink.schema_version().unwrap(),
+        agent_accounting::SCHEMA_VERSION
+    );
+    let models = sink.model_calls("acme").unwrap();
+    let tools = sink.tool_calls("acme").unwrap();
+    check_rows(&result, &models, &tools);
+    assert!(sink.model_calls("other").unwrap().is_empty());
+
+    let now = models[1].at_us;
+    let by_model = sink
+        .usage(&UsageQuery::new(
+            "acme",
+            now - 60_000_000,
+            now + 1,
+            GroupBy::Model,
+        ))
+        .unwrap();
+    assert_eq!(by_model.len(), 1);
+    let group = &by_model[0];
+    assert_eq!(group.key, "test-model");
+    assert_eq!(group.model_calls, 2);
+    assert_eq!(group.input_tokens, result.usage.input_tokens.unwrap());
+    assert_eq!(group.output_tokens, result.usage.output_tokens.unwrap());
+    assert_eq!(group.cache_write_1h_tokens, 4);
+    assert_eq!(group.reasoning_tokens, 10);
+    assert_eq!(group.tool_calls, 2);
+    let cost: f64 = result.model_calls.iter().filter_map(|r| r.cost_usd).sum();
+    assert!((group.cost_usd - cost).abs() < 1e-12);
+    let other = sink
+        .usage(&UsageQuery::new(
+            "other",
+            now - 60_000_000,
+            now + 1,
+            GroupBy::Day,
+        ))
+        .unwrap();
+    assert!(other.is_empty());
+    // Reopening an up-to-date file migrates nothing and keeps the rows.
+    assert_eq!(
+        SqliteSink::open(&path)
+            .unwrap()
+            .model_calls("acme")
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_model_call_is_a_row_with_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = SqliteSink::open(dir.path().join("usage.db")).unwrap();
+    let backend =
+        ScriptedBackend::new([ScriptedTurn::new()
+            .fail_with(BackendError::new(BackendErrorKind::Overloaded, "try later"))]);
+    let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
+    let task = tokio::spawn(receiver.run(sink.clone()));
+    let options = Options::auto()
+        .with_caller(Caller::new("bob").with_tenant("t2"))
+        .with_accounting(queue.clone());
+    let error = generate(&backend, Input::new("m").user("hi"), &options)
+        .await
+        .unwrap_err();
+    queue.flush().await;
+    drop((options, queue));
+    task.await.unwrap();
+    let rows = sink.model_calls("t2").unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].record.model, "m");
+    assert_eq!(rows[0].record.usage, None);
+    assert_eq!(rows[0].record.stop_reason, agent_types::StopReason::Error);
+    assert_eq!(rows[0].error.as_deref(), Some(error.to_string().as_str()));
+}
+
+/// A writer that never finishes its first write: the queue fills.
+struct Stuck;
+
+impl RowWriter for Stuck {
+    fn write<'a>(
+        &'a mut self,
+        _rows: &'a [agent_loop::AccountingRow],
+    ) -> agent_loop::WriteFuture<'a> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A writer that always fails.
+struct Failing;
+
+impl RowWriter for Failing {
+    fn write<'a>(
+        &'a mut self,
+        _rows: &'a [agent_loop::AccountingRow],
+    ) -> agent_loop::WriteFuture<'a> {
+        Box::pin(async { Err("disk full".into()) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_drops_and_counts_without_failing_the_run() {
+    let (queue, receiver) =
+        AccountingQueue::new(AccountingConfig::default().with_capacity(1).with_batch(1));
+    tokio::spawn(receiver.run(Stuck));
+    // Each run sends its 4 rows as one item: the writer holds the first run's, the queue the
+    // second's, the third's find it full.
+    for _ in 0..3 {
+        let (backend, options) = scripted();
+        let options = options.with_accounting(queue.clone());
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            generate(
+                &backend,
+                Input::new("test-model").user("Weather?"),
+                &options,
+            ),
+        )
+        .await
+        .expect("a stuck writer must not stall a run in drop mode")
+        .unwrap();
+        assert_eq!(result.text(), "Sunny in Denver.");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stats = queue.stats();
+    assert_eq!(stats.enqueued(), 8, "{stats:?}");
+    assert_eq!(stats.dropped(), 4, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_in_wait_mode_applies_back_pressure() {
+    let (queue, receiver) = AccountingQueue::new(
+        AccountingConfig::default()
+            .with_capacity(1)
+            .with_batch(1)
+            .with_when_full(QueueFull::Wait),
+    );
+    tokio::spawn(receiver.run(Stuck));
+    for run in 0..3 {
+        let (backend, options) = scripted();
+        let options = options.with_accounting(queue.clone());
+        let waited = tokio::time::timeout(
+            Duration::from_millis(500),
+            generate(
+                &backend,
+                Input::new("test-model").user("Weather?"),
+                &options,
+            ),
+        )
+        .await;
+        // The writer takes the first run's rows, the queue holds the second's: the third
+        // waits for room.
+        assert_eq!(waited.is_err(), run == 2, "run {run}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(queue.stats().dropped(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_writer_fails_the_run_only_when_asked() {
+    for fail_run in [false, true] {
+        let (backend, options) = scripted();
+        let (queue, receiver) = AccountingQueue::new(
+            AccountingConfig::default()
+                .with_batch(1)
+                .with_fail_run(fail_run),
+        );
+        tokio::spawn(receiver.run(Failing));
+        let options = options.with_accounting(queue.clone());
+        let first = generate(
+            &backend,
+            Input::new("test-model").user("Weather?"),
+            &options,
+        )
+        .await;
+        queue.flush().await;
+        assert!(queue.stats().failed_writes() >= 1);
+        let (backend, _) = scripted();
+        let second = generate(
+            &backend,
+            Input::new("test-model").user("Weather?"),
+            &options,
+        )
+        .await;
+        if fail_run {
+            let error = second.unwrap_err();
+            assert!(error.to_string().contains("accounting"), "{error}");
+        } else {
+            assert_eq!(first.unwrap().text(), "Sunny in Denver.");
+            assert_eq!(second.unwrap().text(), "Sunny in Denver.");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rows_equal_the_runs_records_and_trace() {
+    let Some(url) = postgres_url() else { return };
+    let sink = agent_accounting::PostgresSink::connect(&url).await.unwrap();
+    // Each run of this test uses its own tenant-free slate: remove earlier rows of `acme`.
+    let result = {
+        tokio_postgres_clean(&url).await;
+        run_into(sink.clone()).await
+    };
+    let models = sink.model_calls("acme").await.unwrap();
+    let tools = sink.tool_calls("acme").await.unwrap();
+    check_rows(&result, &models, &tools);
+    assert_eq!(
+        sink.schema_version().await.unwrap(),
+        agent_accounting::SCHEMA_VERSION
+    );
+    let now = models[1].at_us;
+    for group_by in [GroupBy::Model, GroupBy::Session, GroupBy::Day] {
+        let groups = sink
+            .usage(&UsageQuery::new(
+                "acme",
+                now - 60_000_000,
+                now + 1,
+                group_by,
+            ))
+            .await
+            .unwrap();
+        assert_eq!(groups.len(), 1, "{group_by:?}");
+        assert_eq!(groups[0].model_calls, 2);
+        assert_eq!(groups[0].input_tokens, 250);
+    }
+    assert!(sink.model_calls("other").await.unwrap().is_empty());
+    // A second sink on the same database migrates nothing.
+    let again = agent_accounting::PostgresSink::connect(&url).await.unwrap();
+    assert_eq!(again.model_calls("acme").await.unwrap().len(), 2);
+}
+
+async fn tokio_postgres_clean(url: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("DELETE FROM model_calls WHERE tenant = 'acme'; DELETE FROM tool_calls WHERE tenant = 'acme';")
+        .await
+        .unwrap();
+}
+
+fn postgres_url() -> Option<String> {
+    match std::env::var("AGENTRY_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "AGENTRY_TEST_POSTGRES_URL is not set under CI"
+            );
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dropped_mid_way_still_hands_over_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = SqliteSink::open(dir.path().join("usage.db")).unwrap();
+    let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
+    tokio::spawn(receiver.run(sink.clone()));
+    let (_, options) = scripted();
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "weather", json!({"city": "Denver"}))
+            .with_usage(usage(100, 20)),
+        ScriptedTurn::text("never").hang(),
+    ]);
+    let options = options.with_accounting(queue.clone());
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        generate(
+            &backend,
+            Input::new("test-model").user("Weather?"),
+            &options,
+        ),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the second model call hangs until the run is dropped"
+    );
+    queue.flush().await;
+    let models = sink.model_calls("acme").unwrap();
+    assert_eq!(models.len(), 1);
+    assert_eq!(models[0].record.usage.unwrap().input_tokens, Some(100));
+    let tools = sink.tool_calls("acme").unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].call_id, "call_1");
+}
