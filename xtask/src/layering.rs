@@ -59,7 +59,13 @@ const RULES: &[Rule] = &[
     Rule {
         package: "agent-loop",
         features: Features::All,
-        forbidden: &["reqwest", "hyper", "rusqlite", "opentelemetry", "tokio-postgres"],
+        forbidden: &[
+            "reqwest",
+            "hyper",
+            "rusqlite",
+            "opentelemetry",
+            "tokio-postgres",
+        ],
         why: "the loop talks to the backend trait, never to a provider or a store directly; \
               its spans are plain tracing (agent-otel exports them)",
     },
