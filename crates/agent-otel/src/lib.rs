@@ -32,7 +32,7 @@
 
 use std::time::Instant;
 
-use opentelemetry::KeyValue;
+use opentelemetry::{Key, KeyValue, StringValue, Value};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
@@ -271,18 +271,41 @@ impl GenAiMetrics {
     }
 }
 
-/// What a `chat` span said, gathered for its close.
+/// What a `chat` span said, gathered for its close. Strings from a fixed set (the operation,
+/// the provider) are kept as static strs, so a call allocates only for its model names.
 #[derive(Default)]
 struct Call {
     started: Option<Instant>,
-    operation: Option<String>,
-    provider: Option<String>,
-    request_model: Option<String>,
-    response_model: Option<String>,
-    error_type: Option<String>,
+    operation: Option<StringValue>,
+    provider: Option<StringValue>,
+    request_model: Option<StringValue>,
+    response_model: Option<StringValue>,
+    error_type: Option<StringValue>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     cost_usd: Option<f64>,
+}
+
+/// `value` as a static str when it is one of the values the loop records from a fixed set.
+fn known(value: &str) -> StringValue {
+    const KNOWN: [&str; 12] = [
+        "chat",
+        "anthropic",
+        "openai",
+        "gcp.gemini",
+        "gemini",
+        "scripted",
+        "replay",
+        "timeout",
+        "rate_limited",
+        "refused",
+        "_OTHER",
+        "tool_error",
+    ];
+    match KNOWN.iter().find(|known| **known == value) {
+        Some(known) => StringValue::from(*known),
+        None => StringValue::from(value.to_owned()),
+    }
 }
 
 impl Visit for Call {
@@ -293,19 +316,23 @@ impl Visit for Call {
             "gen_ai.response.model" => &mut self.response_model,
             _ => return,
         };
-        *slot = Some(format!("{value:?}"));
+        *slot = Some(StringValue::from(format!("{value:?}")));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        let slot = match field.name() {
-            "gen_ai.operation.name" => &mut self.operation,
-            "gen_ai.provider.name" => &mut self.provider,
-            "gen_ai.request.model" => &mut self.request_model,
-            "gen_ai.response.model" => &mut self.response_model,
-            "error.type" => &mut self.error_type,
+        let (slot, fixed) = match field.name() {
+            "gen_ai.operation.name" => (&mut self.operation, true),
+            "gen_ai.provider.name" => (&mut self.provider, true),
+            "gen_ai.request.model" => (&mut self.request_model, false),
+            "gen_ai.response.model" => (&mut self.response_model, false),
+            "error.type" => (&mut self.error_type, true),
             _ => return,
         };
-        *slot = Some(value.to_owned());
+        *slot = Some(if fixed {
+            known(value)
+        } else {
+            StringValue::from(value.to_owned())
+        });
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -373,18 +400,28 @@ where
             return;
         };
         let mut attributes = Vec::with_capacity(6);
+        let value = |value: StringValue| Value::String(value);
         attributes.push(KeyValue::new(
-            "gen_ai.operation.name",
-            call.operation.unwrap_or_else(|| "chat".to_owned()),
+            Key::from_static_str("gen_ai.operation.name"),
+            value(call.operation.unwrap_or(StringValue::from("chat"))),
         ));
         if let Some(provider) = call.provider {
-            attributes.push(KeyValue::new("gen_ai.provider.name", provider));
+            attributes.push(KeyValue::new(
+                Key::from_static_str("gen_ai.provider.name"),
+                value(provider),
+            ));
         }
         if let Some(model) = call.request_model {
-            attributes.push(KeyValue::new("gen_ai.request.model", model));
+            attributes.push(KeyValue::new(
+                Key::from_static_str("gen_ai.request.model"),
+                value(model),
+            ));
         }
         if let Some(model) = call.response_model {
-            attributes.push(KeyValue::new("gen_ai.response.model", model));
+            attributes.push(KeyValue::new(
+                Key::from_static_str("gen_ai.response.model"),
+                value(model),
+            ));
         }
         if let Some(cost) = call.cost_usd {
             self.cost.add(cost, &attributes);
@@ -393,13 +430,19 @@ where
         for (kind, tokens) in [("input", call.input_tokens), ("output", call.output_tokens)] {
             if let Some(tokens) = tokens {
                 attributes.truncate(base);
-                attributes.push(KeyValue::new("gen_ai.token.type", kind));
+                attributes.push(KeyValue::new(
+                    Key::from_static_str("gen_ai.token.type"),
+                    value(StringValue::from(kind)),
+                ));
                 self.token_usage.record(tokens, &attributes);
             }
         }
         attributes.truncate(base);
         if let Some(error) = call.error_type {
-            attributes.push(KeyValue::new("error.type", error));
+            attributes.push(KeyValue::new(
+                Key::from_static_str("error.type"),
+                value(error),
+            ));
         }
         if let Some(started) = call.started {
             self.duration
