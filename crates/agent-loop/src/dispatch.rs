@@ -166,15 +166,12 @@ impl Round<'_> {
             agentry.tool.truncated = field::Empty,
         );
         let outcome = self.run_call(job).instrument(span.clone()).await;
-        span.record(
-            "agentry.tool.result_bytes",
-            telemetry::int(outcome.trace.result_bytes),
+        tracing::record_all!(
+            span,
+            agentry.tool.result_bytes = telemetry::int(outcome.trace.result_bytes),
+            agentry.tool.sent_bytes = telemetry::int(outcome.trace.sent_bytes),
+            agentry.tool.truncated = outcome.trace.truncated,
         );
-        span.record(
-            "agentry.tool.sent_bytes",
-            telemetry::int(outcome.trace.sent_bytes),
-        );
-        span.record("agentry.tool.truncated", outcome.trace.truncated);
         outcome
     }
 

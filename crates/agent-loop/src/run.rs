@@ -439,8 +439,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         };
         self.settle();
         let span = tracing::Span::current();
-        span.record("agentry.iterations", telemetry::int(self.state.iterations));
-        span.record("agentry.model_calls", telemetry::int(self.records.len()));
+        tracing::record_all!(
+            span,
+            agentry.iterations = telemetry::int(self.state.iterations),
+            agentry.model_calls = telemetry::int(self.records.len()),
+        );
         telemetry::record_usage(&span, &self.usage, self.cost_usd);
         match ended {
             Ok(End::Answered) => {
@@ -743,14 +746,13 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         if let Some(usage) = &message.usage {
             telemetry::record_usage(&span, usage, cost_usd);
         }
-        if let Some(model) = &message.model {
-            span.record("gen_ai.response.model", model.as_str());
-        }
-        span.record(
-            "gen_ai.response.finish_reasons",
-            telemetry::finish_reason(message.stop_reason.unwrap_or(StopReason::Stop)),
+        tracing::record_all!(
+            span,
+            gen_ai.response.model = message.model.as_deref(),
+            gen_ai.response.finish_reasons =
+                telemetry::finish_reason(message.stop_reason.unwrap_or(StopReason::Stop)),
+            agentry.tool_calls = i64::from(tool_calls),
         );
-        span.record("agentry.tool_calls", i64::from(tool_calls));
         if self.options.trace_content
             && !span.is_disabled()
             && let Ok(json) = serde_json::to_string(&message)

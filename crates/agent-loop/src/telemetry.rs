@@ -100,29 +100,23 @@ pub(crate) fn record_error(span: &tracing::Span, error: &AgentError) {
 /// `gen_ai.usage.cache_creation.input_tokens` counts every cache write; the 1-hour share is
 /// also in `agentry.usage.cache_creation_1h.input_tokens` (it is billed differently).
 pub(crate) fn record_usage(span: &tracing::Span, usage: &Usage, cost_usd: Option<f64>) {
-    if let Some(tokens) = usage.input_tokens {
-        span.record("gen_ai.usage.input_tokens", int(tokens));
-    }
-    if let Some(tokens) = usage.output_tokens {
-        span.record("gen_ai.usage.output_tokens", int(tokens));
-    }
-    if let Some(tokens) = usage.cache_read_tokens {
-        span.record("gen_ai.usage.cache_read.input_tokens", int(tokens));
-    }
-    if usage.cache_write_5m_tokens.is_some() || usage.cache_write_1h_tokens.is_some() {
-        let written = usage
-            .cache_write_5m_tokens
-            .unwrap_or(0)
-            .saturating_add(usage.cache_write_1h_tokens.unwrap_or(0));
-        span.record("gen_ai.usage.cache_creation.input_tokens", int(written));
-    }
-    if let Some(tokens) = usage.cache_write_1h_tokens {
-        span.record("agentry.usage.cache_creation_1h.input_tokens", int(tokens));
-    }
-    if let Some(tokens) = usage.reasoning_tokens {
-        span.record("agentry.usage.reasoning.output_tokens", int(tokens));
-    }
-    if let Some(cost) = cost_usd {
-        span.record("agentry.cost_usd", cost);
-    }
+    let written = (usage.cache_write_5m_tokens.is_some() || usage.cache_write_1h_tokens.is_some())
+        .then(|| {
+            usage
+                .cache_write_5m_tokens
+                .unwrap_or(0)
+                .saturating_add(usage.cache_write_1h_tokens.unwrap_or(0))
+        });
+    // One `record` for all of them: each is a trip through every layer (a span lookup and a
+    // lock of its extensions); absent values (`None`) are not recorded.
+    tracing::record_all!(
+        span,
+        gen_ai.usage.input_tokens = usage.input_tokens.map(int),
+        gen_ai.usage.output_tokens = usage.output_tokens.map(int),
+        gen_ai.usage.cache_read.input_tokens = usage.cache_read_tokens.map(int),
+        gen_ai.usage.cache_creation.input_tokens = written.map(int),
+        agentry.usage.cache_creation_1h.input_tokens = usage.cache_write_1h_tokens.map(int),
+        agentry.usage.reasoning.output_tokens = usage.reasoning_tokens.map(int),
+        agentry.cost_usd = cost_usd,
+    );
 }
