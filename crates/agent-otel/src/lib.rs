@@ -32,9 +32,9 @@
 
 use std::time::Instant;
 
-use opentelemetry::{Key, KeyValue, StringValue, Value};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::{Key, KeyValue, StringValue, Value};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
