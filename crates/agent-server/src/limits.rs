@@ -105,7 +105,7 @@ pub(crate) fn schema_problem(schema: &serde_json::Value) -> Option<String> {
             "is {size} bytes; the limit is {MAX_SCHEMA_BYTES} bytes"
         ));
     }
-    if depth(schema) > MAX_SCHEMA_DEPTH {
+    if agent_tools::json_depth(schema) > MAX_SCHEMA_DEPTH {
         return Some(format!(
             "nests deeper than the limit of {MAX_SCHEMA_DEPTH} levels"
         ));
@@ -114,25 +114,6 @@ pub(crate) fn schema_problem(schema: &serde_json::Value) -> Option<String> {
     compiled
         .err()
         .map(|error| format!("is not a usable JSON Schema: {error}"))
-}
-
-/// Nesting depth, iteratively: a deep value must not overflow the stack here either.
-fn depth(value: &serde_json::Value) -> usize {
-    let mut deepest = 0;
-    let mut stack = vec![(value, 1usize)];
-    while let Some((value, level)) = stack.pop() {
-        deepest = deepest.max(level);
-        match value {
-            serde_json::Value::Array(items) => {
-                stack.extend(items.iter().map(|item| (item, level + 1)));
-            }
-            serde_json::Value::Object(map) => {
-                stack.extend(map.values().map(|item| (item, level + 1)));
-            }
-            _ => {}
-        }
-    }
-    deepest
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ pub use handler::{Handler, ToolEvent, ToolOutput, ToolStream, collect_output};
 pub use name::{MAX_NAME_LEN, sanitize_name, tool_name, validate_name};
 pub use registry::{RegisteredTool, Registry};
 pub use repair::{Repair, RepairKind, repair};
-pub use schema::schema_for;
+pub use schema::{json_depth, schema_for};
 pub use tool::Tool;
 pub use truncate::{
     Truncated, TruncationPolicy, escaped_len, marker, render_result, truncate, truncate_result,

@@ -66,6 +66,23 @@ fn strip_number_formats(schema: &mut Value) {
     }
 }
 
+/// The nesting depth of a JSON value (a scalar is 1), counted without recursion so a hostile
+/// schema cannot overflow the stack. Callers bound schemas they did not write with it before
+/// compiling them.
+pub fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((value, level)) = stack.pop() {
+        deepest = deepest.max(level);
+        match value {
+            Value::Object(map) => stack.extend(map.values().map(|v| (v, level + 1))),
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, level + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;
@@ -121,5 +138,11 @@ mod tests {
         let schema = schema_for::<Tree>();
         assert_eq!(schema["type"], "object");
         assert!(contains_key(&schema, "$ref"));
+    }
+
+    #[test]
+    fn json_depth_counts_nesting_without_recursion() {
+        assert_eq!(json_depth(&serde_json::json!(1)), 1);
+        assert_eq!(json_depth(&serde_json::json!({"a": [1, {"b": 2}]})), 4);
     }
 }

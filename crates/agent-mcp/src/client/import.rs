@@ -57,22 +57,6 @@ fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// The nesting depth of a JSON value, counted without recursion (a hostile schema cannot
-/// overflow the stack here).
-pub(crate) fn depth(value: &Value) -> usize {
-    let mut deepest = 0;
-    let mut stack = vec![(value, 1usize)];
-    while let Some((value, level)) = stack.pop() {
-        deepest = deepest.max(level);
-        match value {
-            Value::Object(map) => stack.extend(map.values().map(|v| (v, level + 1))),
-            Value::Array(items) => stack.extend(items.iter().map(|v| (v, level + 1))),
-            _ => {}
-        }
-    }
-    deepest
-}
-
 /// What one listing produced: the compiled tools and what was left out.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Imported {
@@ -134,7 +118,7 @@ pub(crate) fn import(
             ));
             continue;
         }
-        if depth(&schema) > limits.max_schema_depth {
+        if agent_tools::json_depth(&schema) > limits.max_schema_depth {
             skip(format!(
                 "its input schema nests deeper than {} levels",
                 limits.max_schema_depth
@@ -310,11 +294,5 @@ mod tests {
             matches!(error, Error::TooManyTools { max: 2, .. }),
             "{error}"
         );
-    }
-
-    #[test]
-    fn depth_counts_nesting_without_recursion() {
-        assert_eq!(depth(&json!(1)), 1);
-        assert_eq!(depth(&json!({"a": [1, {"b": 2}]})), 4);
     }
 }
