@@ -18,10 +18,11 @@ use crate::config::AuthConfig;
 use crate::state::Tenant;
 
 /// The shortest API key the server accepts.
-pub(crate) const MIN_KEY_CHARS: usize = 16;
+pub const MIN_KEY_CHARS: usize = 16;
 
-/// Why a configured key is refused, or `None` when it is acceptable.
-pub(crate) fn key_problem(key: &str) -> Option<&'static str> {
+/// Why a configured key is refused, or `None` when it is acceptable: the one rule for every
+/// key agentry accepts (tenants' API keys, the metrics token, `agentry mcp serve`'s key).
+pub fn key_problem(key: &str) -> Option<&'static str> {
     if key.trim() != key {
         Some("has leading or trailing whitespace (clients cannot send it in a header)")
     } else if key.chars().count() < MIN_KEY_CHARS {

@@ -58,6 +58,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
+pub use auth::{MIN_KEY_CHARS, key_problem};
 pub use config::{
     AuthConfig, Caps, Limits, McpConfig, ModelConfig, ModelSource, QuotaOverrides, Quotas,
     ServerConfig, StoreConfig, TenantConfig,

@@ -31,9 +31,6 @@ use agentry_cli::products;
 /// The environment variable holding the bearer key of `--listen`.
 pub(crate) const KEY_ENV: &str = "AGENTRY_MCP_KEY";
 
-/// The shortest key accepted.
-const MIN_KEY_CHARS: usize = 16;
-
 /// What `agentry mcp serve` was asked for.
 pub(crate) struct ServeRequest<'a> {
     pub(crate) config: Option<&'a Path>,
@@ -126,12 +123,11 @@ fn options(config: &Config) -> Result<ServerOptions, Error> {
 fn key() -> Result<Option<String>, Error> {
     match std::env::var(KEY_ENV) {
         Err(_) => Ok(None),
-        Ok(key) if key.trim() != key || key.chars().count() < MIN_KEY_CHARS => {
-            Err(Error::Usage(format!(
-                "{KEY_ENV} must be at least {MIN_KEY_CHARS} characters, without spaces around it"
-            )))
-        }
-        Ok(key) => Ok(Some(key)),
+        // The rule `agentry serve` applies to its tenants' keys.
+        Ok(key) => match agent_server::key_problem(&key) {
+            Some(problem) => Err(Error::Usage(format!("{KEY_ENV} {problem}"))),
+            None => Ok(Some(key)),
+        },
     }
 }
 
@@ -157,7 +153,8 @@ async fn http(
     if !loopback && key.is_none() {
         return Err(Error::Usage(format!(
             "--listen {listen} is reachable from other machines: set {KEY_ENV} to a bearer key \
-             (at least {MIN_KEY_CHARS} characters) that clients must send"
+             (at least {} characters) that clients must send",
+            agent_server::MIN_KEY_CHARS
         )));
     }
     let mut http = HttpOptions::default();
