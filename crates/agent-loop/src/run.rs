@@ -809,11 +809,15 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             .tokens
             .saturating_add(usage.total_tokens().unwrap_or(0));
         let model = message.model.as_deref().unwrap_or(&self.request.model);
-        let cost = self
-            .options
-            .rate_card
-            .cost(model, usage)
-            .or_else(|| self.options.rate_card.cost(&self.request.model, usage));
+        // The requested model's price stands in only for a name the provider gave the same
+        // model (`models/…`, a deployment suffix), never for another model that answered
+        // (a fallback): an unpriced answering model is unpriced, not priced as another.
+        let cost = self.options.rate_card.cost(model, usage).or_else(|| {
+            model
+                .contains(self.request.model.as_str())
+                .then(|| self.options.rate_card.cost(&self.request.model, usage))
+                .flatten()
+        });
         if let Some(cost) = cost {
             self.state.cost_usd += cost;
             *self.cost_usd.get_or_insert(0.0) += cost;

@@ -11,6 +11,7 @@
 mod budgets;
 mod cancellation;
 mod conversation;
+mod fallback;
 mod hooks;
 mod modes;
 mod output;
