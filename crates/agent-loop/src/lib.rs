@@ -75,6 +75,7 @@ mod events;
 mod hooks;
 mod options;
 pub mod output;
+pub mod prepare;
 mod result;
 mod run;
 mod session;
@@ -94,6 +95,7 @@ pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,
 };
 pub use output::{OutputSpec, OutputStrategy};
+pub use prepare::{PrepareRound, RoundContext, RoundPlan};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{Session, SessionInput, SessionStatus};
 

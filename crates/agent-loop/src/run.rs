@@ -204,6 +204,8 @@ struct Run<'s, 'o, B: ?Sized> {
     /// The structured output asked for, with its resolved strategy; `None` on the text path.
     /// Boxed, so a text-only run carries one pointer for it.
     output: Option<Box<Output<'o>>>,
+    /// The per-round preparation's state, with `Options::prepare_round` only.
+    prepared: Option<Box<crate::prepare::Prepared>>,
 }
 
 /// A run's structured output: the spec, the strategy resolved for the backend, the retries
@@ -348,6 +350,10 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let preamble_tokens = options
             .token_counter
             .preamble_tokens(request.system.as_deref(), &request.tools);
+        let prepared = options
+            .prepare_round
+            .as_ref()
+            .map(|_| Box::new(crate::prepare::Prepared::new(&request, &tools)));
         let audit = options
             .accounting
             .as_ref()
@@ -380,6 +386,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             counts: CountCache::default(),
             preamble_tokens,
             output,
+            prepared,
         })
     }
 
@@ -536,6 +543,20 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             return Err(aborted("the run was cancelled before the model call"));
         }
         let iteration = self.state.iterations;
+        if let (Some(hook), Some(prepared)) = (&self.options.prepare_round, &mut self.prepared)
+            && prepared.apply(
+                hook,
+                iteration + 1,
+                self.records.len(),
+                &self.tools,
+                &mut self.request,
+            )?
+        {
+            self.preamble_tokens = self
+                .options
+                .token_counter
+                .preamble_tokens(self.request.system.as_deref(), &self.request.tools);
+        }
         // Estimated only when something reads it: a run without budgets or a gate pays
         // nothing for it.
         let options = self.options;
@@ -845,7 +866,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     /// not sent: a limit above the model's maximum output is a 400 from the provider, and
     /// the loop does not know each model's maximum.
     fn admit(&self, estimate: u64) -> Result<Option<u32>, AgentError> {
-        let mut limit = self.session.settings.max_output_tokens.map(u64::from);
+        // A prepared round's settings carry its own limit (set just before this check).
+        let own = match &self.prepared {
+            Some(_) => self.request.settings.max_output_tokens,
+            None => self.session.settings.max_output_tokens,
+        };
+        let mut limit = own.map(u64::from);
         let mut clamp = |room: u64| match limit {
             Some(current) => limit = Some(current.min(room)),
             None if room < SAFE_OUTPUT_LIMIT => limit = Some(room),
@@ -990,6 +1016,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let cap = self.options.max_tool_calls_per_round;
         let asked = calls.len();
         let mut jobs = Vec::with_capacity(asked.min(cap.saturating_add(1)));
+        // A round the preparation narrowed runs against its own tools: a call to a tool
+        // removed for the round gets the unknown-tool result.
+        let tools: &Registry = match self.prepared.as_ref().and_then(|p| p.round_tools()) {
+            Some(round) => round,
+            None => &self.tools,
+        };
         for (at, mut call) in calls.into_iter().enumerate() {
             if at >= cap {
                 let refused = format!(
@@ -1006,7 +1038,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             }
             // A remote call with valid arguments waits for the caller; with invalid ones it is
             // refused here like a local call, so the model can fix it without a round trip.
-            let remote = match self.tools.get(&call.name) {
+            let remote = match tools.get(&call.name) {
                 Some(tool) if tool.is_remote() => {
                     match tool.validate(call.arguments.clone(), self.options.tool_arg_validation) {
                         Ok(validated) => {
@@ -1030,7 +1062,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
         let outcomes = crate::dispatch::run_batch(
             &jobs,
-            &self.tools,
+            tools,
             self.options,
             &self.policy,
             &self.emitter,

@@ -15,6 +15,7 @@ mod fallback;
 mod hooks;
 mod modes;
 mod output;
+mod prepare;
 mod recorded_output;
 mod sessions;
 mod streaming;
