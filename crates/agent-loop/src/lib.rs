@@ -72,6 +72,7 @@ pub mod audit;
 mod dispatch;
 mod estimate;
 mod events;
+pub mod history;
 mod hooks;
 mod options;
 pub mod output;
@@ -90,6 +91,7 @@ pub use audit::{
 };
 pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
+pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
 pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,

@@ -227,6 +227,9 @@ pub struct Options {
     /// Called before each model call to set that call's tools, tool choice and settings
     /// (see [`crate::prepare`]); `None` (the default) sends every call alike.
     pub prepare_round: Option<crate::prepare::PrepareRound>,
+    /// What of the history each model call is sent (see [`crate::history`]); `None` (the
+    /// default) sends all of it, copying nothing.
+    pub history: Option<crate::history::HistoryPolicy>,
 }
 
 impl Default for Options {
@@ -266,6 +269,7 @@ impl Default for Options {
             output_strategy: OutputStrategy::Auto,
             max_output_retries: 1,
             prepare_round: None,
+            history: None,
         }
     }
 }
@@ -511,6 +515,7 @@ impl fmt::Debug for Options {
             .field("output_strategy", &self.output_strategy)
             .field("max_output_retries", &self.max_output_retries)
             .field("prepare_round", &self.prepare_round.is_some())
+            .field("history", &self.history)
             .finish()
     }
 }

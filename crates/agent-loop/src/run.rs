@@ -206,6 +206,10 @@ struct Run<'s, 'o, B: ?Sized> {
     output: Option<Box<Output<'o>>>,
     /// The per-round preparation's state, with `Options::prepare_round` only.
     prepared: Option<Box<crate::prepare::Prepared>>,
+    /// The history policy's state, with `Options::history` only.
+    history: Option<Box<crate::history::Shaper>>,
+    /// What the policy took out of the history for the call in flight, to put back.
+    shaped: Option<crate::history::Applied>,
 }
 
 /// A run's structured output: the spec, the strategy resolved for the backend, the retries
@@ -261,6 +265,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         scope: Scope,
     ) -> Result<Self, AgentError> {
         options.validate()?;
+        if let Some(policy) = &options.history {
+            policy.check()?;
+        }
         check_input(session, &input)?;
         let tools = effective_tools(options, session)?;
         if !tools.is_empty() && !backend.capabilities().tools {
@@ -387,6 +394,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             preamble_tokens,
             output,
             prepared,
+            history: options
+                .history
+                .clone()
+                .map(|policy| Box::new(crate::history::Shaper::new(policy))),
+            shaped: None,
         })
     }
 
@@ -437,6 +449,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         &mut self,
         ended: Result<End, AgentError>,
     ) -> Result<GenerateResult, AgentError> {
+        self.unshape();
         // The run's rows go before its result, in one send; the trace moves into them when
         // neither the result nor an error keeps it. With `fail_run`, an accounting failure
         // fails a run that would have succeeded.
@@ -556,6 +569,10 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 .options
                 .token_counter
                 .preamble_tokens(self.request.system.as_deref(), &self.request.tools);
+        }
+        if self.history.is_some() {
+            // Boxed: the text path's per-call future keeps a pointer's room for it.
+            Box::pin(self.shape_history(iteration)).await?;
         }
         // Estimated only when something reads it: a run without budgets or a gate pays
         // nothing for it.
@@ -697,6 +714,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             .await
         };
         let latency = started.elapsed();
+        self.unshape();
         let failure = match pumped {
             Bounded::Done(Ok(())) if assembler.is_finished() => None,
             Bounded::Done(Ok(())) => Some(AgentError::from(BackendError::new(
@@ -803,6 +821,82 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         Ok(self.request.messages.len() - 1)
     }
 
+    /// Applies the history policy to the request for the next call (after a summary call,
+    /// when the policy needs one). `unshape` puts the full history back.
+    async fn shape_history(&mut self, iteration: u32) -> Result<(), AgentError> {
+        let Some(shaper) = self.history.as_mut() else {
+            return Ok(());
+        };
+        let counter = &*self.options.token_counter;
+        let plan = shaper.plan(&self.request.messages, counter, self.preamble_tokens);
+        if let Some(need) = shaper.summary_need(&plan, self.session.history_summary.as_ref()) {
+            let policy = shaper.policy();
+            let model = policy
+                .summary_model(&self.request.model)
+                .unwrap_or_default();
+            let mut request =
+                crate::history::summary_request(policy, model, &self.request.messages, &need);
+            // The summary call is a model call like any other for the budgets.
+            let estimate = counter
+                .preamble_tokens(request.system.as_deref(), &[])
+                .saturating_add(counter.message_tokens(&request.messages[0]));
+            if let Some(room) = self.admit(estimate)? {
+                let own = request.settings.max_output_tokens.unwrap_or(room);
+                request.settings.max_output_tokens = Some(own.min(room));
+            }
+            let (message, mut record, span) = crate::history::call_summary(
+                self.backend,
+                &request,
+                self.options,
+                self.session.id.as_str(),
+                iteration,
+            )
+            .await?;
+            let cost_usd = self.account(&message);
+            record.cost_usd = cost_usd;
+            if let Some(usage) = &message.usage {
+                telemetry::record_usage(&span, usage, cost_usd);
+            }
+            if let Some(sink) = &self.options.on_model_call {
+                sink(&record);
+            }
+            if self.audit.is_some() {
+                self.model_at.push(crate::audit::now_us());
+            }
+            self.records.push(record);
+            self.session.history_summary = Some(crate::history::HistorySummary {
+                from: need.from,
+                to: need.to,
+                text: message.text_content(),
+            });
+            self.check_spend()?;
+        }
+        let summary = self
+            .session
+            .history_summary
+            .as_ref()
+            .filter(|summary| {
+                plan.cut > plan.pinned && summary.from == plan.pinned && summary.to == plan.cut
+            })
+            .map(|summary| summary.text.as_str());
+        if let Some(shaper) = &self.history {
+            self.shaped = Some(shaper.apply(
+                &mut self.request.messages,
+                &plan,
+                summary,
+                &*self.options.token_counter,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Puts back what the history policy took out of the request: the full history again.
+    fn unshape(&mut self) {
+        if let Some(applied) = self.shaped.take() {
+            crate::history::restore(&mut self.request.messages, applied);
+        }
+    }
+
     async fn flush_assembler(&self, assembler: &mut MessageAssembler) {
         while let Some(event) = assembler.next_event() {
             self.emitter.emit(event).await;
@@ -851,6 +945,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     fn estimate_input(&mut self) -> u64 {
         if let Some(tokens) = self.backend.count_input_tokens(&self.request) {
             return tokens;
+        }
+        if let Some(shaped) = &self.shaped {
+            return self.preamble_tokens.saturating_add(shaped.tokens);
         }
         let history = self
             .counts
@@ -1399,6 +1496,10 @@ impl<B: ?Sized> Run<'_, '_, B> {
 
 impl<B: ?Sized> Drop for Run<'_, '_, B> {
     fn drop(&mut self) {
+        // The full history goes back to the session, never a shaped request's.
+        if let Some(applied) = self.shaped.take() {
+            crate::history::restore(&mut self.request.messages, applied);
+        }
         self.settle();
         // A run dropped mid-way still hands over its rows, without waiting.
         let rows = self.take_audit_rows(false);
