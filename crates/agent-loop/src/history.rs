@@ -31,7 +31,7 @@
 //! let options = Options::default().with_history(HistoryPolicy::last_turns(2).with_chunk(1));
 //! let mut session = Session::new("m");
 //! for question in ["one", "two", "three"] {
-//!     execute(&backend, &mut session, question, &options).await?;
+//!     execute(&mut session, question, &backend, &options).await?;
 //! }
 //! // The last call was sent the task, then the newest two turns...
 //! assert_eq!(backend.requests()[2].messages.len(), 3);
@@ -313,7 +313,6 @@ pub(crate) struct SummaryNeed {
 pub(crate) struct Shaper {
     policy: HistoryPolicy,
     counts: CountCache,
-    window_cut: usize,
 }
 
 /// What [`shape`] changed in the history, to put it back after the call.
@@ -348,12 +347,43 @@ fn chunked(count: usize, keep: usize, chunk: usize) -> usize {
     count.saturating_sub(keep) / chunk * chunk
 }
 
+/// A token window's cut, replayed over the history turn by turn from its start: whenever a
+/// turn takes the sent tokens over `max`, the oldest turns go until they are back under `low`
+/// (never the newest). Depending on the history alone, the cut is the same in every run of a
+/// session, and it moves only when the window overflows, so the prefix stays put between.
+fn window_cut(
+    counts: &[u64],
+    starts: &[usize],
+    pinned: usize,
+    preamble: u64,
+    max: u64,
+    low: u64,
+) -> usize {
+    let head = preamble.saturating_add(counts[..pinned].iter().sum::<u64>());
+    let turn = |i: usize| -> u64 {
+        let end = starts.get(i + 1).copied().unwrap_or(counts.len());
+        counts[starts[i]..end].iter().sum()
+    };
+    // `first`: the oldest turn sent; `sent`: the tokens of turns `first..=last`.
+    let mut first = 0;
+    let mut sent: u64 = 0;
+    for last in 0..starts.len() {
+        sent = sent.saturating_add(turn(last));
+        if head.saturating_add(sent) > max {
+            while first < last && head.saturating_add(sent) > low {
+                sent -= turn(first);
+                first += 1;
+            }
+        }
+    }
+    starts.get(first).copied().unwrap_or(pinned)
+}
+
 impl Shaper {
     pub(crate) fn new(policy: HistoryPolicy) -> Self {
         Self {
             policy,
             counts: CountCache::default(),
-            window_cut: 0,
         }
     }
 
@@ -400,17 +430,18 @@ impl Shaper {
                 }
             }
             Kind::StubToolResults(keep) => {
-                // The newest turn's results are what the model is about to read: never stubbed.
-                let newest = turn_starts(messages, pinned)
-                    .last()
-                    .copied()
-                    .unwrap_or(pinned);
-                let results: Vec<usize> = (pinned..newest)
+                let results: Vec<usize> = (pinned..messages.len())
                     .filter(|&at| matches!(messages[at], Message::Tool(_)))
                     .collect();
                 let stub = chunked(results.len(), *keep, chunk);
                 if stub > 0 {
-                    plan.stub_until = results[stub - 1] + 1;
+                    // The newest turn's results are what the model is about to read: never
+                    // stubbed.
+                    let newest = turn_starts(messages, pinned)
+                        .last()
+                        .copied()
+                        .unwrap_or(pinned);
+                    plan.stub_until = (results[stub - 1] + 1).min(newest).max(pinned);
                 }
             }
             Kind::TokenWindow {
@@ -418,37 +449,14 @@ impl Shaper {
                 low_water,
                 ..
             } => {
-                let counts = self.counts.per_message();
-                let starts = turn_starts(messages, pinned);
-                let head: u64 = preamble.saturating_add(counts[..pinned].iter().sum::<u64>());
-                let tail = |from: usize| -> u64 { counts[from..].iter().sum() };
-                // A cut from an earlier round stays while it is a turn start that fits.
-                let last = starts.last().copied().unwrap_or(pinned);
-                let mut cut = if self.window_cut >= pinned && self.window_cut <= last {
-                    self.window_cut
-                } else {
-                    pinned
-                };
-                if cut > pinned && !starts.contains(&cut) {
-                    cut = pinned;
-                }
-                if head.saturating_add(tail(cut)) > *max_tokens {
-                    let low = low_water.unwrap_or(max_tokens / 4 * 3).min(*max_tokens);
-                    let mut remaining = tail(cut);
-                    for (i, &start) in starts.iter().enumerate() {
-                        if start < cut {
-                            continue;
-                        }
-                        if head.saturating_add(remaining) <= low || i + 1 == starts.len() {
-                            break;
-                        }
-                        let next = starts[i + 1];
-                        remaining -= counts[start..next].iter().sum::<u64>();
-                        cut = next;
-                    }
-                }
-                self.window_cut = cut;
-                plan.cut = cut;
+                plan.cut = window_cut(
+                    self.counts.per_message(),
+                    &turn_starts(messages, pinned),
+                    pinned,
+                    preamble,
+                    *max_tokens,
+                    low_water.unwrap_or(max_tokens / 4 * 3).min(*max_tokens),
+                );
             }
         }
         plan
@@ -498,15 +506,16 @@ impl Shaper {
         let mut tokens: u64 = counts[..plan.pinned].iter().sum::<u64>()
             + counts[plan.cut.min(counts.len())..].iter().sum::<u64>();
         let mut stubbed = Vec::new();
-        for at in plan.pinned..plan.stub_until {
-            if let Message::Tool(result) = &messages[at]
+        let range = plan.pinned..plan.stub_until;
+        for (at, message) in range.clone().zip(&mut messages[range]) {
+            if let Message::Tool(result) = message
                 && let Some(stub) = stub_for(result)
             {
                 let stub = Message::Tool(stub);
                 tokens = tokens
                     .saturating_sub(counts.get(at).copied().unwrap_or(0))
                     .saturating_add(counter.message_tokens(&stub));
-                stubbed.push((at, std::mem::replace(&mut messages[at], stub)));
+                stubbed.push((at, std::mem::replace(message, stub)));
             }
         }
         let inserted = summary.map(|text| Message::user(format!("{SUMMARY_PREFIX}{text}")));
@@ -559,8 +568,7 @@ fn stub_for(result: &ToolResult) -> Option<ToolResult> {
             })
             .sum::<usize>();
     let content = format!(
-        "[earlier result of `{}` left out to save context: {bytes} bytes; call the tool again \
-         if it is needed]",
+        "[earlier result of `{}` left out: {bytes} bytes]",
         result.name
     );
     (bytes > content.len()).then(|| ToolResult {

@@ -12,6 +12,7 @@ mod budgets;
 mod cancellation;
 mod conversation;
 mod fallback;
+mod history;
 mod hooks;
 mod modes;
 mod output;
