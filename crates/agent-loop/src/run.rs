@@ -844,6 +844,23 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 let own = request.settings.max_output_tokens.unwrap_or(room);
                 request.settings.max_output_tokens = Some(own.min(room));
             }
+            if self.options.hooks.has_gate() {
+                // The gate (a server's spend cap, say) sees the summary call like any other.
+                let gate = ModelCallGate {
+                    model: request.model.clone(),
+                    iteration,
+                    messages: request.messages.len(),
+                    tools: Vec::new(),
+                    caller: self.options.caller.clone(),
+                    estimated_input_tokens: estimate,
+                    max_output_tokens: request.settings.max_output_tokens,
+                };
+                self.options
+                    .hooks
+                    .gate(gate)
+                    .await
+                    .map_err(|reason| AgentError::new(ErrorKind::Refused, reason))?;
+            }
             let (message, mut record, span) = crate::history::call_summary(
                 self.backend,
                 &request,

@@ -473,3 +473,35 @@ async fn a_recorded_anthropic_answer_to_a_cut_request() {
     assert!(body.contains("Plan my week."), "{body}");
     assert!(body.contains("toolu_1"), "{body}");
 }
+
+#[tokio::test]
+async fn the_model_call_gate_sees_the_summary_call_and_can_refuse_it() {
+    let backend = summary_backend();
+    let options = Options::default().with_history(HistoryPolicy::summarize(1).with_chunk(2));
+    let mut session = Session::new("m");
+    for question in ["q1", "q2"] {
+        execute(&mut session, question, &backend, &options)
+            .await
+            .unwrap();
+    }
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let in_gate = Arc::clone(&seen);
+    let gated = options
+        .clone()
+        .with_hooks(agent_loop::Hooks::new().before_model_call(
+            move |gate: agent_loop::ModelCallGate| {
+                let tools = gate.tools.len();
+                in_gate.lock().unwrap().push((gate.messages, tools));
+                async move { Err("the tenant's spend cap is reached".to_owned()) }
+            },
+        ));
+    let calls = backend.calls();
+    let refused = execute(&mut session, "q3", &backend, &gated)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused.kind, ErrorKind::Refused), "{refused:?}");
+    // The summary call (one transcript message, no tools) was gated, and nothing was sent.
+    assert_eq!(*seen.lock().unwrap(), [(1, 0)]);
+    assert_eq!(backend.calls(), calls);
+    assert_eq!(session.history_summary, None);
+}
