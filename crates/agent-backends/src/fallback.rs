@@ -248,3 +248,39 @@ impl Backend for Fallback {
         self.entries[0].backend.provider_name()
     }
 }
+
+#[cfg(all(test, feature = "scripted"))]
+mod tests {
+    use super::*;
+    use crate::ScriptedBackend;
+
+    #[test]
+    fn capabilities_are_what_every_backend_supports() {
+        let full = ScriptedBackend::new([]);
+        let no_tools = ScriptedBackend::new([]).with_capabilities(Capabilities {
+            tools: false,
+            ..full.capabilities()
+        });
+        let both = Fallback::new(ScriptedBackend::new([]), "a").or(no_tools, "b");
+        assert!(!both.capabilities().tools);
+        assert!(both.capabilities().streaming);
+        assert_eq!(both.models().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(both.provider_name(), "scripted");
+    }
+
+    #[test]
+    fn only_errors_another_model_may_not_have_switch() {
+        let fallback = Fallback::new(ScriptedBackend::new([]), "a");
+        let switches = |kind| fallback.switches_on(&BackendError::new(kind, "x"));
+        assert!(switches(BackendErrorKind::Overloaded));
+        assert!(switches(BackendErrorKind::QuotaExceeded));
+        assert!(switches(BackendErrorKind::Timeout));
+        assert!(!switches(BackendErrorKind::InvalidRequest));
+        assert!(!switches(BackendErrorKind::Authentication));
+        assert!(!switches(BackendErrorKind::Protocol));
+        assert!(!switches(BackendErrorKind::Unsupported));
+        let fallback = fallback.switch_on_client_errors(true);
+        assert!(fallback.switches_on(&BackendError::new(BackendErrorKind::Authentication, "x")));
+        assert!(!fallback.switches_on(&BackendError::new(BackendErrorKind::Protocol, "x")));
+    }
+}
