@@ -457,6 +457,9 @@ impl Options {
         if let Some(output) = &self.output {
             output.check()?;
         }
+        if let Some(history) = &self.history {
+            history.check()?;
+        }
         Ok(())
     }
 

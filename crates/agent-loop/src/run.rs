@@ -265,9 +265,6 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         scope: Scope,
     ) -> Result<Self, AgentError> {
         options.validate()?;
-        if let Some(policy) = &options.history {
-            policy.check()?;
-        }
         check_input(session, &input)?;
         let tools = effective_tools(options, session)?;
         if !tools.is_empty() && !backend.capabilities().tools {

@@ -505,3 +505,17 @@ async fn the_model_call_gate_sees_the_summary_call_and_can_refuse_it() {
     assert_eq!(backend.calls(), calls);
     assert_eq!(session.history_summary, None);
 }
+
+#[test]
+fn options_validate_refuses_a_policy_that_keeps_nothing() {
+    let options = Options::default().with_history(HistoryPolicy::summarize(4).with_chunk(0));
+    let error = options.validate().unwrap_err();
+    assert!(matches!(error.kind, ErrorKind::Config), "{error:?}");
+    assert!(error.message.contains("with_chunk(0)"), "{}", error.message);
+    assert!(
+        Options::default()
+            .with_history(HistoryPolicy::token_window(8_000))
+            .validate()
+            .is_ok()
+    );
+}
