@@ -200,20 +200,8 @@ async fn old_tool_results_go_out_as_stubs_and_stay_whole_in_the_session() {
         ScriptedTurn::text("done"),
     ])
     .recording();
-    let read = agent_tools::Tool::from_json_fn(
-        "read",
-        "Reads a page.",
-        json!({"type": "object"}),
-        |args, _| async move {
-            Ok(json!(format!(
-                "page {}: {}",
-                args["page"],
-                "text ".repeat(100)
-            )))
-        },
-    );
     let options = Options::auto()
-        .with_tools(registry([read]))
+        .with_tools(registry([read_tool()]))
         .with_max_repeated_calls(None)
         .with_history(HistoryPolicy::stub_tool_results(1).with_chunk(1));
     let mut session = Session::new("m");
@@ -239,6 +227,22 @@ async fn old_tool_results_go_out_as_stubs_and_stay_whole_in_the_session() {
             assert!(!result.content.contains("left out"), "{result:?}");
         }
     }
+}
+
+/// A tool whose results (508 bytes) are worth stubbing.
+fn read_tool() -> agent_tools::Tool {
+    agent_tools::Tool::from_json_fn(
+        "read",
+        "Reads a page.",
+        json!({"type": "object"}),
+        |args, _| async move {
+            Ok(json!(format!(
+                "page {}: {}",
+                args["page"],
+                "text ".repeat(100)
+            )))
+        },
+    )
 }
 
 fn summary_backend() -> ScriptedBackend {
@@ -518,4 +522,50 @@ fn options_validate_refuses_a_policy_that_keeps_nothing() {
             .validate()
             .is_ok()
     );
+}
+
+#[tokio::test]
+async fn a_jsonl_log_keeps_every_turn_of_runs_with_every_policy() {
+    for policy in [
+        HistoryPolicy::last_turns(1).with_chunk(1),
+        HistoryPolicy::token_window(30).with_counter(Ten),
+        HistoryPolicy::stub_tool_results(0).with_chunk(1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("conversation.jsonl");
+        let backend = ScriptedBackend::new([
+            ScriptedTurn::tool_call("c1", "read", json!({"page": 1})),
+            ScriptedTurn::tool_call("c2", "read", json!({"page": 2})),
+            ScriptedTurn::text("done"),
+        ])
+        .recording();
+        let options = Options::auto()
+            .with_tools(registry([read_tool()]))
+            .with_echo_input(true)
+            .with_conversation(Arc::new(
+                agent_conversation::JsonlAppender::open(&path)
+                    .await
+                    .unwrap(),
+            ))
+            .with_history(policy.clone());
+        let mut session = Session::new("m");
+        let result = execute(&mut session, "weather?", &backend, &options)
+            .await
+            .unwrap();
+        let stored: Vec<Message> = agent_conversation::load_jsonl(&path)
+            .await
+            .unwrap()
+            .turns
+            .into_iter()
+            .map(|turn| turn.message)
+            .collect();
+        assert_eq!(stored, session.messages, "{policy:?}");
+        assert_eq!(stored, result.messages, "{policy:?}");
+        assert_eq!(stored.len(), 6, "{policy:?}");
+        // The requests were shaped (the last one is shorter or carries a stub)...
+        let last = backend.requests().pop().unwrap();
+        assert_ne!(last.messages, stored[..5], "{policy:?}");
+        // ...and the file never saw a stub.
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("left out"));
+    }
 }
