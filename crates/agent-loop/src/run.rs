@@ -938,12 +938,14 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             .tokens
             .saturating_add(usage.total_tokens().unwrap_or(0));
         let model = message.model.as_deref().unwrap_or(&self.request.model);
-        // The requested model's price stands in only for a name the provider gave the same
-        // model (`models/…`, a deployment suffix), never for another model that answered
+        // The requested model's price stands in only for the same model under a path
+        // (`models/gemini-2.5-flash`, `openai/gpt-4o`), never for another model that answered
         // (a fallback): an unpriced answering model is unpriced, not priced as another.
+        let same_model = model
+            .strip_suffix(self.request.model.as_str())
+            .is_some_and(|path| path.is_empty() || path.ends_with('/'));
         let cost = self.options.rate_card.cost(model, usage).or_else(|| {
-            model
-                .contains(self.request.model.as_str())
+            same_model
                 .then(|| self.options.rate_card.cost(&self.request.model, usage))
                 .flatten()
         });
