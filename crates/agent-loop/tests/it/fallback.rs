@@ -273,3 +273,34 @@ async fn an_unpriced_answering_model_is_not_priced_as_the_requested_one() {
     assert_eq!(result.model_calls[0].cost_usd, None);
     assert_eq!(result.cost_usd, None);
 }
+
+#[tokio::test]
+async fn the_requested_price_stands_in_only_for_the_same_model_under_a_path() {
+    let card = RateCard::new().with("gpt-4o", price(2.0, 2.0));
+    // `gpt-4o-mini` answering for `gpt-4o` (a fallback) is another model: unpriced here.
+    let backend = Fallback::new(
+        ScriptedBackend::new([
+            ScriptedTurn::new().fail_with(error(BackendErrorKind::Overloaded, "Overloaded"))
+        ]),
+        "gpt-4o",
+    )
+    .or(
+        ScriptedBackend::new([ScriptedTurn::text("ok").with_usage(usage(1_000_000, 0))]),
+        "gpt-4o-mini",
+    );
+    let options = Options::default().with_rate_card(card);
+    let result = generate(&backend, Input::new("gpt-4o").user("hi"), &options)
+        .await
+        .unwrap();
+    assert_eq!(result.model_calls[0].model, "gpt-4o-mini");
+    assert_eq!(result.model_calls[0].cost_usd, None);
+
+    // `openai/gpt-4o` (a router's name for the requested model) is priced as `gpt-4o`.
+    let backend = ScriptedBackend::new([ScriptedTurn::text("ok").with_usage(usage(1_000_000, 0))])
+        .with_model("openai/gpt-4o");
+    let result = generate(&backend, Input::new("gpt-4o").user("hi"), &options)
+        .await
+        .unwrap();
+    assert_eq!(result.model_calls[0].model, "openai/gpt-4o");
+    assert_eq!(result.model_calls[0].cost_usd, Some(2.0));
+}
