@@ -304,3 +304,36 @@ async fn the_requested_price_stands_in_only_for_the_same_model_under_a_path() {
     assert_eq!(result.model_calls[0].model, "openai/gpt-4o");
     assert_eq!(result.model_calls[0].cost_usd, Some(2.0));
 }
+
+/// A recorded OpenRouter 429 (OpenAI-compatible Chat Completions) through the real adapter,
+/// then a recorded Anthropic answer: the rate limit switches, the span names Anthropic.
+#[tokio::test(flavor = "current_thread")]
+async fn a_recorded_openai_rate_limit_falls_back_to_a_recorded_anthropic_answer() {
+    let limited =
+        Cassette::from_file(fixtures().join("openai-chat/error-429-rate-limit-openrouter.json"))
+            .unwrap();
+    let answer = Cassette::from_file(fixtures().join("anthropic/stream-text.sse")).unwrap();
+    let openai = ReplayBackend::start(Provider::OpenAiChat, [limited])
+        .await
+        .unwrap();
+    let anthropic = ReplayBackend::start(Provider::Anthropic, [answer])
+        .await
+        .unwrap();
+    let backend = Fallback::new(openai, "meta-llama/llama-3.2-3b-instruct:free")
+        .or(anthropic, "claude-sonnet-4-5");
+    let (result, spans) = capture(generate(
+        &backend,
+        Input::new("meta-llama/llama-3.2-3b-instruct:free").user("Hi"),
+        &Options::default(),
+    ))
+    .await;
+    let result = result.unwrap();
+    assert!(!result.text().is_empty());
+    assert!(
+        result.model_calls[0].model.starts_with("claude"),
+        "{}",
+        result.model_calls[0].model
+    );
+    let chat = named(&spans, "chat")[0].1;
+    assert_eq!(chat.field("gen_ai.provider.name"), Some("anthropic"));
+}
