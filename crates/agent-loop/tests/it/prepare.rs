@@ -278,3 +278,31 @@ async fn a_recorded_anthropic_run_gets_a_forced_tool_then_none() {
     assert!(second.get("tools").is_none(), "{second}");
     assert!(second.get("tool_choice").is_none(), "{second}");
 }
+
+#[tokio::test]
+async fn the_final_answer_tool_stays_offered_when_a_round_removes_every_tool() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let backend = ScriptedBackend::new([ScriptedTurn::tool_call(
+        "c1",
+        agent_loop::output::DEFAULT_OUTPUT_NAME,
+        json!({"answer": 42}),
+    )])
+    .recording();
+    let options = Options::auto()
+        .with_tools(counted_tools(&calls))
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {"answer": {"type": "integer"}},
+            "required": ["answer"]
+        }))
+        .with_output_strategy(agent_loop::OutputStrategy::Tool)
+        .with_prepare_round(|_| RoundPlan::new().with_tools(Vec::<String>::new()));
+    let result = generate(&backend, Input::new("m").user("go"), &options)
+        .await
+        .unwrap();
+    assert_eq!(result.output, Some(json!({"answer": 42})));
+    assert_eq!(
+        names(&backend.requests()[0]),
+        [agent_loop::output::DEFAULT_OUTPUT_NAME]
+    );
+}
