@@ -569,3 +569,37 @@ async fn a_jsonl_log_keeps_every_turn_of_runs_with_every_policy() {
         assert!(!std::fs::read_to_string(&path).unwrap().contains("left out"));
     }
 }
+
+/// How many calls did not start with the previous call's whole request (a prompt-cache miss
+/// past the system prompt and tools, with a prefix cache such as Anthropic's).
+fn prefix_breaks(requests: &[ModelRequest]) -> usize {
+    requests
+        .windows(2)
+        .filter(|pair| !pair[1].messages.starts_with(&pair[0].messages))
+        .count()
+}
+
+#[tokio::test]
+async fn chunks_keep_the_prefix_stable_for_a_prompt_cache() {
+    let questions: Vec<String> = (1..=24).map(|n| format!("q{n}")).collect();
+    let questions: Vec<&str> = questions.iter().map(String::as_str).collect();
+    let mut breaks = Vec::new();
+    for policy in [
+        HistoryPolicy::last_turns(8).with_chunk(1),
+        HistoryPolicy::last_turns(8).with_chunk(8),
+        HistoryPolicy::token_window(300).with_counter(Ten),
+        HistoryPolicy::token_window(300)
+            .with_low_water(280)
+            .with_counter(Ten),
+    ] {
+        let backend = ScriptedBackend::cycle([ScriptedTurn::text("ok")]).recording();
+        let options = Options::default().with_history(policy);
+        chat(&backend, &options, &questions).await;
+        breaks.push(prefix_breaks(&backend.requests()));
+    }
+    // 24 calls: a cut moved one turn at a time breaks the prefix on every call once the
+    // window is full (19 of 23); in chunks of 8 turns (4 questions), once every 4 calls. A
+    // token window of 30 messages that drops to ¾ of itself breaks it twice; one that drops
+    // only to 28 messages, on most calls once it is full.
+    assert_eq!(breaks, [19, 4, 2, 6]);
+}
