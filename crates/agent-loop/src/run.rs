@@ -208,8 +208,9 @@ struct Run<'s, 'o, B: ?Sized> {
     prepared: Option<Box<crate::prepare::Prepared>>,
     /// The history policy's state, with `Options::history` only.
     history: Option<Box<crate::history::Shaper>>,
-    /// What the policy took out of the history for the call in flight, to put back.
-    shaped: Option<crate::history::Applied>,
+    /// What the policy took out of the history for the call in flight, to put back. Boxed,
+    /// so a run without a policy carries one pointer for it.
+    shaped: Option<Box<crate::history::Applied>>,
 }
 
 /// A run's structured output: the spec, the strategy resolved for the backend, the retries
@@ -894,12 +895,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             })
             .map(|summary| summary.text.as_str());
         if let Some(shaper) = &self.history {
-            self.shaped = Some(shaper.apply(
+            self.shaped = Some(Box::new(shaper.apply(
                 &mut self.request.messages,
                 &plan,
                 summary,
                 &*self.options.token_counter,
-            ));
+            )));
         }
         Ok(())
     }
@@ -907,7 +908,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     /// Puts back what the history policy took out of the request: the full history again.
     fn unshape(&mut self) {
         if let Some(applied) = self.shaped.take() {
-            crate::history::restore(&mut self.request.messages, applied);
+            crate::history::restore(&mut self.request.messages, *applied);
         }
     }
 
@@ -1514,7 +1515,7 @@ impl<B: ?Sized> Drop for Run<'_, '_, B> {
     fn drop(&mut self) {
         // The full history goes back to the session, never a shaped request's.
         if let Some(applied) = self.shaped.take() {
-            crate::history::restore(&mut self.request.messages, applied);
+            crate::history::restore(&mut self.request.messages, *applied);
         }
         self.settle();
         // A run dropped mid-way still hands over its rows, without waiting.
