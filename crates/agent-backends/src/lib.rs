@@ -26,6 +26,7 @@
 //! | Feature            | Default | What it adds                                                 |
 //! |--------------------|---------|--------------------------------------------------------------|
 //! | `scripted`         | yes     | [`ScriptedBackend`] and [`ScriptedTurn`]; tokio's timer, no HTTP |
+//! | `fallback`         | yes     | [`Fallback`]: the next model when one fails before any output |
 //! | `openai`           |         | [`openai_chat::OpenAiChat`] (Chat Completions, compatible servers) |
 //! | `openai-responses` |         | [`openai_responses::OpenAiResponses`]                        |
 //! | `anthropic`        |         | [`anthropic::Anthropic`]                                     |
@@ -93,6 +94,8 @@ mod content;
 mod content_tests;
 #[cfg(feature = "http")]
 mod error;
+#[cfg(feature = "fallback")]
+mod fallback;
 #[cfg(feature = "http")]
 pub mod framing;
 #[cfg(feature = "http")]
@@ -121,6 +124,8 @@ pub mod replay;
 pub use api::Api;
 #[cfg(feature = "http")]
 pub use error::Error;
+#[cfg(feature = "fallback")]
+pub use fallback::Fallback;
 #[cfg(feature = "http")]
 pub use provider::Provider;
 #[cfg(feature = "scripted")]

@@ -271,6 +271,11 @@ impl CountCache {
         }
         self.total
     }
+
+    /// The count of each message counted so far, in order.
+    pub(crate) fn per_message(&self) -> &[u64] {
+        &self.per_message
+    }
 }
 
 #[cfg(test)]

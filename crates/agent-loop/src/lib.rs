@@ -72,9 +72,11 @@ pub mod audit;
 mod dispatch;
 mod estimate;
 mod events;
+pub mod history;
 mod hooks;
 mod options;
 pub mod output;
+pub mod prepare;
 mod result;
 mod run;
 mod session;
@@ -89,11 +91,13 @@ pub use audit::{
 };
 pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
+pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
 pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,
 };
 pub use output::{OutputSpec, OutputStrategy};
+pub use prepare::{PrepareRound, RoundContext, RoundPlan};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{Session, SessionInput, SessionStatus};
 

@@ -224,6 +224,12 @@ pub struct Options {
     /// How many times an answer that fails the output schema goes back to the model with
     /// the problems (default 1); each try is a model call counted against every budget.
     pub max_output_retries: u32,
+    /// Called before each model call to set that call's tools, tool choice and settings
+    /// (see [`crate::prepare`]); `None` (the default) sends every call alike.
+    pub prepare_round: Option<crate::prepare::PrepareRound>,
+    /// What of the history each model call is sent (see [`crate::history`]); `None` (the
+    /// default) sends all of it, copying nothing.
+    pub history: Option<crate::history::HistoryPolicy>,
 }
 
 impl Default for Options {
@@ -262,6 +268,8 @@ impl Default for Options {
             output: None,
             output_strategy: OutputStrategy::Auto,
             max_output_retries: 1,
+            prepare_round: None,
+            history: None,
         }
     }
 }
@@ -449,6 +457,9 @@ impl Options {
         if let Some(output) = &self.output {
             output.check()?;
         }
+        if let Some(history) = &self.history {
+            history.check()?;
+        }
         Ok(())
     }
 
@@ -506,6 +517,8 @@ impl fmt::Debug for Options {
             .field("output", &self.output)
             .field("output_strategy", &self.output_strategy)
             .field("max_output_retries", &self.max_output_retries)
+            .field("prepare_round", &self.prepare_round.is_some())
+            .field("history", &self.history)
             .finish()
     }
 }

@@ -204,6 +204,13 @@ struct Run<'s, 'o, B: ?Sized> {
     /// The structured output asked for, with its resolved strategy; `None` on the text path.
     /// Boxed, so a text-only run carries one pointer for it.
     output: Option<Box<Output<'o>>>,
+    /// The per-round preparation's state, with `Options::prepare_round` only.
+    prepared: Option<Box<crate::prepare::Prepared>>,
+    /// The history policy's state, with `Options::history` only.
+    history: Option<Box<crate::history::Shaper>>,
+    /// What the policy took out of the history for the call in flight, to put back. Boxed,
+    /// so a run without a policy carries one pointer for it.
+    shaped: Option<Box<crate::history::Applied>>,
 }
 
 /// A run's structured output: the spec, the strategy resolved for the backend, the retries
@@ -348,6 +355,10 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let preamble_tokens = options
             .token_counter
             .preamble_tokens(request.system.as_deref(), &request.tools);
+        let prepared = options
+            .prepare_round
+            .as_ref()
+            .map(|_| Box::new(crate::prepare::Prepared::new(&request, &tools)));
         let audit = options
             .accounting
             .as_ref()
@@ -380,6 +391,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             counts: CountCache::default(),
             preamble_tokens,
             output,
+            prepared,
+            history: options
+                .history
+                .clone()
+                .map(|policy| Box::new(crate::history::Shaper::new(policy))),
+            shaped: None,
         })
     }
 
@@ -430,6 +447,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         &mut self,
         ended: Result<End, AgentError>,
     ) -> Result<GenerateResult, AgentError> {
+        self.unshape();
         // The run's rows go before its result, in one send; the trace moves into them when
         // neither the result nor an error keeps it. With `fail_run`, an accounting failure
         // fails a run that would have succeeded.
@@ -536,6 +554,24 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             return Err(aborted("the run was cancelled before the model call"));
         }
         let iteration = self.state.iterations;
+        if let (Some(hook), Some(prepared)) = (&self.options.prepare_round, &mut self.prepared)
+            && prepared.apply(
+                hook,
+                iteration + 1,
+                self.records.len(),
+                &self.tools,
+                &mut self.request,
+            )?
+        {
+            self.preamble_tokens = self
+                .options
+                .token_counter
+                .preamble_tokens(self.request.system.as_deref(), &self.request.tools);
+        }
+        if self.history.is_some() {
+            // Boxed: the text path's per-call future keeps a pointer's room for it.
+            Box::pin(self.shape_history(iteration)).await?;
+        }
         // Estimated only when something reads it: a run without budgets or a gate pays
         // nothing for it.
         let options = self.options;
@@ -676,6 +712,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             .await
         };
         let latency = started.elapsed();
+        self.unshape();
         let failure = match pumped {
             Bounded::Done(Ok(())) if assembler.is_finished() => None,
             Bounded::Done(Ok(())) => Some(AgentError::from(BackendError::new(
@@ -782,6 +819,99 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         Ok(self.request.messages.len() - 1)
     }
 
+    /// Applies the history policy to the request for the next call (after a summary call,
+    /// when the policy needs one). `unshape` puts the full history back.
+    async fn shape_history(&mut self, iteration: u32) -> Result<(), AgentError> {
+        let Some(shaper) = self.history.as_mut() else {
+            return Ok(());
+        };
+        let counter = &*self.options.token_counter;
+        let plan = shaper.plan(&self.request.messages, counter, self.preamble_tokens);
+        if let Some(need) = shaper.summary_need(&plan, self.session.history_summary.as_ref()) {
+            let policy = shaper.policy();
+            let model = policy
+                .summary_model(&self.request.model)
+                .unwrap_or_default();
+            let mut request =
+                crate::history::summary_request(policy, model, &self.request.messages, &need);
+            // The summary call is a model call like any other for the budgets.
+            let estimate = counter
+                .preamble_tokens(request.system.as_deref(), &[])
+                .saturating_add(counter.message_tokens(&request.messages[0]));
+            if let Some(room) = self.admit(estimate)? {
+                let own = request.settings.max_output_tokens.unwrap_or(room);
+                request.settings.max_output_tokens = Some(own.min(room));
+            }
+            if self.options.hooks.has_gate() {
+                // The gate (a server's spend cap, say) sees the summary call like any other.
+                let gate = ModelCallGate {
+                    model: request.model.clone(),
+                    iteration,
+                    messages: request.messages.len(),
+                    tools: Vec::new(),
+                    caller: self.options.caller.clone(),
+                    estimated_input_tokens: estimate,
+                    max_output_tokens: request.settings.max_output_tokens,
+                };
+                self.options
+                    .hooks
+                    .gate(gate)
+                    .await
+                    .map_err(|reason| AgentError::new(ErrorKind::Refused, reason))?;
+            }
+            let (message, mut record, span) = crate::history::call_summary(
+                self.backend,
+                &request,
+                self.options,
+                self.session.id.as_str(),
+                iteration,
+            )
+            .await?;
+            let cost_usd = self.account(&message);
+            record.cost_usd = cost_usd;
+            if let Some(usage) = &message.usage {
+                telemetry::record_usage(&span, usage, cost_usd);
+            }
+            if let Some(sink) = &self.options.on_model_call {
+                sink(&record);
+            }
+            if self.audit.is_some() {
+                self.model_at.push(crate::audit::now_us());
+            }
+            self.records.push(record);
+            self.session.history_summary = Some(crate::history::HistorySummary {
+                from: need.from,
+                to: need.to,
+                text: message.text_content(),
+            });
+            self.check_spend()?;
+        }
+        let summary = self
+            .session
+            .history_summary
+            .as_ref()
+            .filter(|summary| {
+                plan.cut > plan.pinned && summary.from == plan.pinned && summary.to == plan.cut
+            })
+            .map(|summary| summary.text.as_str());
+        if let Some(shaper) = &self.history {
+            self.shaped = Some(Box::new(shaper.apply(
+                &mut self.request.messages,
+                &plan,
+                summary,
+                &*self.options.token_counter,
+            )));
+        }
+        Ok(())
+    }
+
+    /// Puts back what the history policy took out of the request: the full history again.
+    fn unshape(&mut self) {
+        if let Some(applied) = self.shaped.take() {
+            crate::history::restore(&mut self.request.messages, *applied);
+        }
+    }
+
     async fn flush_assembler(&self, assembler: &mut MessageAssembler) {
         while let Some(event) = assembler.next_event() {
             self.emitter.emit(event).await;
@@ -809,11 +939,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             .tokens
             .saturating_add(usage.total_tokens().unwrap_or(0));
         let model = message.model.as_deref().unwrap_or(&self.request.model);
-        let cost = self
-            .options
-            .rate_card
-            .cost(model, usage)
-            .or_else(|| self.options.rate_card.cost(&self.request.model, usage));
+        // The requested model's price stands in only for the same model under a path
+        // (`models/gemini-2.5-flash`, `openai/gpt-4o`), never for another model that answered
+        // (a fallback): an unpriced answering model is unpriced, not priced as another.
+        let same_model = model
+            .strip_suffix(self.request.model.as_str())
+            .is_some_and(|path| path.is_empty() || path.ends_with('/'));
+        let cost = self.options.rate_card.cost(model, usage).or_else(|| {
+            same_model
+                .then(|| self.options.rate_card.cost(&self.request.model, usage))
+                .flatten()
+        });
         if let Some(cost) = cost {
             self.state.cost_usd += cost;
             *self.cost_usd.get_or_insert(0.0) += cost;
@@ -826,6 +962,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     fn estimate_input(&mut self) -> u64 {
         if let Some(tokens) = self.backend.count_input_tokens(&self.request) {
             return tokens;
+        }
+        if let Some(shaped) = &self.shaped {
+            return self.preamble_tokens.saturating_add(shaped.tokens);
         }
         let history = self
             .counts
@@ -841,7 +980,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     /// not sent: a limit above the model's maximum output is a 400 from the provider, and
     /// the loop does not know each model's maximum.
     fn admit(&self, estimate: u64) -> Result<Option<u32>, AgentError> {
-        let mut limit = self.session.settings.max_output_tokens.map(u64::from);
+        // A prepared round's settings carry its own limit (set just before this check).
+        let own = match &self.prepared {
+            Some(_) => self.request.settings.max_output_tokens,
+            None => self.session.settings.max_output_tokens,
+        };
+        let mut limit = own.map(u64::from);
         let mut clamp = |room: u64| match limit {
             Some(current) => limit = Some(current.min(room)),
             None if room < SAFE_OUTPUT_LIMIT => limit = Some(room),
@@ -986,6 +1130,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let cap = self.options.max_tool_calls_per_round;
         let asked = calls.len();
         let mut jobs = Vec::with_capacity(asked.min(cap.saturating_add(1)));
+        // A round the preparation narrowed runs against its own tools: a call to a tool
+        // removed for the round gets the unknown-tool result.
+        let tools: &Registry = match self.prepared.as_ref().and_then(|p| p.round_tools()) {
+            Some(round) => round,
+            None => &self.tools,
+        };
         for (at, mut call) in calls.into_iter().enumerate() {
             if at >= cap {
                 let refused = format!(
@@ -1002,7 +1152,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             }
             // A remote call with valid arguments waits for the caller; with invalid ones it is
             // refused here like a local call, so the model can fix it without a round trip.
-            let remote = match self.tools.get(&call.name) {
+            let remote = match tools.get(&call.name) {
                 Some(tool) if tool.is_remote() => {
                     match tool.validate(call.arguments.clone(), self.options.tool_arg_validation) {
                         Ok(validated) => {
@@ -1026,7 +1176,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
         let outcomes = crate::dispatch::run_batch(
             &jobs,
-            &self.tools,
+            tools,
             self.options,
             &self.policy,
             &self.emitter,
@@ -1363,6 +1513,10 @@ impl<B: ?Sized> Run<'_, '_, B> {
 
 impl<B: ?Sized> Drop for Run<'_, '_, B> {
     fn drop(&mut self) {
+        // The full history goes back to the session, never a shaped request's.
+        if let Some(applied) = self.shaped.take() {
+            crate::history::restore(&mut self.request.messages, *applied);
+        }
         self.settle();
         // A run dropped mid-way still hands over its rows, without waiting.
         let rows = self.take_audit_rows(false);

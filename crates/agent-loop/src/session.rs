@@ -124,6 +124,10 @@ pub struct Session {
     /// The budgets a suspended run has used, so resuming continues them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) suspended: Option<RunState>,
+    /// The summary a [`HistoryPolicy::summarize`](crate::HistoryPolicy::summarize) policy
+    /// made of the older turns, reused until more turns leave its window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_summary: Option<crate::history::HistorySummary>,
 }
 
 impl Session {
@@ -149,6 +153,7 @@ impl Session {
             cost_usd: None,
             pending_tool_calls: Vec::new(),
             suspended: None,
+            history_summary: None,
         }
     }
 

@@ -23,6 +23,7 @@
 //! | `openai`, `openai-responses`, `anthropic`, `gemini`, `ollama` | no | one provider adapter each (reqwest with rustls) |
 //! | `providers` | no | all five adapters |
 //! | `replay` | no | recorded responses served over loopback HTTP to the real adapters |
+//! | `fallback` | no | `backends::Fallback`: the next model when one fails before any output (docs/fallback.md) |
 //! | `conversation` | yes | [`conversation`] with both stores below |
 //! | `jsonl` | via `conversation` | the durable JSONL appender |
 //! | `sqlite` | via `conversation` | the SQLite store (bundles SQLite, builds C code) |

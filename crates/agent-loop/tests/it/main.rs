@@ -11,9 +11,12 @@
 mod budgets;
 mod cancellation;
 mod conversation;
+mod fallback;
+mod history;
 mod hooks;
 mod modes;
 mod output;
+mod prepare;
 mod recorded_output;
 mod sessions;
 mod streaming;

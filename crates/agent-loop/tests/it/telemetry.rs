@@ -19,14 +19,14 @@ use crate::support::{registry, usage, weather_tool};
 
 /// One span: its static name, its parent's index in the capture, every field recorded.
 #[derive(Debug, Clone)]
-struct Span {
+pub(crate) struct Span {
     name: &'static str,
     parent: Option<usize>,
     fields: BTreeMap<String, String>,
 }
 
 impl Span {
-    fn field(&self, name: &str) -> Option<&str> {
+    pub(crate) fn field(&self, name: &str) -> Option<&str> {
         self.fields.get(name).map(String::as_str)
     }
 }
@@ -88,7 +88,7 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
 
 /// Runs `f` under a subscriber capturing every span (thread-local: the test runtime runs
 /// the whole loop on this thread).
-async fn capture<F: Future>(f: F) -> (F::Output, Vec<Span>) {
+pub(crate) async fn capture<F: Future>(f: F) -> (F::Output, Vec<Span>) {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
     let _guard = tracing::subscriber::set_default(subscriber);
@@ -97,7 +97,7 @@ async fn capture<F: Future>(f: F) -> (F::Output, Vec<Span>) {
     (output, spans)
 }
 
-fn named<'a>(spans: &'a [Span], name: &str) -> Vec<(usize, &'a Span)> {
+pub(crate) fn named<'a>(spans: &'a [Span], name: &str) -> Vec<(usize, &'a Span)> {
     spans
         .iter()
         .enumerate()
