@@ -20,7 +20,9 @@
 //! processor's flush and the accounting queue's flush, so a sample pays for its own export and
 //! writes. CPU is the whole process's (every thread's, from `/proc/self/task/*/schedstat`: the
 //! exporter's thread counts), per round;
-//! the median sample is reported. Run with `cargo bench -p agent-otel --bench otel`. Reported,
+//! the median sample is reported. Run with `cargo bench -p agent-otel --bench otel`
+//! (`PROFILE_VARIANT=3` runs the fourth variant alone on (a), for `perf record`;
+//! with `PROFILE_DEMO=1` on (b) too). Reported,
 //! never asserted.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
@@ -44,7 +46,9 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+};
 use serde_json::json;
 use tokio::runtime::Runtime;
 use tracing::Level;
@@ -252,6 +256,16 @@ impl Bench<'_> {
                 before_each,
             )
         };
+        if let Some(only) = std::env::var("PROFILE_VARIANT")
+            .ok()
+            .and_then(|value| value.parse::<usize>().ok())
+        {
+            // For `perf record`: one variant, many samples, nothing printed.
+            for _ in 0..SAMPLES * 4 {
+                run(only);
+            }
+            return;
+        }
         for _ in 0..2 {
             for index in 0..self.variants.len() {
                 run(index);
@@ -315,9 +329,18 @@ fn main() {
         .build()
         .unwrap();
     let exported = Discard::default();
-    // As production: the batch processor (its own thread), a periodic metric reader.
+    // As production: the batch processor (its own thread), a periodic metric reader. Its
+    // queue is made long enough to hold a sample's spans: on a loaded machine the default
+    // 2048 overflows and drops spans, which would hide their cost.
+    let processor = BatchSpanProcessor::builder(exported.clone())
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(1 << 16)
+                .build(),
+        )
+        .build();
     let tracer_provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exported.clone())
+        .with_span_processor(processor)
         .build();
     let meter_provider = SdkMeterProvider::builder()
         .with_reader(PeriodicReader::builder(InMemoryMetricExporter::default()).build())
@@ -391,6 +414,10 @@ fn main() {
         ROUNDS,
     );
 
+    if std::env::var_os("PROFILE_VARIANT").is_some() && std::env::var_os("PROFILE_DEMO").is_none()
+    {
+        return;
+    }
     // (b) `agentry demo`'s conversation: the real Anthropic adapter over loopback HTTP, two
     //     tool rounds (three calls, then one), three model calls.
     let (model, rounds) = agent_backends::replay::demo(Provider::Anthropic);
