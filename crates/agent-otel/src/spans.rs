@@ -301,17 +301,17 @@ fn fixed(value: &str) -> Option<&'static str> {
 }
 
 /// Fields whose values repeat across spans (the same model, run or tool many times): kept
-/// as shared strings from the per-thread cache.
-fn repeats(key: &str) -> bool {
-    matches!(
-        key,
-        "gen_ai.request.model"
-            | "gen_ai.response.model"
-            | "gen_ai.conversation.id"
-            | "gen_ai.provider.name"
-            | "gen_ai.agent.name"
-            | "gen_ai.tool.name"
-    )
+/// as shared strings from the per-thread cache, which has a row of slots per field.
+fn repeats(key: &str) -> Option<usize> {
+    Some(match key {
+        "gen_ai.request.model" => 0,
+        "gen_ai.response.model" => 1,
+        "gen_ai.conversation.id" => 2,
+        "gen_ai.provider.name" => 3,
+        "gen_ai.agent.name" => 4,
+        "gen_ai.tool.name" => 5,
+        _ => return None,
+    })
 }
 
 /// A string attribute's value: static when from a fixed set, shared when it repeats, else
@@ -320,20 +320,22 @@ fn string_value(key: &str, value: &str) -> StringValue {
     if let Some(known) = fixed(value) {
         return StringValue::from(known);
     }
-    if repeats(key) && value.len() <= MAX_CACHED_LEN {
-        return StringValue::from(cached(value));
+    if let Some(row) = repeats(key)
+        && value.len() <= MAX_CACHED_LEN
+    {
+        return StringValue::from(cached(row, value));
     }
     StringValue::from(value.to_owned())
 }
 
-const CACHE_SLOTS: usize = 32;
+const ROWS: usize = 6;
+const SLOTS: usize = 4;
 const MAX_CACHED_LEN: usize = 128;
 
-/// Recently seen repeating values, replaced round-robin.
+/// The recent values of each repeating field, replaced round-robin.
 #[derive(Default)]
 struct Cache {
-    slots: [Option<Arc<str>>; CACHE_SLOTS],
-    next: usize,
+    rows: [([Option<Arc<str>>; SLOTS], usize); ROWS],
 }
 
 thread_local! {
@@ -341,19 +343,23 @@ thread_local! {
     static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-fn cached(value: &str) -> Arc<str> {
+fn cached(row: usize, value: &str) -> Arc<str> {
     CACHE
         .try_with(|cache| {
             let Ok(mut cache) = cache.try_borrow_mut() else {
                 return Arc::from(value);
             };
-            if let Some(hit) = cache.slots.iter().flatten().find(|slot| ***slot == *value) {
+            let Some((slots, next)) = cache.rows.get_mut(row) else {
+                return Arc::from(value);
+            };
+            if let Some(hit) = slots.iter().flatten().find(|slot| ***slot == *value) {
                 return hit.clone();
             }
             let shared: Arc<str> = Arc::from(value);
-            let next = cache.next;
-            cache.slots[next] = Some(shared.clone());
-            cache.next = (next + 1) % CACHE_SLOTS;
+            if let Some(slot) = slots.get_mut(*next) {
+                *slot = Some(shared.clone());
+            }
+            *next = (*next + 1) % SLOTS;
             shared
         })
         .unwrap_or_else(|_| Arc::from(value))
