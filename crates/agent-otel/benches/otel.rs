@@ -12,7 +12,7 @@
 //!   model row's tokens summed), on the runtime's thread;
 //! - main's pipeline + accounting: tracing-opentelemetry's layer and the `GenAiMetrics` layer,
 //!   as `Telemetry::layer()` was before the loop's spans got their own layer;
-//! - `Telemetry::layer()` + accounting: the layer as shipped.
+//! - `Telemetry::layer()` alone, and with accounting: the layer as shipped.
 //!
 //! As production runs them: spans through the SDK's batch processor (exported off the loop's
 //! thread) to an exporter that counts and drops them, metrics aggregated by a periodic reader
@@ -21,7 +21,7 @@
 //! writes. CPU is the whole process's (every thread's, from `/proc/self/task/*/schedstat`: the
 //! exporter's thread counts), per round;
 //! the median sample is reported. Run with `cargo bench -p agent-otel --bench otel`
-//! (`PROFILE_VARIANT=3` runs the fourth variant alone on (a), for `perf record`;
+//! (`PROFILE_VARIANT=4` runs the last variant alone on (a), for `perf record`;
 //! with `PROFILE_DEMO=1` on (b) too). Reported,
 //! never asserted.
 
@@ -104,8 +104,7 @@ impl RowWriter for CountingWriter {
                     self.tokens += row.record.usage.and_then(|u| u.total_tokens()).unwrap_or(0);
                 }
                 AccountingRow::ToolCall(row) => {
-                    serde_json::to_writer(Counting(&mut self.bytes), &row.entry.arguments)
-                        .unwrap();
+                    serde_json::to_writer(Counting(&mut self.bytes), &row.entry.arguments).unwrap();
                 }
             }
         }
@@ -216,7 +215,7 @@ impl Bench<'_> {
         let _guard = variant
             .subscriber
             .as_ref()
-            .map(|dispatch| tracing::dispatcher::set_default(dispatch));
+            .map(tracing::dispatcher::set_default);
         let cpu = process_cpu_ns();
         let start = Instant::now();
         self.rt.block_on(async {
@@ -237,6 +236,7 @@ impl Bench<'_> {
     }
 
     /// Samples every variant in turn and prints per-round medians against "off".
+    #[allow(clippy::too_many_arguments)]
     fn compare<B: Backend>(
         &self,
         title: &str,
@@ -290,9 +290,7 @@ impl Bench<'_> {
             "not every span was exported"
         );
         println!("{title}");
-        let per_round = |values: Vec<u64>| {
-            median(values) as f64 / (BATCH * rounds) as f64 / 1000.0
-        };
+        let per_round = |values: Vec<u64>| median(values) as f64 / (BATCH * rounds) as f64 / 1000.0;
         let off_cpu = per_round(samples[0].iter().map(|s| s.1).collect());
         let off_wall = per_round(samples[0].iter().map(|s| s.0).collect());
         for (variant, samples) in self.variants.iter().zip(&samples) {
@@ -382,6 +380,13 @@ fn main() {
             accounting: Some(queue.clone()),
         },
         Variant {
+            name: "Telemetry::layer() alone",
+            subscriber: Some(tracing::Dispatch::new(
+                tracing_subscriber::registry().with(telemetry.layer()),
+            )),
+            accounting: None,
+        },
+        Variant {
             name: "Telemetry::layer() + accounting",
             subscriber: Some(tracing::Dispatch::new(
                 tracing_subscriber::registry().with(telemetry.layer()),
@@ -414,8 +419,7 @@ fn main() {
         ROUNDS,
     );
 
-    if std::env::var_os("PROFILE_VARIANT").is_some() && std::env::var_os("PROFILE_DEMO").is_none()
-    {
+    if std::env::var_os("PROFILE_VARIANT").is_some() && std::env::var_os("PROFILE_DEMO").is_none() {
         return;
     }
     // (b) `agentry demo`'s conversation: the real Anthropic adapter over loopback HTTP, two

@@ -408,9 +408,7 @@ where
         let Some(call) = span.extensions_mut().remove::<Call>() else {
             return;
         };
-        let seconds = call
-            .started
-            .map(|started| started.elapsed().as_secs_f64());
+        let seconds = call.started.map(|started| started.elapsed().as_secs_f64());
         self.record_call(call, seconds);
     }
 }
@@ -426,9 +424,9 @@ impl GenAiMetrics {
         let value = |value: StringValue| Value::String(value);
         let mut attributes = Vec::with_capacity(6);
         // `error.type` sorts first; it goes on the duration only.
-        let error = call.error_type.map(|error| {
-            KeyValue::new(Key::from_static_str("error.type"), value(error))
-        });
+        let error = call
+            .error_type
+            .map(|error| KeyValue::new(Key::from_static_str("error.type"), value(error)));
         attributes.push(KeyValue::new(
             Key::from_static_str("gen_ai.operation.name"),
             value(call.operation.unwrap_or(StringValue::from("chat"))),

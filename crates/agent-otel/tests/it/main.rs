@@ -327,10 +327,7 @@ fn a_loop_span_exports_any_field_it_records() {
             .as_deref(),
         Some("msg_01XFDUDYJgAACzvnptvVoYEL")
     );
-    assert_eq!(
-        attribute(chat, "gen_ai.request.seed"),
-        Some(&Value::I64(7))
-    );
+    assert_eq!(attribute(chat, "gen_ai.request.seed"), Some(&Value::I64(7)));
 }
 
 #[test]
@@ -354,7 +351,9 @@ fn other_spans_go_through_tracing_opentelemetry_and_events_become_span_events() 
     assert_eq!(names.len(), 2, "{names:?}");
     let other = named(&spans, "fetch")[0];
     assert_eq!(
-        attribute(other, "http.method").map(Value::as_str).as_deref(),
+        attribute(other, "http.method")
+            .map(Value::as_str)
+            .as_deref(),
         Some("GET")
     );
     assert_eq!(other.events.len(), 1);
