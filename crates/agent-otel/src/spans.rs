@@ -533,3 +533,43 @@ impl Visit for EventFields<'_, '_> {
         self.fields.record_bool(field, value);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeating_values_are_shared_and_the_cache_stays_bounded() {
+        let row = repeats("gen_ai.tool.name").unwrap();
+        let first = cached(row, "get_weather");
+        assert!(Arc::ptr_eq(&first, &cached(row, "get_weather")));
+        // A model inventing tool names cannot grow the cache: it keeps the last few per field.
+        for index in 0..1000 {
+            cached(row, &format!("tool_{index}"));
+        }
+        CACHE.with(|cache| {
+            let cache = cache.borrow();
+            let (slots, _) = &cache.rows[row];
+            assert_eq!(slots.iter().flatten().count(), SLOTS);
+            assert!(
+                slots
+                    .iter()
+                    .flatten()
+                    .all(|value| value.starts_with("tool_9"))
+            );
+        });
+        // Unique values (call ids) and long ones are never cached.
+        assert_eq!(repeats("gen_ai.tool.call.id"), None);
+        let long = "m".repeat(MAX_CACHED_LEN + 1);
+        assert_eq!(string_value("gen_ai.request.model", &long).as_str(), long);
+    }
+
+    #[test]
+    fn the_loops_fixed_values_need_no_allocation() {
+        assert_eq!(fixed("tool_calls"), Some("tool_calls"));
+        assert_eq!(fixed("anthropic"), Some("anthropic"));
+        assert_eq!(fixed("lookup"), None);
+        assert_eq!(span_kind("CLIENT"), Some(SpanKind::Client));
+        assert_eq!(span_kind("sideways"), None);
+    }
+}
