@@ -5,7 +5,8 @@
 //! per model call, `execute_tool {tool}` per tool call (docs/observability.md lists every
 //! attribute). This crate turns them into OpenTelemetry data and ships it over OTLP/HTTP:
 //!
-//! - spans, through `tracing-opentelemetry`'s layer;
+//! - spans: the loop's own through a layer written for their fields, straight into the SDK's
+//!   spans (the cheap path), every other library's through `tracing-opentelemetry`'s layer;
 //! - the GenAI client metrics, `gen_ai.client.token.usage` and
 //!   `gen_ai.client.operation.duration`, plus the `agentry.gen_ai.client.cost` counter, from
 //!   each `chat` span as it closes ([`GenAiMetrics`]);
@@ -28,7 +29,8 @@
 //!
 //! A program with its own OpenTelemetry pipeline needs none of this: put
 //! `tracing_opentelemetry::layer()` with its tracer, and [`GenAiMetrics::new`] with its meter,
-//! on its subscriber.
+//! on its subscriber (it gives up the cheap path for the loop's spans, and
+//! `gen_ai.response.finish_reasons` is then a plain string).
 
 use std::time::Instant;
 
