@@ -1,17 +1,29 @@
-//! The cost of the OpenTelemetry layer on the loop, measured against the same loop without a
-//! subscriber, in one run (issue 14's budget: at most 5% more CPU per tool round).
+//! Issue 14's gate, measured: the loop with the OpenTelemetry layer and the accounting sink on,
+//! against both off, in one run (budget: at most 5% more CPU per tool round).
 //!
-//! The workload is the loop bench's (crates/agent-loop/benches/loop.rs): a scripted model asks
-//! for three trivial tools in each of three rounds, then answers, on top of a 50-message
-//! history. "on" runs it under `tracing_subscriber::registry()` with `Telemetry::layer()`:
-//! tracing-opentelemetry's span layer and the GenAI metrics layer, over a span processor that
-//! exports synchronously to an exporter that drops the spans (so every span's whole life,
-//! export included, is on the measured thread) and a periodic metric reader (aggregation on
-//! every call; its collection, every 60 s, does not fall in the run). Samples of "off" and "on" alternate, so drift hits both.
+//! Two workloads: (a) the loop bench's (crates/agent-loop/benches/loop.rs), a scripted model
+//! asking for three trivial tools in each of three rounds, then answering, on top of a
+//! 50-message history; (b) `agentry demo`'s recorded conversation through the real Anthropic
+//! adapter over loopback HTTP. Four variants, samples interleaved so drift hits them alike:
 //!
-//! Reported per round: the median sample's wall time, and the measuring thread's CPU time
-//! (every span is built, ended and exported on it) averaged over all samples. Run with `cargo bench -p agent-otel --bench otel`.
-//! Reported, never asserted.
+//! - off: no subscriber, no accounting;
+//! - accounting: the accounting queue on, drained by a writer doing a store's CPU work without
+//!   the I/O (each tool row's arguments serialized, as the SQL sinks do to hash them; each
+//!   model row's tokens summed), on the runtime's thread;
+//! - main's pipeline + accounting: tracing-opentelemetry's layer and the `GenAiMetrics` layer,
+//!   as `Telemetry::layer()` was before the loop's spans got their own layer;
+//! - `Telemetry::layer()` alone, and with accounting: the layer as shipped.
+//!
+//! As production runs them: spans through the SDK's batch processor (exported off the loop's
+//! thread) to an exporter that counts and drops them, metrics aggregated by a periodic reader
+//! (collection every 60 s: never in the run). Each sample is `BATCH` runs, then the span
+//! processor's flush and the accounting queue's flush, so a sample pays for its own export and
+//! writes. CPU is the whole process's (every thread's, from `/proc/self/task/*/schedstat`: the
+//! exporter's thread counts), per round;
+//! the median sample is reported. Run with `cargo bench -p agent-otel --bench otel`
+//! (`PROFILE_VARIANT=4` runs the last variant alone on (a), for `perf record`;
+//! with `PROFILE_DEMO=1` on (b) too). Reported,
+//! never asserted.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -23,24 +35,34 @@ use std::time::Instant;
 use agent_backends::Provider;
 use agent_backends::replay::{Cassette, ReplayBackend};
 use agent_backends::{ScriptedBackend, ScriptedTurn};
-use agent_loop::{Input, Options, generate};
-use agent_otel::Telemetry;
+use agent_loop::{
+    AccountingConfig, AccountingQueue, AccountingRow, Input, Options, QueueFull, RowWriter,
+    WriteFuture, generate,
+};
+use agent_otel::{GenAiMetrics, Telemetry};
 use agent_tools::{Registry, Tool};
 use agent_types::{Backend, Message, ToolCall, Usage, UserMessage};
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+};
 use serde_json::json;
 use tokio::runtime::Runtime;
+use tracing::Level;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 
-const SAMPLES: usize = 21;
-const BATCH: usize = 100;
+const SAMPLES: usize = 31;
+const BATCH: usize = 200;
 const ROUNDS: usize = 3;
 const CALLS_PER_ROUND: usize = 3;
 const HISTORY_MESSAGES: usize = 50;
 
-/// Drops what it is given; counts the spans so the bench can check the layer saw them.
+/// Drops what it is given; counts the spans so the bench can check every one was exported.
 #[derive(Debug, Clone, Default)]
 struct Discard(Arc<AtomicUsize>);
 
@@ -49,6 +71,45 @@ impl SpanExporter for Discard {
         self.0.fetch_add(batch.len(), Ordering::Relaxed);
         black_box(batch);
         Ok(())
+    }
+}
+
+/// A writer doing a store's CPU work without the I/O (the loop bench's): each tool row's
+/// arguments serialized (what the SQL sinks hash), each model row's tokens summed.
+#[derive(Default)]
+struct CountingWriter {
+    rows: u64,
+    bytes: u64,
+    tokens: u64,
+}
+
+struct Counting<'a>(&'a mut u64);
+
+impl std::io::Write for Counting<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        *self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl RowWriter for CountingWriter {
+    fn write<'a>(&'a mut self, rows: &'a [AccountingRow]) -> WriteFuture<'a> {
+        for row in rows {
+            self.rows += 1;
+            match row {
+                AccountingRow::ModelCall(row) => {
+                    self.tokens += row.record.usage.and_then(|u| u.total_tokens()).unwrap_or(0);
+                }
+                AccountingRow::ToolCall(row) => {
+                    serde_json::to_writer(Counting(&mut self.bytes), &row.entry.arguments).unwrap();
+                }
+            }
+        }
+        black_box((self.rows, self.bytes, self.tokens));
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -102,119 +163,152 @@ fn input() -> Input {
     input.user("Look up the nine keys and report.")
 }
 
-/// This thread's CPU time in nanoseconds (Linux's schedstat, updated at scheduler ticks), or
-/// `None` elsewhere.
-fn thread_cpu_ns() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    text.split_whitespace().next()?.parse().ok()
+/// The whole process's CPU time in nanoseconds: every live thread's run time from Linux's
+/// schedstat, the loop's thread and the exporter's alike (`getrusage` needs `unsafe`, which
+/// the workspace forbids; the threads here live for the whole bench).
+fn process_cpu_ns() -> u64 {
+    std::fs::read_dir("/proc/self/task")
+        .expect("Linux /proc")
+        .map(|task| {
+            let path = task.unwrap().path().join("schedstat");
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
-/// One sample, `BATCH` runs of the workload: wall nanoseconds per run, and this thread's CPU
-/// nanoseconds for the whole sample (tick-grained: summed over the samples, not per sample).
-fn sample<B: Backend>(
-    rt: &Runtime,
-    backend: &B,
-    options: &Options,
-    input: &Input,
-    before_each: &dyn Fn(),
-) -> (f64, u64) {
-    let inputs: Vec<Input> = (0..BATCH).map(|_| input.clone()).collect();
-    let cpu = thread_cpu_ns();
-    let start = Instant::now();
-    rt.block_on(async {
-        for input in inputs {
-            before_each();
-            let result = generate(backend, input, options).await.unwrap();
-            black_box(result);
-        }
-    });
-    let wall = start.elapsed().as_nanos() as f64 / BATCH as f64;
-    let cpu = match (cpu, thread_cpu_ns()) {
-        (Some(before), Some(after)) => after - before,
-        _ => 0,
-    };
-    (wall, cpu)
+/// What a variant runs with.
+struct Variant {
+    name: &'static str,
+    subscriber: Option<tracing::Dispatch>,
+    accounting: Option<AccountingQueue>,
 }
 
-/// Median wall time per round and mean CPU time per round over the samples.
-fn summary(samples: &[(f64, u64)], rounds: usize) -> (f64, f64) {
-    let wall = median(samples.iter().map(|s| s.0).collect()) / rounds as f64;
-    let cpu: u64 = samples.iter().map(|s| s.1).sum();
-    (wall, cpu as f64 / (samples.len() * BATCH * rounds) as f64)
+/// Everything the variants share.
+struct Bench<'a> {
+    rt: &'a Runtime,
+    tracer_provider: &'a SdkTracerProvider,
+    exported: &'a Discard,
+    variants: &'a [Variant],
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-/// Samples "off", "bare" and "on" alternately for one workload and prints the rows.
-#[allow(clippy::too_many_arguments)]
-fn compare<B: Backend>(
-    title: &str,
-    rt: &Runtime,
-    backends: [&B; 3],
-    options: &Options,
-    input: &Input,
-    before_each: &dyn Fn(&B),
-    telemetry: &Telemetry,
-    spans_per_run: usize,
-    rounds: usize,
-    exported: &Discard,
-) {
-    let bare = Arc::new(tracing_subscriber::registry());
-    let on = Arc::new(tracing_subscriber::registry().with(telemetry.layer()));
-    let [off_backend, bare_backend, on_backend] = backends;
-    let run = |variant: usize| match variant {
-        0 => sample(rt, off_backend, options, input, &|| {
-            before_each(off_backend)
-        }),
-        1 => {
-            let _guard = tracing::subscriber::set_default(bare.clone());
-            sample(rt, bare_backend, options, input, &|| {
-                before_each(bare_backend)
-            })
+impl Bench<'_> {
+    /// One sample: `BATCH` runs, then the span export and the accounting writes of those runs
+    /// are flushed. Returns wall and process CPU nanoseconds for the sample.
+    fn sample<B: Backend>(
+        &self,
+        variant: &Variant,
+        backend: &B,
+        options: &Options,
+        input: &Input,
+        before_each: &dyn Fn(&B),
+    ) -> (u64, u64) {
+        let options = match &variant.accounting {
+            Some(queue) => options
+                .clone()
+                .with_accounting(queue.clone().with_provider("bench")),
+            None => options.clone(),
+        };
+        let inputs: Vec<Input> = (0..BATCH).map(|_| input.clone()).collect();
+        let _guard = variant
+            .subscriber
+            .as_ref()
+            .map(tracing::dispatcher::set_default);
+        let cpu = process_cpu_ns();
+        let start = Instant::now();
+        self.rt.block_on(async {
+            for input in inputs {
+                before_each(backend);
+                let result = generate(backend, input, &options).await.unwrap();
+                black_box(result);
+            }
+            if let Some(queue) = &variant.accounting {
+                queue.flush().await;
+            }
+        });
+        if variant.subscriber.is_some() {
+            self.tracer_provider.force_flush().unwrap();
         }
-        _ => {
-            let _guard = tracing::subscriber::set_default(on.clone());
-            sample(rt, on_backend, options, input, &|| before_each(on_backend))
-        }
-    };
-    for _ in 0..2 {
-        for variant in 0..3 {
-            run(variant);
-        }
+        let wall = start.elapsed().as_nanos() as u64;
+        (wall, process_cpu_ns() - cpu)
     }
-    let before = exported.0.load(Ordering::Relaxed);
-    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
-    for _ in 0..SAMPLES {
-        for (variant, samples) in samples.iter_mut().enumerate() {
-            samples.push(run(variant));
+
+    /// Samples every variant in turn and prints per-round medians against "off".
+    #[allow(clippy::too_many_arguments)]
+    fn compare<B: Backend>(
+        &self,
+        title: &str,
+        backends: &[B],
+        options: &Options,
+        input: &Input,
+        before_each: &dyn Fn(&B),
+        spans_per_run: usize,
+        rounds: usize,
+    ) {
+        let run = |index: usize| {
+            self.sample(
+                &self.variants[index],
+                &backends[index],
+                options,
+                input,
+                before_each,
+            )
+        };
+        if let Some(only) = std::env::var("PROFILE_VARIANT")
+            .ok()
+            .and_then(|value| value.parse::<usize>().ok())
+        {
+            // For `perf record`: one variant, many samples, nothing printed.
+            for _ in 0..SAMPLES * 4 {
+                run(only);
+            }
+            return;
         }
-    }
-    let spans = exported.0.load(Ordering::Relaxed) - before;
-    assert_eq!(
-        spans,
-        SAMPLES * BATCH * spans_per_run,
-        "the layer did not see every span"
-    );
-    println!("{title}");
-    let names = [
-        "no subscriber",
-        "a subscriber without layers",
-        "OpenTelemetry layer (spans + metrics)",
-    ];
-    let (off_wall, off_cpu) = summary(&samples[0], rounds);
-    for (name, samples) in names.iter().zip(&samples) {
-        let (wall, cpu) = summary(samples, rounds);
-        println!(
-            "  {name:<40} {:>8.2} µs/round (median wall) {:>+7.1}%   {:>8.2} µs CPU/round (mean) {:>+7.1}%",
-            wall / 1000.0,
-            (wall - off_wall) / off_wall * 100.0,
-            cpu / 1000.0,
-            (cpu - off_cpu) / off_cpu * 100.0,
+        for _ in 0..2 {
+            for index in 0..self.variants.len() {
+                run(index);
+            }
+        }
+        let before = self.exported.0.load(Ordering::Relaxed);
+        let mut samples = vec![Vec::new(); self.variants.len()];
+        for _ in 0..SAMPLES {
+            for (index, samples) in samples.iter_mut().enumerate() {
+                samples.push(run(index));
+            }
+        }
+        let traced = self
+            .variants
+            .iter()
+            .filter(|variant| variant.subscriber.is_some())
+            .count();
+        let spans = self.exported.0.load(Ordering::Relaxed) - before;
+        assert_eq!(
+            spans,
+            traced * SAMPLES * BATCH * spans_per_run,
+            "not every span was exported"
         );
+        println!("{title}");
+        let per_round = |values: Vec<u64>| median(values) as f64 / (BATCH * rounds) as f64 / 1000.0;
+        let off_cpu = per_round(samples[0].iter().map(|s| s.1).collect());
+        let off_wall = per_round(samples[0].iter().map(|s| s.0).collect());
+        for (variant, samples) in self.variants.iter().zip(&samples) {
+            let cpu = per_round(samples.iter().map(|s| s.1).collect());
+            let wall = per_round(samples.iter().map(|s| s.0).collect());
+            println!(
+                "  {:<40} {cpu:>8.2} µs CPU/round {:>+7.1}%   {wall:>8.2} µs wall/round {:>+7.1}%",
+                variant.name,
+                (cpu - off_cpu) / off_cpu * 100.0,
+                (wall - off_wall) / off_wall * 100.0,
+            );
+        }
     }
+}
+
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values[values.len() / 2]
 }
 
 /// A tool answering like the demo's (the recorded model ignores what it says).
@@ -233,69 +327,139 @@ fn main() {
         .build()
         .unwrap();
     let exported = Discard::default();
-    let telemetry = Telemetry::from_providers(
-        SdkTracerProvider::builder()
-            .with_simple_exporter(exported.clone())
-            .build(),
-        SdkMeterProvider::builder()
-            .with_reader(PeriodicReader::builder(InMemoryMetricExporter::default()).build())
-            .build(),
-    );
+    // As production: the batch processor (its own thread), a periodic metric reader. Its
+    // queue is made long enough to hold a sample's spans: on a loaded machine the default
+    // 2048 overflows and drops spans, which would hide their cost.
+    let processor = BatchSpanProcessor::builder(exported.clone())
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(1 << 16)
+                .build(),
+        )
+        .build();
+    let tracer_provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .build();
+    let meter_provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(InMemoryMetricExporter::default()).build())
+        .build();
+    let telemetry = Telemetry::from_providers(tracer_provider.clone(), meter_provider.clone());
 
-    // 1. The loop bench's workload, scripted (nothing but the loop).
+    // main's pipeline before the loop's own span layer: tracing-opentelemetry for every span,
+    // the GenAiMetrics layer beside it.
+    let main_layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer_provider.tracer("agentry"))
+        .with_tracked_inactivity(false)
+        .with_location(false)
+        .with_threads(false)
+        .with_context_activation(false)
+        .and_then(GenAiMetrics::new(&meter_provider.meter("agentry")))
+        .with_filter(Targets::new().with_default(Level::INFO));
+
+    let (queue, receiver) =
+        AccountingQueue::new(AccountingConfig::default().with_when_full(QueueFull::Wait));
+    // The writer runs on the bench's runtime thread, beside the loop.
+    rt.spawn(receiver.run(CountingWriter::default()));
+
+    let variants = [
+        Variant {
+            name: "off",
+            subscriber: None,
+            accounting: None,
+        },
+        Variant {
+            name: "accounting only",
+            subscriber: None,
+            accounting: Some(queue.clone()),
+        },
+        Variant {
+            name: "main's OTel pipeline + accounting",
+            subscriber: Some(tracing::Dispatch::new(
+                tracing_subscriber::registry().with(main_layer),
+            )),
+            accounting: Some(queue.clone()),
+        },
+        Variant {
+            name: "Telemetry::layer() alone",
+            subscriber: Some(tracing::Dispatch::new(
+                tracing_subscriber::registry().with(telemetry.layer()),
+            )),
+            accounting: None,
+        },
+        Variant {
+            name: "Telemetry::layer() + accounting",
+            subscriber: Some(tracing::Dispatch::new(
+                tracing_subscriber::registry().with(telemetry.layer()),
+            )),
+            accounting: Some(queue.clone()),
+        },
+    ];
+    let bench = Bench {
+        rt: &rt,
+        tracer_provider: &tracer_provider,
+        exported: &exported,
+        variants: &variants,
+    };
+
+    // (a) The loop bench's workload, scripted (nothing but the loop).
     let mut tools = Registry::new();
     tools.register(lookup_tool()).unwrap();
     let options = Options::auto().with_tools(tools);
-    let (a, b, c) = (script(), script(), script());
-    compare(
+    let backends: Vec<ScriptedBackend> = variants.iter().map(|_| script()).collect();
+    bench.compare(
         &format!(
-            "scripted model, {ROUNDS} rounds of {CALLS_PER_ROUND} tools, {HISTORY_MESSAGES}-message history"
+            "(a) scripted model, {ROUNDS} rounds of {CALLS_PER_ROUND} tools, {HISTORY_MESSAGES}-message history"
         ),
-        &rt,
-        [&a, &b, &c],
+        &backends,
         &options,
         &input(),
         &|_| {},
-        &telemetry,
         // invoke_agent, four chat, nine execute_tool
         14,
         ROUNDS,
-        &exported,
     );
 
-    // 2. `agentry demo`'s conversation: the real Anthropic adapter over loopback HTTP, two tool
-    //    rounds (three calls, then one), three model calls.
+    if std::env::var_os("PROFILE_VARIANT").is_some() && std::env::var_os("PROFILE_DEMO").is_none() {
+        return;
+    }
+    // (b) `agentry demo`'s conversation: the real Anthropic adapter over loopback HTTP, two
+    //     tool rounds (three calls, then one), three model calls.
     let (model, rounds) = agent_backends::replay::demo(Provider::Anthropic);
-    let start = || {
-        rt.block_on(ReplayBackend::start(
-            Provider::Anthropic,
-            std::iter::empty(),
-        ))
-        .unwrap()
-    };
-    let (a, b, c) = (start(), start(), start());
+    let backends: Vec<ReplayBackend> = variants
+        .iter()
+        .map(|_| {
+            rt.block_on(ReplayBackend::start(
+                Provider::Anthropic,
+                std::iter::empty(),
+            ))
+            .unwrap()
+        })
+        .collect();
     let mut tools = Registry::new();
     for name in ["get_weather", "clock", "calculator"] {
         tools.register(fixed_tool(name)).unwrap();
     }
     let options = Options::auto().with_tools(tools);
-    let queue = |backend: &ReplayBackend| {
+    let queue_bodies = |backend: &ReplayBackend| {
         for body in rounds {
             backend.server().push(Cassette::body(body));
         }
     };
-    compare(
-        "the demo's recorded conversation over loopback HTTP (Anthropic adapter), 2 tool rounds",
-        &rt,
-        [&a, &b, &c],
+    bench.compare(
+        "(b) the demo's recorded conversation over loopback HTTP (Anthropic adapter), 2 tool rounds",
+        &backends,
         &options,
         &Input::new(model).user("What's the weather in Lisbon and in Oslo?"),
-        &queue,
-        &telemetry,
+        &queue_bodies,
         // invoke_agent, three chat, four execute_tool
         8,
         2,
-        &exported,
+    );
+    let stats = queue.stats();
+    println!(
+        "accounting: {} rows written, {} dropped",
+        stats.written(),
+        stats.dropped()
     );
     telemetry.shutdown().unwrap();
 }

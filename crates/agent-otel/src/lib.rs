@@ -5,7 +5,8 @@
 //! per model call, `execute_tool {tool}` per tool call (docs/observability.md lists every
 //! attribute). This crate turns them into OpenTelemetry data and ships it over OTLP/HTTP:
 //!
-//! - spans, through `tracing-opentelemetry`'s layer;
+//! - spans: the loop's own through a layer written for their fields, straight into the SDK's
+//!   spans (the cheap path), every other library's through `tracing-opentelemetry`'s layer;
 //! - the GenAI client metrics, `gen_ai.client.token.usage` and
 //!   `gen_ai.client.operation.duration`, plus the `agentry.gen_ai.client.cost` counter, from
 //!   each `chat` span as it closes ([`GenAiMetrics`]);
@@ -28,7 +29,8 @@
 //!
 //! A program with its own OpenTelemetry pipeline needs none of this: put
 //! `tracing_opentelemetry::layer()` with its tracer, and [`GenAiMetrics::new`] with its meter,
-//! on its subscriber.
+//! on its subscriber (it gives up the cheap path for the loop's spans, and
+//! `gen_ai.response.finish_reasons` is then a plain string).
 
 use std::time::Instant;
 
@@ -43,9 +45,11 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Level, Subscriber};
 use tracing_subscriber::Layer;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
+
+mod spans;
 
 /// What can go wrong setting up or flushing the export.
 #[derive(Debug, thiserror::Error)]
@@ -135,12 +139,19 @@ impl Telemetry {
 
     /// The layer to add to a `tracing` subscriber: spans to OpenTelemetry spans and the GenAI
     /// metrics, for spans and events at `INFO` and above (the loop's level).
+    ///
+    /// The loop's own spans (target `agent_loop::…`) take a fast path written for their
+    /// fields, straight into the SDK's spans, which also records the metrics from each `chat`
+    /// span; every other span (another library's) goes through tracing-opentelemetry.
     pub fn layer<S>(&self) -> impl Layer<S> + Send + Sync + 'static
     where
         S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
     {
         let tracer = self.tracer_provider.tracer(SCOPE);
-        let spans = tracing_opentelemetry::layer()
+        let metrics = GenAiMetrics::new(&self.meter_provider.meter(SCOPE));
+        let loop_spans = spans::LoopSpans::new(tracer.clone(), metrics)
+            .with_filter(filter_fn(spans::LoopSpans::wants));
+        let other_spans = tracing_opentelemetry::layer()
             .with_tracer(tracer)
             // Timestamps on every enter and exit of a span (each poll of an instrumented
             // future) and per-span location and thread attributes cost every stream event;
@@ -150,11 +161,11 @@ impl Telemetry {
             .with_threads(false)
             // Attaching an OpenTelemetry context on every enter serves OpenTelemetry-native
             // instrumentation inside our spans; the loop has none, and it costs every poll.
-            .with_context_activation(false);
-        let metrics = GenAiMetrics::new(&self.meter_provider.meter(SCOPE));
-        spans
-            .and_then(metrics)
-            .with_filter(Targets::new().with_default(Level::INFO))
+            .with_context_activation(false)
+            .with_filter(filter_fn(|metadata| {
+                *metadata.level() <= Level::INFO && !spans::is_loop_span(metadata)
+            }));
+        loop_spans.and_then(other_spans)
     }
 
     /// Sends everything still batched, now.
@@ -274,16 +285,16 @@ impl GenAiMetrics {
 /// What a `chat` span said, gathered for its close. Strings from a fixed set (the operation,
 /// the provider) are kept as static strs, so a call allocates only for its model names.
 #[derive(Default)]
-struct Call {
-    started: Option<Instant>,
-    operation: Option<StringValue>,
-    provider: Option<StringValue>,
-    request_model: Option<StringValue>,
-    response_model: Option<StringValue>,
-    error_type: Option<StringValue>,
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    cost_usd: Option<f64>,
+pub(crate) struct Call {
+    pub(crate) started: Option<Instant>,
+    pub(crate) operation: Option<StringValue>,
+    pub(crate) provider: Option<StringValue>,
+    pub(crate) request_model: Option<StringValue>,
+    pub(crate) response_model: Option<StringValue>,
+    pub(crate) error_type: Option<StringValue>,
+    pub(crate) input_tokens: Option<u64>,
+    pub(crate) output_tokens: Option<u64>,
+    pub(crate) cost_usd: Option<f64>,
 }
 
 /// `value` as a static str when it is one of the values the loop records from a fixed set.
@@ -399,8 +410,25 @@ where
         let Some(call) = span.extensions_mut().remove::<Call>() else {
             return;
         };
-        let mut attributes = Vec::with_capacity(6);
+        let seconds = call.started.map(|started| started.elapsed().as_secs_f64());
+        self.record_call(call, seconds);
+    }
+}
+
+impl GenAiMetrics {
+    /// Records one model call. The attribute lists are in key order, the order the SDK
+    /// stores them in, so each measurement hashes its attributes once.
+    pub(crate) fn record(&self, call: Call, seconds: f64) {
+        self.record_call(call, Some(seconds));
+    }
+
+    fn record_call(&self, call: Call, seconds: Option<f64>) {
         let value = |value: StringValue| Value::String(value);
+        let mut attributes = Vec::with_capacity(6);
+        // `error.type` sorts first; it goes on the duration only.
+        let error = call
+            .error_type
+            .map(|error| KeyValue::new(Key::from_static_str("error.type"), value(error)));
         attributes.push(KeyValue::new(
             Key::from_static_str("gen_ai.operation.name"),
             value(call.operation.unwrap_or(StringValue::from("chat"))),
@@ -438,15 +466,11 @@ where
             }
         }
         attributes.truncate(base);
-        if let Some(error) = call.error_type {
-            attributes.push(KeyValue::new(
-                Key::from_static_str("error.type"),
-                value(error),
-            ));
+        if let Some(error) = error {
+            attributes.insert(0, error);
         }
-        if let Some(started) = call.started {
-            self.duration
-                .record(started.elapsed().as_secs_f64(), &attributes);
+        if let Some(seconds) = seconds {
+            self.duration.record(seconds, &attributes);
         }
     }
 }

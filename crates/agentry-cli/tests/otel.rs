@@ -324,7 +324,11 @@ fn the_demo_exports_its_span_tree_and_metrics_to_a_real_otlp_receiver() {
             "stop" => "stop",
             other => panic!("unexpected stop reason {other}"),
         };
-        assert_eq!(chat_attributes["gen_ai.response.finish_reasons"], reason);
+        // The convention's type: an array of strings.
+        assert_eq!(
+            chat_attributes["gen_ai.response.finish_reasons"],
+            serde_json::json!({"arrayValue": {"values": [{"stringValue": reason}]}})
+        );
         assert_eq!(
             chat_attributes["gen_ai.conversation.id"],
             session_id.as_str()

@@ -10,7 +10,7 @@ use agent_otel::Telemetry;
 use agent_tools::{Registry, Tool};
 use agent_types::{BackendError, BackendErrorKind, ModelPrice, RateCard, ToolCall, Usage};
 use opentelemetry::trace::{SpanKind, Status};
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::{Array, KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -263,4 +263,115 @@ async fn a_failed_model_call_is_an_error_span_and_an_errored_duration() {
     let durations = points(&exported.metrics, "gen_ai.client.operation.duration");
     assert_eq!(durations.len(), 1);
     assert!(has(&durations[0].0, "error.type", "overloaded"));
+}
+
+/// The spans of `f` (plain `tracing` code, no loop) as the layer exports them.
+fn export_sync(f: impl FnOnce()) -> Vec<SpanData> {
+    let spans = InMemorySpanExporter::default();
+    let telemetry = Telemetry::from_providers(
+        SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .build(),
+        SdkMeterProvider::builder().build(),
+    );
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    tracing::subscriber::with_default(subscriber, f);
+    telemetry.flush().unwrap();
+    let exported = spans.get_finished_spans().unwrap();
+    telemetry.shutdown().unwrap();
+    exported
+}
+
+#[tokio::test]
+async fn finish_reasons_is_a_string_array() {
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_calls([ToolCall::new("c1", "get_weather", json!({"city": "Oslo"}))]),
+        ScriptedTurn::text("Cold."),
+    ]);
+    let options = Options::auto().with_tools(weather());
+    let (result, exported) = export(generate(&backend, Input::new("m").user("?"), &options)).await;
+    result.unwrap();
+    let reasons: Vec<_> = named(&exported.spans, "chat m")
+        .iter()
+        .map(|chat| attribute(chat, "gen_ai.response.finish_reasons").cloned())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            Some(Value::Array(Array::String(vec!["tool_calls".into()]))),
+            Some(Value::Array(Array::String(vec!["stop".into()]))),
+        ]
+    );
+}
+
+#[test]
+fn a_loop_span_exports_any_field_it_records() {
+    // A field the layer has never heard of (the lead's `gen_ai.response.id`, say) is exported
+    // with its type, whether recorded at creation or later.
+    let spans = export_sync(|| {
+        let span = tracing::info_span!(
+            target: "agent_loop::run",
+            "chat",
+            otel.name = "chat m",
+            otel.kind = "client",
+            gen_ai.request.seed = 7_i64,
+            gen_ai.response.id = tracing::field::Empty,
+        );
+        span.record("gen_ai.response.id", "msg_01XFDUDYJgAACzvnptvVoYEL");
+    });
+    let chat = named(&spans, "chat m")[0];
+    assert_eq!(chat.span_kind, SpanKind::Client);
+    assert_eq!(
+        attribute(chat, "gen_ai.response.id")
+            .map(Value::as_str)
+            .as_deref(),
+        Some("msg_01XFDUDYJgAACzvnptvVoYEL")
+    );
+    assert_eq!(attribute(chat, "gen_ai.request.seed"), Some(&Value::I64(7)));
+}
+
+#[test]
+fn other_spans_go_through_tracing_opentelemetry_and_events_become_span_events() {
+    let spans = export_sync(|| {
+        let other = tracing::info_span!(target: "some_library", "fetch", http.method = "GET");
+        other.in_scope(|| {
+            tracing::info!(target: "some_library", "fetched");
+        });
+        let _hidden = tracing::debug_span!(target: "some_library", "detail");
+        let run = tracing::info_span!(
+            target: "agent_loop::run",
+            "invoke_agent",
+            otel.name = "invoke_agent",
+        );
+        run.in_scope(|| {
+            tracing::warn!(error = "disk full", "could not store the results");
+        });
+    });
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_ref()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let other = named(&spans, "fetch")[0];
+    assert_eq!(
+        attribute(other, "http.method")
+            .map(Value::as_str)
+            .as_deref(),
+        Some("GET")
+    );
+    assert_eq!(other.events.len(), 1);
+    let run = named(&spans, "invoke_agent")[0];
+    let event = run.events.iter().next().unwrap();
+    assert_eq!(event.name, "could not store the results");
+    assert!(
+        event
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "error" && kv.value.as_str() == "disk full"),
+        "{:?}",
+        event.attributes
+    );
+    assert!(
+        event
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "level" && kv.value.as_str() == "WARN")
+    );
 }
