@@ -224,6 +224,12 @@ pub struct Options {
     /// How many times an answer that fails the output schema goes back to the model with
     /// the problems (default 1); each try is a model call counted against every budget.
     pub max_output_retries: u32,
+    /// Decides per call whether a person must approve it (docs/approval.md); `None` asks only
+    /// for tools marked [`with_approval`](agent_tools::Tool::with_approval).
+    pub approval_policy: Option<crate::approval::ApprovalPolicy>,
+    /// The tools [`require_approval_for`](Self::require_approval_for) named, checked against
+    /// the run's tools when it starts.
+    pub approval_tools: Option<Arc<BTreeSet<String>>>,
 }
 
 impl Default for Options {
@@ -262,6 +268,8 @@ impl Default for Options {
             output: None,
             output_strategy: OutputStrategy::Auto,
             max_output_retries: 1,
+            approval_policy: None,
+            approval_tools: None,
         }
     }
 }
@@ -506,6 +514,8 @@ impl fmt::Debug for Options {
             .field("output", &self.output)
             .field("output_strategy", &self.output_strategy)
             .field("max_output_retries", &self.max_output_retries)
+            .field("approval_policy", &self.approval_policy.is_some())
+            .field("approval_tools", &self.approval_tools)
             .finish()
     }
 }

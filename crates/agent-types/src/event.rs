@@ -24,7 +24,7 @@ use crate::stop::StopReason;
 ///     ( tool_execution_start | tool_execution_delta | tool_execution_end )*
 ///     ( message_start{tool} message_end )*
 ///   )*
-///   awaiting_tool_execution?
+///   (awaiting_tool_execution | approval_requested)?
 ///   error?
 /// session_end
 /// ```
@@ -74,6 +74,14 @@ pub enum AgentEvent {
         /// The session.
         session_id: SessionId,
         /// The calls the caller must run.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The loop suspended because tool calls need a person's approval (docs/approval.md).
+    /// Nothing of their round ran; resume the session with one decision per call.
+    ApprovalRequested {
+        /// The session.
+        session_id: SessionId,
+        /// The calls waiting for approval: id, tool name and (validated) arguments.
         tool_calls: Vec<ToolCall>,
     },
     /// A message begins: an assistant message when a model call starts streaming, a tool
