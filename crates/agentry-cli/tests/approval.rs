@@ -249,3 +249,69 @@ fn agentry_toml_require_approval_applies_and_unknown_tools_are_refused() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("calculater"), "{stderr}");
 }
+
+/// `script` (util-linux) runs the binary on a pseudo-terminal; `None` when it is missing
+/// (a failure under `CI`).
+fn script() -> Option<PathBuf> {
+    let found = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "`script` (util-linux) is needed for the terminal test"
+        );
+    }
+    found
+}
+
+#[test]
+fn on_a_terminal_agentry_asks_and_a_denial_reaches_the_model() {
+    let Some(script) = script() else {
+        return;
+    };
+    let setup = Setup::new(vec![
+        tool_calls(&[("call_1", "calculator", json!({"expression": "6*7"}))]),
+        text("Fine, no math."),
+    ]);
+    let url = setup.server.url();
+    let command = format!(
+        "{} run --provider openai --base-url {url} --model gpt-4.1-mini --tool calculator \
+         --require-approval calculator 'What is 6*7?'",
+        env!("CARGO_BIN_EXE_agentry")
+    );
+    let mut terminal = Command::new(script);
+    terminal
+        .args(["-qec", &command, "/dev/null"])
+        .env("HOME", setup.dir.path().join("home"))
+        .env("XDG_CONFIG_HOME", setup.dir.path().join("home/.config"))
+        .env("NO_COLOR", "1")
+        .env("OPENAI_API_KEY", "test-key")
+        .env_remove("AGENTRY_CONFIG")
+        .current_dir(setup.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut process = terminal.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = process.stdin.take().unwrap();
+        stdin.write_all(b"n\nno math today\n").unwrap();
+    }
+    let output = process.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("The model wants to call `calculator`"),
+        "{shown}"
+    );
+    assert!(shown.contains("\"expression\": \"6*7\""), "{shown}");
+    assert!(shown.contains("Run it? [y/n]"), "{shown}");
+    assert!(shown.contains("Fine, no math."), "{shown}");
+    let results = setup.tool_messages(1);
+    assert_eq!(
+        results[0]["content"],
+        "This call was not run: the user denied it: no math today"
+    );
+}
