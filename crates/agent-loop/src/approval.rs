@@ -309,6 +309,18 @@ pub(crate) fn check(session: &Session, decisions: &[ApprovalDecision]) -> Result
             session.id, session.status
         )));
     }
+    if session
+        .suspended
+        .as_ref()
+        .is_none_or(|state| state.approval_round.is_none())
+    {
+        // Without the stored round the calls' siblings and their order are unknown.
+        return Err(AgentError::config(format!(
+            "session {} waits for approval but holds no suspended tool round (was it edited?); \
+             it cannot be resumed with decisions",
+            session.id
+        )));
+    }
     let expected: HashSet<&str> = session
         .pending_approvals
         .iter()

@@ -624,3 +624,35 @@ async fn a_replayed_openai_tool_call_turn_waits_for_approval_then_runs() {
         .collect();
     assert_eq!(roles, ["user", "assistant", "tool", "tool"]);
 }
+
+#[tokio::test]
+async fn a_waiting_session_without_its_stored_round_is_refused_not_half_resumed() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let options = Options::auto().with_tools(registry([counted("write", &runs, true)]));
+    let backend =
+        ScriptedBackend::new([ScriptedTurn::tool_call("c1", "write", json!({"path": "a"}))]);
+    let mut session = Session::new(MODEL);
+    execute(&mut session, "Go", &backend, &options)
+        .await
+        .unwrap();
+    let mut json: Value = serde_json::from_str(&session.to_json().unwrap()).unwrap();
+    assert!(json["suspended"]["approval_round"].is_object(), "{json}");
+    json["suspended"]
+        .as_object_mut()
+        .unwrap()
+        .remove("approval_round");
+    let mut edited = Session::from_json(&json.to_string()).unwrap();
+    let before = edited.to_json().unwrap();
+    let error = execute(
+        &mut edited,
+        vec![ApprovalDecision::approve("c1")],
+        &backend,
+        &options,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Config);
+    assert!(error.message.contains("no suspended tool round"), "{error}");
+    assert_eq!(edited.to_json().unwrap(), before);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
