@@ -72,6 +72,53 @@ pub type ApprovalPolicy = Arc<dyn Fn(&ApprovalRequest<'_>) -> Approval + Send + 
 ///
 /// JSON: `{"call_id": "call_1", "approved": true}` or
 /// `{"call_id": "call_2", "approved": false, "reason": "not on Fridays"}`.
+///
+/// # Example
+///
+/// A tool that needs approval; the run stops, the session goes through JSON (as it would to a
+/// store and another process), and the decision resumes it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use agent_backends::{ScriptedBackend, ScriptedTurn};
+/// use agent_loop::{ApprovalDecision, Options, Session, SessionStatus, execute};
+/// use agent_tools::{Registry, Tool};
+/// use serde_json::json;
+///
+/// let mut tools = Registry::new();
+/// tools.register(
+///     Tool::from_json_fn(
+///         "delete_file",
+///         "Deletes a file.",
+///         json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+///         |args: serde_json::Value, _ctx| async move {
+///             Ok::<_, agent_tools::ToolError>(json!({"deleted": args["path"]}))
+///         },
+///     )
+///     .with_approval(),
+/// )?;
+/// let options = Options::auto().with_tools(tools);
+/// let backend = ScriptedBackend::new([
+///     ScriptedTurn::tool_call("call_1", "delete_file", json!({"path": ".env"})),
+///     ScriptedTurn::text("Deleted."),
+/// ]);
+///
+/// let mut session = Session::new("gpt-5-mini");
+/// let result = execute(&mut session, "Delete .env", &backend, &options).await?;
+/// assert_eq!(result.status, SessionStatus::AwaitingApproval);
+/// let waiting = &result.pending_approvals[0]; // id, name, arguments
+///
+/// let json = session.to_json()?;
+/// let mut session = Session::from_json(&json)?;
+///
+/// let decisions = vec![ApprovalDecision::approve(waiting.id.as_str())];
+/// // or ApprovalDecision::deny(id, "keep the secrets"): the model reads the reason.
+/// let result = execute(&mut session, decisions, &backend, &options).await?;
+/// assert_eq!(result.text(), "Deleted.");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalDecision {
