@@ -38,7 +38,9 @@ use crate::stop::StopReason;
 /// `call_id`, and the tool messages follow in call order once the round is done. Every local
 /// call gets a `tool_execution_start` and a `tool_execution_end`, including calls refused
 /// before running (unknown tool, invalid arguments); remote calls get none and are listed in
-/// `awaiting_tool_execution` instead. The complete message, with usage and
+/// `awaiting_tool_execution` instead. A round with calls waiting for a person's approval runs
+/// none of its calls: they are listed in `approval_requested`, and the whole round's
+/// executions come in the run that resumes with the decisions. The complete message, with usage and
 /// stop reason, arrives in `message_end`, so a consumer that only wants whole turns can skip
 /// every delta.
 ///

@@ -158,3 +158,36 @@ async fn require_approval_must_name_tools_the_server_offers() {
         .expect("refused");
     assert!(error.to_string().contains("shell"), "{error}");
 }
+
+/// A chat completion cannot wait for a person: the clock call that needs approval is denied
+/// (an error result the model reads), never run, and the client's own calls come back as
+/// usual.
+#[tokio::test]
+async fn a_chat_completion_denies_a_call_that_needs_approval() {
+    let server = TestServer::with(&config(), Vec::new()).await;
+    let weather = json!({"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    }});
+    let response = server
+        .post("/v1/chat/completions", "key-acme-test-0001")
+        .json(&json!({"model": "demo", "tools": [weather], "messages": [
+            {"role": "user", "content": "Weather in Lisbon and Oslo?"}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["choices"][0]["finish_reason"], "tool_calls", "{body}");
+    let metrics = server.state.metrics();
+    let clock = |outcome| {
+        metrics.value(
+            "agentry_tool_calls_total",
+            &[("tenant", "acme"), ("tool", "clock"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(clock("ok"), 0.0, "the clock must not run");
+    assert_eq!(clock("error"), 1.0, "the clock call got its denial");
+    server.shutdown().await;
+}
