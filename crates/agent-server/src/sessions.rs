@@ -162,6 +162,7 @@ pub(crate) async fn get(
             "remote_tools": session.remote_tools,
             "messages": session.messages,
             "pending_tool_calls": session.pending_tool_calls,
+            "pending_approvals": session.pending_approvals,
             "usage": session.usage,
             "cost_usd": session.cost_usd,
             "created_at_ms": record.created_at_ms,

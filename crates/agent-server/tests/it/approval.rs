@@ -60,6 +60,7 @@ async fn a_tenants_tool_waits_for_approval_and_the_next_execute_decides() {
         .to_owned();
     let before = session_json(&server, &id).await;
     assert_eq!(before["status"], "awaiting_approval");
+    assert_eq!(before["pending_approvals"], complete["pending_approvals"]);
 
     // Wrong, missing and duplicate decisions, or other input: 400, nothing changes.
     for bad in [
