@@ -121,6 +121,7 @@ pub type ApprovalPolicy = Arc<dyn Fn(&ApprovalRequest<'_>) -> Approval + Send + 
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ApprovalDecision {
     /// The waiting call's id.
     pub call_id: String,
@@ -129,6 +130,16 @@ pub struct ApprovalDecision {
     /// Why the call was denied; the model sees it. Ignored for an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The tool name the person was shown. When set, it must be the waiting call's, or the
+    /// decision is refused: a decision is bound to what was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The arguments the person was shown. When set, they must be the waiting call's, or the
+    /// decision is refused, so a decision cannot be replayed onto a later call that reuses
+    /// the id (some providers number calls `call_0`, `call_1`… in every turn) with other
+    /// arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
 }
 
 impl ApprovalDecision {
@@ -138,16 +149,40 @@ impl ApprovalDecision {
             call_id: call_id.into(),
             approved: true,
             reason: None,
+            name: None,
+            arguments: None,
         }
     }
 
-    /// Denies the call `call_id`; the model sees `reason`.
+    /// Denies the call `call_id`; the model sees `reason` (an empty one says only that the
+    /// user denied the call).
     pub fn deny(call_id: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             call_id: call_id.into(),
             approved: false,
             reason: Some(reason.into()),
+            name: None,
+            arguments: None,
         }
+    }
+
+    /// Binds the decision to `call` as the person saw it: its id, tool name and arguments
+    /// must still be the waiting call's when the decision arrives.
+    #[must_use]
+    pub fn bound_to(mut self, call: &ToolCall) -> Self {
+        call.id.as_str().clone_into(&mut self.call_id);
+        self.name = Some(call.name.clone());
+        self.arguments = Some(call.arguments.clone());
+        self
+    }
+
+    /// Whether a bound decision names something else than `call`.
+    fn mismatches(&self, call: &ToolCall) -> bool {
+        self.name.as_ref().is_some_and(|name| *name != call.name)
+            || self
+                .arguments
+                .as_ref()
+                .is_some_and(|arguments| *arguments != call.arguments)
     }
 
     /// The error result text the model sees for a denied call.
@@ -373,15 +408,53 @@ pub(crate) fn check(session: &Session, decisions: &[ApprovalDecision]) -> Result
         .iter()
         .map(|call| call.id.as_str())
         .collect();
+    // What the person was shown must be what runs: the waiting calls listed in the session
+    // and those of its stored round agree (an edited session could make them differ).
+    let stored: Vec<&ToolCall> = session
+        .suspended
+        .as_ref()
+        .and_then(|state| state.approval_round.as_ref())
+        .map(|round| {
+            round
+                .local
+                .iter()
+                .filter(|entry| entry.disposition == Disposition::Waiting)
+                .map(|entry| &entry.call)
+                .collect()
+        })
+        .unwrap_or_default();
+    let agree = stored.len() == session.pending_approvals.len()
+        && stored
+            .iter()
+            .zip(&session.pending_approvals)
+            .all(|(stored, shown)| {
+                stored.id == shown.id
+                    && stored.name == shown.name
+                    && stored.arguments == shown.arguments
+            });
+    if !agree {
+        return Err(AgentError::config(format!(
+            "session {} lists waiting calls that differ from its stored tool round (was it \
+             edited?); it cannot be resumed with decisions",
+            session.id
+        )));
+    }
     let mut seen = HashSet::new();
     let mut unexpected = Vec::new();
     let mut duplicated = Vec::new();
+    let mut changed = Vec::new();
     for decision in decisions {
         let id = decision.call_id.as_str();
         if !expected.contains(id) {
             unexpected.push(id);
         } else if !seen.insert(id) {
             duplicated.push(id);
+        } else if session
+            .pending_approvals
+            .iter()
+            .any(|call| call.id.as_str() == id && decision.mismatches(call))
+        {
+            changed.push(id);
         }
     }
     let missing: Vec<&str> = session
@@ -404,6 +477,12 @@ pub(crate) fn check(session: &Session, decisions: &[ApprovalDecision]) -> Result
         problems.push(format!(
             "more than one decision for {}",
             duplicated.join(", ")
+        ));
+    }
+    if !changed.is_empty() {
+        problems.push(format!(
+            "decisions bound to another tool or other arguments than the waiting call: {}",
+            changed.join(", ")
         ));
     }
     if problems.is_empty() {

@@ -83,11 +83,7 @@ pub(crate) fn decisions(
                 None => (entry.as_str(), None),
             }
         };
-        let deny = |id: &str| ApprovalDecision {
-            call_id: id.to_owned(),
-            approved: false,
-            reason: reason.clone(),
-        };
+        let deny = |id: &str| ApprovalDecision::deny(id, reason.clone().unwrap_or_default());
         if id == "all" {
             decisions.extend(pending.iter().map(|call| deny(call.id.as_str())));
         } else {
@@ -151,8 +147,9 @@ pub(crate) fn ask<R: BufRead, W: Write>(
                 _ => writeln!(output, "Please answer y or n.")?,
             }
         };
+        // Bound to the call as shown: the decision is refused if what runs would differ.
         if approved {
-            decisions.push(ApprovalDecision::approve(call.id.as_str()));
+            decisions.push(ApprovalDecision::approve(call.id.as_str()).bound_to(call));
             continue;
         }
         write!(output, "Why not? (the model sees this; Enter to skip) ")?;
@@ -161,11 +158,7 @@ pub(crate) fn ask<R: BufRead, W: Write>(
             return Ok(None);
         };
         let reason = reason.trim();
-        decisions.push(ApprovalDecision {
-            call_id: call.id.as_str().to_owned(),
-            approved: false,
-            reason: (!reason.is_empty()).then(|| reason.to_owned()),
-        });
+        decisions.push(ApprovalDecision::deny(call.id.as_str(), reason).bound_to(call));
     }
     Ok(Some(decisions))
 }
@@ -218,11 +211,12 @@ mod tests {
         let mut input = "maybe\ny\nno\nnot that file\n".as_bytes();
         let mut output = Vec::new();
         let decisions = ask(&calls(), &mut input, &mut output).unwrap().unwrap();
+        let calls = calls();
         assert_eq!(
             decisions,
             [
-                ApprovalDecision::approve("c1"),
-                ApprovalDecision::deny("c2", "not that file")
+                ApprovalDecision::approve("c1").bound_to(&calls[0]),
+                ApprovalDecision::deny("c2", "not that file").bound_to(&calls[1])
             ]
         );
         let shown = String::from_utf8(output).unwrap();
@@ -238,7 +232,7 @@ mod tests {
     fn an_empty_reason_is_no_reason_and_the_end_of_input_decides_nothing() {
         let mut input = "n\n\ny\n".as_bytes();
         let decisions = ask(&calls(), &mut input, &mut Vec::new()).unwrap().unwrap();
-        assert_eq!(decisions[0].reason, None);
+        assert_eq!(decisions[0].reason.as_deref(), Some(""));
         assert!(!decisions[0].approved);
         let mut short = "y\n".as_bytes();
         assert_eq!(ask(&calls(), &mut short, &mut Vec::new()).unwrap(), None);
@@ -256,7 +250,11 @@ mod tests {
             ]
         );
         let denied = decisions(&[], &["all".into()], &pending);
-        assert!(denied.iter().all(|d| !d.approved && d.reason.is_none()));
+        assert!(
+            denied
+                .iter()
+                .all(|d| !d.approved && d.reason.as_deref() == Some(""))
+        );
         assert_eq!(denied.len(), 2);
         // Unknown ids pass through; the loop's check refuses them.
         assert_eq!(

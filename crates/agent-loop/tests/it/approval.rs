@@ -335,6 +335,15 @@ async fn wrong_missing_or_duplicate_decisions_are_a_400_and_change_nothing() {
             .into(),
             "more than one decision for c1",
         ),
+        (
+            // Bound to arguments the waiting call does not have: refused, not replayed.
+            vec![
+                ApprovalDecision::approve("c1").bound_to(&call("c1", "write", "elsewhere")),
+                ApprovalDecision::approve("c2"),
+            ]
+            .into(),
+            "decisions bound to another tool or other arguments than the waiting call: c1",
+        ),
         ("a new question".into(), "waiting for approval of c1, c2"),
         (
             vec![ToolResult::ok("c1", "write", "x")].into(),
@@ -654,5 +663,35 @@ async fn a_waiting_session_without_its_stored_round_is_refused_not_half_resumed(
     assert_eq!(error.kind, ErrorKind::Config);
     assert!(error.message.contains("no suspended tool round"), "{error}");
     assert_eq!(edited.to_json().unwrap(), before);
+
+    // Waiting calls listed with other arguments than the stored round would run: refused.
+    let mut json: Value = serde_json::from_str(&session.to_json().unwrap()).unwrap();
+    json["pending_approvals"][0]["arguments"] = json!({"path": "harmless"});
+    let mut edited = Session::from_json(&json.to_string()).unwrap();
+    let error = execute(
+        &mut edited,
+        vec![ApprovalDecision::approve("c1")],
+        &backend,
+        &options,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.message.contains("differ from its stored tool round"),
+        "{error}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    // A decision bound to the call as shown goes through.
+    let waiting = session.pending_approvals[0].clone();
+    let result = execute(
+        &mut session,
+        vec![ApprovalDecision::approve("c1").bound_to(&waiting)],
+        &ScriptedBackend::new([ScriptedTurn::text("ok")]),
+        &options,
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.text(), "ok");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

@@ -69,6 +69,7 @@ async fn a_tenants_tool_waits_for_approval_and_the_next_execute_decides() {
         json!({"approvals": [{"call_id": call_id, "approved": true},
                              {"call_id": call_id, "approved": false}]}),
         json!({"approvals": [{"call_id": call_id, "approve": true}]}),
+        json!({"approvals": [{"call_id": call_id, "approved": true, "arguments": {"tz": "UTC+14"}}]}),
         json!({"message": "never mind"}),
         json!({"approvals": [{"call_id": call_id, "approved": true}], "message": "and"}),
     ] {
