@@ -111,11 +111,23 @@ pub(crate) fn interactive() -> bool {
 }
 
 /// Asks on the terminal, one call at a time; `None` when stdin ends before every call has
-/// an answer (the session then keeps waiting).
-pub(crate) fn ask_terminal(calls: &[ToolCall]) -> Option<Vec<ApprovalDecision>> {
-    let stdin = std::io::stdin();
-    let mut stderr = std::io::stderr();
-    ask(calls, &mut stdin.lock(), &mut stderr).ok().flatten()
+/// an answer (the session then keeps waiting). Ctrl-C at the prompt exits at once with 130
+/// (the caller saved the session first, so it keeps waiting): the read blocks a thread no
+/// cancellation reaches, and the run's Ctrl-C handler would otherwise swallow the signal.
+pub(crate) async fn ask_terminal(calls: &[ToolCall]) -> Option<Vec<ApprovalDecision>> {
+    let calls = calls.to_vec();
+    let asking = tokio::task::spawn_blocking(move || {
+        let stdin = std::io::stdin();
+        let mut stderr = std::io::stderr();
+        ask(&calls, &mut stdin.lock(), &mut stderr).ok().flatten()
+    });
+    tokio::select! {
+        answered = asking => answered.ok().flatten(),
+        _ = tokio::signal::ctrl_c() => {
+            let _ = writeln!(std::io::stderr(), "\nagentry: aborted; the calls still wait for approval");
+            std::process::exit(i32::from(crate::exit::Exit::Aborted.code()));
+        }
+    }
 }
 
 /// Asks `y/n` for each call on `output`, reading answers from `input`: `y`/`yes` approves,

@@ -522,7 +522,7 @@ async fn go<O: Write, E: Write>(
         if let Some(file) = &file {
             file.save(&mut state).await?;
         }
-        let Some(decisions) = crate::approval::ask_terminal(&state.session.pending_approvals)
+        let Some(decisions) = crate::approval::ask_terminal(&state.session.pending_approvals).await
         else {
             break;
         };

@@ -315,3 +315,81 @@ fn on_a_terminal_agentry_asks_and_a_denial_reaches_the_model() {
         "This call was not run: the user denied it: no math today"
     );
 }
+
+#[test]
+fn ctrl_c_at_the_prompt_exits_130_and_the_calls_keep_waiting() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+
+    let Some(script) = script() else {
+        return;
+    };
+    let setup = Setup::new(vec![tool_calls(&[(
+        "call_1",
+        "calculator",
+        json!({"expression": "6*7"}),
+    )])]);
+    let url = setup.server.url();
+    let session = setup.session();
+    let command = format!(
+        "{} run --provider openai --base-url {url} --model gpt-4.1-mini --tool calculator \
+         --require-approval calculator --session {} 'What is 6*7?'",
+        env!("CARGO_BIN_EXE_agentry"),
+        session.display()
+    );
+    let mut process = Command::new(script)
+        .args(["-qec", &command, "/dev/null"])
+        .env("HOME", setup.dir.path().join("home"))
+        .env("XDG_CONFIG_HOME", setup.dir.path().join("home/.config"))
+        .env("NO_COLOR", "1")
+        .env("OPENAI_API_KEY", "test-key")
+        .env_remove("AGENTRY_CONFIG")
+        .current_dir(setup.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shown = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let shown = Arc::clone(&shown);
+        let mut stdout = process.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                shown.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        })
+    };
+    // Ctrl-C once the prompt is up (a Ctrl-C during the model call is the run's own case).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !String::from_utf8_lossy(&shown.lock().unwrap()).contains("Run it? [y/n]") {
+        assert!(std::time::Instant::now() < deadline, "no prompt");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut stdin = process.stdin.take().unwrap();
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    // Without the fix the signal was swallowed and the prompt waited forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = process.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            process.kill().unwrap();
+            panic!("Ctrl-C at the prompt did not end the process");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(stdin);
+    reader.join().unwrap();
+    let shown = String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
+    assert_eq!(status.code(), Some(130), "{shown}");
+    let state: Value = serde_json::from_slice(&setup.files().1).unwrap();
+    assert_eq!(state["session"]["status"], "awaiting_approval", "{shown}");
+    assert_eq!(setup.server.requests().len(), 1);
+}
