@@ -18,6 +18,9 @@
 //!   calls, so a run suspended in one process resumes in another. In a round that mixes
 //!   local and remote calls, the local ones run first and their results join the history (and
 //!   the appender) at once; the remote results follow when the caller resumes.
+//! - A tool marked [`with_approval`](agent_tools::Tool::with_approval), or an approval policy
+//!   ([`Options::with_approval_policy`]), makes a round wait for a person: the run suspends
+//!   with status `awaiting_approval` and resumes from [`ApprovalDecision`]s (docs/approval.md).
 //! - [`Options`] holds the mode, the [tools](agent_tools::Registry), every budget, timeouts,
 //!   the cancellation token, the conversation appender and the [`Hooks`].
 //! - [`Options::with_output`] asks for a typed final answer: a JSON Schema (derived from a
@@ -68,6 +71,7 @@
 //! # }
 //! ```
 
+mod approval;
 pub mod audit;
 mod dispatch;
 mod estimate;
@@ -85,6 +89,7 @@ mod telemetry;
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
 
+pub use approval::{Approval, ApprovalDecision, ApprovalPolicy, ApprovalRequest};
 pub use audit::{
     AccountingConfig, AccountingQueue, AccountingReceiver, AccountingRow, AccountingStats,
     ModelCallRow, QueueFull, RowWriter, RunContext, ToolCallRow, WriteError, WriteFuture,

@@ -230,6 +230,12 @@ pub struct Options {
     /// What of the history each model call is sent (see [`crate::history`]); `None` (the
     /// default) sends all of it, copying nothing.
     pub history: Option<crate::history::HistoryPolicy>,
+    /// Decides per call whether a person must approve it (docs/approval.md); `None` asks only
+    /// for tools marked [`with_approval`](agent_tools::Tool::with_approval).
+    pub approval_policy: Option<crate::approval::ApprovalPolicy>,
+    /// The tools [`require_approval_for`](Self::require_approval_for) named, checked against
+    /// the run's tools when it starts.
+    pub approval_tools: Option<Arc<BTreeSet<String>>>,
 }
 
 impl Default for Options {
@@ -270,6 +276,8 @@ impl Default for Options {
             max_output_retries: 1,
             prepare_round: None,
             history: None,
+            approval_policy: None,
+            approval_tools: None,
         }
     }
 }
@@ -519,6 +527,8 @@ impl fmt::Debug for Options {
             .field("max_output_retries", &self.max_output_retries)
             .field("prepare_round", &self.prepare_round.is_some())
             .field("history", &self.history)
+            .field("approval_policy", &self.approval_policy.is_some())
+            .field("approval_tools", &self.approval_tools)
             .finish()
     }
 }

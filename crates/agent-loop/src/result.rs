@@ -71,6 +71,9 @@ pub struct GenerateResult {
     /// run had no output schema (or is waiting for tool results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// The calls waiting for a person's approval, when `status` is `awaiting_approval`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<ToolCall>,
 }
 
 impl GenerateResult {

@@ -125,12 +125,19 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
         // Built before any await: no borrow of the outcome is held across one.
         let (last, messages) = match &outcome {
             Ok(result) => (
-                (result.status == SessionStatus::AwaitingToolExecution).then(|| {
-                    AgentEvent::AwaitingToolExecution {
-                        session_id: session_id.clone(),
-                        tool_calls: result.pending_tool_calls.clone(),
+                match result.status {
+                    SessionStatus::AwaitingToolExecution => {
+                        Some(AgentEvent::AwaitingToolExecution {
+                            session_id: session_id.clone(),
+                            tool_calls: result.pending_tool_calls.clone(),
+                        })
                     }
-                }),
+                    SessionStatus::AwaitingApproval => Some(AgentEvent::ApprovalRequested {
+                        session_id: session_id.clone(),
+                        tool_calls: result.pending_approvals.clone(),
+                    }),
+                    _ => None,
+                },
                 result.messages.clone(),
             ),
             Err(error) => (
@@ -160,6 +167,8 @@ enum End {
     Answered,
     /// Calls wait for the caller.
     Suspended(Vec<ToolCall>),
+    /// Calls wait for a person's approval.
+    AwaitingApproval(crate::approval::Round),
 }
 
 /// One run. Holds the session's history inside the request it sends, so no round copies the
@@ -211,6 +220,10 @@ struct Run<'s, 'o, B: ?Sized> {
     /// What the policy took out of the history for the call in flight, to put back. Boxed,
     /// so a run without a policy carries one pointer for it.
     shaped: Option<Box<crate::history::Applied>>,
+    /// Whether a call may need approval (a policy, or a tool marked for it).
+    approvals_possible: bool,
+    /// The decisions resuming a round that waited for approval.
+    approvals: Option<Vec<crate::ApprovalDecision>>,
 }
 
 /// A run's structured output: the spec, the strategy resolved for the backend, the retries
@@ -295,8 +308,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             )));
         }
 
+        let approvals_possible = crate::approval::possible(options, &tools)?;
         let state = match input {
-            SessionInput::ToolResults(_) => session.suspended.take().unwrap_or_default(),
+            SessionInput::ToolResults(_) | SessionInput::Approvals(_) => {
+                session.suspended.take().unwrap_or_default()
+            }
             _ => RunState::default(),
         };
         if session.messages.is_empty() && matches!(input, SessionInput::Continue) {
@@ -306,13 +322,19 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
         let mut messages = std::mem::take(&mut session.messages);
         let pending = std::mem::take(&mut session.pending_tool_calls);
+        session.pending_approvals.clear();
         // A round a dropped run left unanswered is closed first (history only: the appender
         // never saw the round end), so the request stays valid.
-        if !matches!(input, SessionInput::ToolResults(_)) {
+        if !matches!(
+            input,
+            SessionInput::ToolResults(_) | SessionInput::Approvals(_)
+        ) {
             close_dangling(&mut messages, "the run that made it ended first");
         }
         let before_input = messages.len();
+        let mut approvals = None;
         match input {
+            SessionInput::Approvals(decisions) => approvals = Some(decisions),
             SessionInput::User(user) => messages.push(Message::User(user)),
             SessionInput::ToolResults(results) => {
                 // Remote results count against the budgets as input of the next call.
@@ -397,6 +419,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 .clone()
                 .map(|policy| Box::new(crate::history::Shaper::new(policy))),
             shaped: None,
+            approvals_possible,
+            approvals,
         })
     }
 
@@ -404,6 +428,19 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     async fn drive(&mut self) -> Result<End, AgentError> {
         // Echoed input goes to the appender first.
         self.append_new().await?;
+        if let Some(decisions) = self.approvals.take() {
+            // The round that waited for approval runs now, in call order.
+            let round = self.state.approval_round.take();
+            let (jobs, pending) = match round {
+                Some(round) => round.into_jobs(&decisions),
+                None => (Vec::new(), Vec::new()),
+            };
+            let suspended = self.run_jobs(jobs, pending).await?;
+            self.check_spend()?;
+            if let Some(end) = suspended {
+                return Ok(end);
+            }
+        }
         loop {
             let at = self.call_model().await?;
             self.check_spend()?;
@@ -434,10 +471,10 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             }
             self.state.iterations += 1;
             self.check_cycle(&calls)?;
-            let pending = self.run_tools(calls).await?;
+            let suspended = self.run_tools(calls).await?;
             self.check_spend()?;
-            if !pending.is_empty() {
-                return Ok(End::Suspended(pending));
+            if let Some(end) = suspended {
+                return Ok(end);
             }
         }
     }
@@ -473,6 +510,16 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 self.session.suspended = Some(std::mem::take(&mut self.state));
                 self.session.pending_tool_calls.clone_from(&pending);
                 Ok(self.result(pending))
+            }
+            Ok(End::AwaitingApproval(round)) => {
+                self.session.status = SessionStatus::AwaitingApproval;
+                self.session.pending_approvals = round.waiting();
+                self.state.approval_round = Some(round);
+                self.session.suspended = Some(std::mem::take(&mut self.state));
+                let mut result = self.result(Vec::new());
+                result.finish_reason = StopReason::ToolCalls;
+                result.pending_approvals = self.session.pending_approvals.clone();
+                Ok(result)
             }
             Err(error) => {
                 self.session.status = if error.is_aborted() {
@@ -544,6 +591,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 Vec::new()
             },
             output: answer,
+            pending_approvals: Vec::new(),
         }
     }
 
@@ -1122,11 +1170,13 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         Ok(())
     }
 
-    /// Runs one round's calls; local results join the history in call order. Returns the
-    /// remote calls left for the caller.
-    async fn run_tools(&mut self, calls: Vec<ToolCall>) -> Result<Vec<ToolCall>, AgentError> {
+    /// Runs one round's calls; local results join the history in call order. Returns how
+    /// the run suspends, if it does: remote calls left for the caller, or calls waiting for
+    /// approval (then nothing of the round ran).
+    async fn run_tools(&mut self, calls: Vec<ToolCall>) -> Result<Option<End>, AgentError> {
         let iteration = self.state.iterations;
         let mut pending = Vec::new();
+        let mut waiting = Vec::new();
         let cap = self.options.max_tool_calls_per_round;
         let asked = calls.len();
         let mut jobs = Vec::with_capacity(asked.min(cap.saturating_add(1)));
@@ -1167,13 +1217,44 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             if remote {
                 pending.push(call);
             } else {
+                let refused = match self.approvals_possible {
+                    true => match crate::approval::screen(self.options, tools, &call) {
+                        Some(Ok(())) => {
+                            waiting.push(jobs.len());
+                            None
+                        }
+                        Some(Err(reason)) => Some(reason),
+                        None => None,
+                    },
+                    false => None,
+                };
                 jobs.push(Job {
                     call,
                     iteration,
-                    refused: None,
+                    refused,
                 });
             }
         }
+        if !waiting.is_empty() {
+            let round = crate::approval::Round::new(jobs, &waiting, pending);
+            return Ok(Some(End::AwaitingApproval(round)));
+        }
+        self.run_jobs(jobs, pending).await
+    }
+
+    /// Runs a round's local `jobs` in call order; `pending` remote calls then wait for the
+    /// caller.
+    async fn run_jobs(
+        &mut self,
+        jobs: Vec<Job>,
+        pending: Vec<ToolCall>,
+    ) -> Result<Option<End>, AgentError> {
+        // A round the preparation narrowed runs against its own tools (a round resumed after
+        // approval runs against the run's: its preparation ran in the run that asked).
+        let tools: &Registry = match self.prepared.as_ref().and_then(|p| p.round_tools()) {
+            Some(round) => round,
+            None => &self.tools,
+        };
         let outcomes = crate::dispatch::run_batch(
             &jobs,
             tools,
@@ -1215,7 +1296,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
         match stop {
             Some(error) => Err(error),
-            None => Ok(pending),
+            None => Ok((!pending.is_empty()).then_some(End::Suspended(pending))),
         }
     }
 
@@ -1615,6 +1696,10 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 pub(crate) fn check_input(session: &Session, input: &SessionInput) -> Result<(), AgentError> {
     let awaiting = session.status == SessionStatus::AwaitingToolExecution;
     match input {
+        SessionInput::Approvals(decisions) => crate::approval::check(session, decisions),
+        _ if session.status == SessionStatus::AwaitingApproval => {
+            Err(crate::approval::waiting_error(session))
+        }
         SessionInput::ToolResults(results) => {
             if !awaiting {
                 return Err(AgentError::config(format!(

@@ -21,6 +21,9 @@ pub enum SessionStatus {
     Running,
     /// The model asked for tools the caller runs; resume with one result per pending call.
     AwaitingToolExecution,
+    /// Tool calls wait for a person's approval; resume with one
+    /// [`ApprovalDecision`](crate::ApprovalDecision) per call in `pending_approvals`.
+    AwaitingApproval,
     /// The last run ended with an answer.
     Completed,
     /// The last run was cancelled; what completed before is kept.
@@ -36,6 +39,8 @@ pub enum SessionInput {
     User(UserMessage),
     /// Results for exactly the session's pending tool calls (any order).
     ToolResults(Vec<ToolResult>),
+    /// Decisions for exactly the session's calls waiting for approval (any order).
+    Approvals(Vec<crate::ApprovalDecision>),
     /// Nothing new: run on the history as it is (its last message must be a user message or
     /// a tool result).
     Continue,
@@ -56,6 +61,12 @@ impl From<&str> for SessionInput {
 impl From<String> for SessionInput {
     fn from(text: String) -> Self {
         Self::User(UserMessage::text(text))
+    }
+}
+
+impl From<Vec<crate::ApprovalDecision>> for SessionInput {
+    fn from(decisions: Vec<crate::ApprovalDecision>) -> Self {
+        Self::Approvals(decisions)
     }
 }
 
@@ -121,6 +132,9 @@ pub struct Session {
     /// The calls waiting for the caller, when `status` is `awaiting_tool_execution`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_tool_calls: Vec<ToolCall>,
+    /// The calls waiting for a person's approval, when `status` is `awaiting_approval`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<ToolCall>,
     /// The budgets a suspended run has used, so resuming continues them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) suspended: Option<RunState>,
@@ -152,6 +166,7 @@ impl Session {
             usage: Usage::default(),
             cost_usd: None,
             pending_tool_calls: Vec::new(),
+            pending_approvals: Vec::new(),
             suspended: None,
             history_summary: None,
         }
@@ -245,6 +260,9 @@ pub(crate) struct RunState {
     /// The last call, for cycle detection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) last_call: Option<RepeatedCall>,
+    /// The tool round waiting for approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) approval_round: Option<crate::approval::Round>,
 }
 
 fn is_zero(value: &u64) -> bool {

@@ -276,6 +276,7 @@ mod tests {
             rate: crate::limits::RateLimiter::new(1),
             gate: crate::limits::Gate::new(1),
             quotas: crate::config::Quotas::default(),
+            require_approval: Arc::default(),
         });
         let mut keys = Keys::default();
         assert!(keys.insert("0123456789abcdef", Arc::clone(&tenant)));

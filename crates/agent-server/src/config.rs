@@ -376,6 +376,10 @@ pub struct TenantConfig {
     /// The most tokens per UTC calendar month; overrides `[server.limits]`.
     #[serde(default)]
     pub max_tokens_per_month: Option<u64>,
+    /// Server tools whose calls wait for a person's approval in this tenant's sessions
+    /// (docs/approval.md); in chat completions they are denied instead.
+    #[serde(default)]
+    pub require_approval: Vec<String>,
 }
 
 impl TenantConfig {

@@ -41,6 +41,9 @@ pub struct ExecuteComplete<'a> {
     status: SessionStatus,
     #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
     pending_tool_calls: &'a [ToolCall],
+    /// The calls waiting for approval (status `awaiting_approval`).
+    #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
+    pending_approvals: &'a [ToolCall],
     usage: Usage,
     #[serde(skip_serializing_if = "Option::is_none")]
     cost_usd: Option<f64>,
@@ -294,6 +297,11 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         })
     };
     let mut options = options(&state, &tenant, &record, cancel.clone());
+    crate::approval::install(
+        &mut options,
+        &tenant.require_approval,
+        crate::approval::Resumable::Yes,
+    );
     let meter = state.inner.spend.meter(&tenant.name);
     if let Some(meter) = &meter {
         meter.install(&mut options);
@@ -414,6 +422,7 @@ fn complete_event<'a>(
         session_id: record.id(),
         status: record.session.status,
         pending_tool_calls: &record.session.pending_tool_calls,
+        pending_approvals: &record.session.pending_approvals,
         usage,
         cost_usd,
         error,

@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod approval;
 mod auth;
 mod config;
 mod error;

@@ -375,6 +375,11 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         structured: output.is_some(),
     };
     let mut options = options(&state, &tenant, &record, cancel.clone());
+    crate::approval::install(
+        &mut options,
+        &tenant.require_approval,
+        crate::approval::Resumable::No,
+    );
     if let Some((spec, strategy)) = output {
         options.output = Some(spec);
         options.output_strategy = strategy;

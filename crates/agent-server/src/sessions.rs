@@ -64,6 +64,9 @@ struct ExecuteBody {
     message: Option<UserInput>,
     #[serde(default)]
     tool_results: Option<Vec<ToolResult>>,
+    /// Decisions for the calls waiting for approval (docs/approval.md).
+    #[serde(default)]
+    approvals: Option<Vec<agent_loop::ApprovalDecision>>,
     #[serde(default)]
     context: Option<NewSession>,
 }
@@ -159,6 +162,7 @@ pub(crate) async fn get(
             "remote_tools": session.remote_tools,
             "messages": session.messages,
             "pending_tool_calls": session.pending_tool_calls,
+            "pending_approvals": session.pending_approvals,
             "usage": session.usage,
             "cost_usd": session.cost_usd,
             "created_at_ms": record.created_at_ms,
@@ -298,13 +302,16 @@ pub(crate) async fn execute(
     respond(state, headers, |tenant| async move {
         state.inner.spend.admit(&tenant.name).await?;
         let body: ExecuteBody = json_body(state, headers, body).await?;
-        let input = match (body.message, body.tool_results) {
-            (Some(UserInput::Text(text)), None) => SessionInput::User(UserMessage::text(text)),
-            (Some(UserInput::Message(message)), None) => SessionInput::User(message),
-            (None, Some(results)) => SessionInput::ToolResults(results),
+        let input = match (body.message, body.tool_results, body.approvals) {
+            (Some(UserInput::Text(text)), None, None) => {
+                SessionInput::User(UserMessage::text(text))
+            }
+            (Some(UserInput::Message(message)), None, None) => SessionInput::User(message),
+            (None, Some(results), None) => SessionInput::ToolResults(results),
+            (None, None, Some(decisions)) => SessionInput::Approvals(decisions),
             _ => {
                 return Err(ApiError::bad_request(
-                    "send exactly one of `message` (a user turn) and `tool_results`",
+                    "send exactly one of `message` (a user turn), `tool_results` and `approvals`",
                 ));
             }
         };

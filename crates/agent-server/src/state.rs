@@ -59,6 +59,8 @@ pub(crate) struct Tenant {
     pub(crate) gate: Gate,
     /// Its storage quotas and session expiry (the server's, with its overrides).
     pub(crate) quotas: Quotas,
+    /// The tools whose calls wait for approval.
+    pub(crate) require_approval: Arc<std::collections::BTreeSet<String>>,
 }
 
 /// A model on the allow-list.
@@ -225,6 +227,7 @@ impl ServerBuilder {
                         .unwrap_or(limits.concurrent_executes),
                 ),
                 quotas: config.quotas.with(&tenant.quotas),
+                require_approval: crate::approval::tenant_tools(tenant, &tools)?,
             });
             let keys = tenant.keys();
             if keys.is_empty() {

@@ -17,7 +17,8 @@ use crate::validate::{ArgumentValidator, InvalidArguments, Validated, Validation
 #[derive(Debug)]
 pub struct RegisteredTool {
     tool: Tool,
-    validator: ArgumentValidator,
+    /// Shared, so marking a registered tool for approval compiles nothing again.
+    validator: Arc<ArgumentValidator>,
 }
 
 impl RegisteredTool {
@@ -112,7 +113,10 @@ impl Registry {
                 other => other,
             })?;
         let name = tool.name().to_owned();
-        let entry = Arc::new(RegisteredTool { tool, validator });
+        let entry = Arc::new(RegisteredTool {
+            tool,
+            validator: Arc::new(validator),
+        });
         Ok(self.tools.entry(name).or_insert(entry))
     }
 
@@ -176,6 +180,41 @@ impl Registry {
             .values()
             .map(|tool| tool.spec().clone())
             .collect()
+    }
+
+    /// Makes the named tools wait for approval ([`Tool::with_approval`]), for tools registered
+    /// by someone else: MCP-imported tools, resource tools, built-ins. Registries that share
+    /// the tools (clones, narrowed copies) made before this call keep the tools as they were.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTools`] listing every name that is not registered; nothing changes then.
+    pub fn require_approval<I, S>(&mut self, names: I) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let names: Vec<S> = names.into_iter().collect();
+        let unknown: Vec<String> = names
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|name| !self.tools.contains_key(*name))
+            .map(str::to_owned)
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Error::UnknownTools { names: unknown });
+        }
+        for name in &names {
+            if let Some(entry) = self.tools.get_mut(name.as_ref())
+                && !entry.tool.requires_approval()
+            {
+                *entry = Arc::new(RegisteredTool {
+                    tool: entry.tool.clone().with_approval(),
+                    validator: Arc::clone(&entry.validator),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Only the tools named in `allowed` (a per-call allow-list).

@@ -32,6 +32,7 @@ pub struct Tool {
     handler: Option<Arc<dyn Handler>>,
     required_permissions: BTreeSet<String>,
     output_schema: Option<Arc<Value>>,
+    requires_approval: bool,
 }
 
 impl fmt::Debug for Tool {
@@ -41,6 +42,7 @@ impl fmt::Debug for Tool {
             .field("remote", &self.is_remote())
             .field("required_permissions", &self.required_permissions)
             .field("output_schema", &self.output_schema)
+            .field("requires_approval", &self.requires_approval)
             .finish()
     }
 }
@@ -126,6 +128,7 @@ impl Tool {
             handler,
             required_permissions: BTreeSet::new(),
             output_schema: None,
+            requires_approval: false,
         }
     }
 
@@ -233,6 +236,21 @@ impl Tool {
     pub fn requires_permission(mut self, permission: impl Into<String>) -> Self {
         self.required_permissions.insert(permission.into());
         self
+    }
+
+    /// Makes every call of the tool wait for a person's approval: the loop suspends with
+    /// status `awaiting_approval` before running it (see `docs/approval.md`). An approval
+    /// policy in the loop's options can still decide otherwise per call.
+    #[must_use]
+    pub fn with_approval(mut self) -> Self {
+        self.requires_approval = true;
+        self
+    }
+
+    /// `true` when calls of the tool wait for approval by default ([`with_approval`](Self::with_approval),
+    /// [`Registry::require_approval`](crate::Registry::require_approval)).
+    pub fn requires_approval(&self) -> bool {
+        self.requires_approval
     }
 
     /// Declares the JSON Schema of the tool's result (MCP's `outputSchema`): an MCP server

@@ -24,7 +24,7 @@ use crate::stop::StopReason;
 ///     ( tool_execution_start | tool_execution_delta | tool_execution_end )*
 ///     ( message_start{tool} message_end )*
 ///   )*
-///   awaiting_tool_execution?
+///   (awaiting_tool_execution | approval_requested)?
 ///   error?
 /// session_end
 /// ```
@@ -38,7 +38,9 @@ use crate::stop::StopReason;
 /// `call_id`, and the tool messages follow in call order once the round is done. Every local
 /// call gets a `tool_execution_start` and a `tool_execution_end`, including calls refused
 /// before running (unknown tool, invalid arguments); remote calls get none and are listed in
-/// `awaiting_tool_execution` instead. The complete message, with usage and
+/// `awaiting_tool_execution` instead. A round with calls waiting for a person's approval runs
+/// none of its calls: they are listed in `approval_requested`, and the whole round's
+/// executions come in the run that resumes with the decisions. The complete message, with usage and
 /// stop reason, arrives in `message_end`, so a consumer that only wants whole turns can skip
 /// every delta.
 ///
@@ -74,6 +76,14 @@ pub enum AgentEvent {
         /// The session.
         session_id: SessionId,
         /// The calls the caller must run.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The loop suspended because tool calls need a person's approval (docs/approval.md).
+    /// Nothing of their round ran; resume the session with one decision per call.
+    ApprovalRequested {
+        /// The session.
+        session_id: SessionId,
+        /// The calls waiting for approval: id, tool name and (validated) arguments.
         tool_calls: Vec<ToolCall>,
     },
     /// A message begins: an assistant message when a model call starts streaming, a tool

@@ -88,10 +88,17 @@ where
                     "pending_tool_calls": result.pending_tool_calls,
                 }))
             }
+            Ok(result) if result.status == SessionStatus::AwaitingApproval => {
+                renderer.data(&json!({
+                    "session_id": result.session_id,
+                    "pending_approvals": result.pending_approvals,
+                }))
+            }
             _ => Ok(()),
         });
     let exit = match &outcome {
         Ok(result) if result.status == SessionStatus::AwaitingToolExecution => Exit::Awaiting,
+        Ok(result) if result.status == SessionStatus::AwaitingApproval => Exit::Awaiting,
         Ok(_) => Exit::Done,
         Err(error) => Exit::of(error),
     };
@@ -166,6 +173,9 @@ fn status_line(
     let facts = facts.join(" · ");
     match (exit, outcome) {
         (Exit::Done, _) => format!("done · {facts}"),
+        (Exit::Awaiting, Ok(result)) if result.status == SessionStatus::AwaitingApproval => {
+            format!("awaiting approval · {facts}")
+        }
         (Exit::Awaiting, _) => format!("awaiting tool results · {facts}"),
         (Exit::Aborted, _) if interrupted => {
             format!("aborted by Ctrl-C; completed turns are kept · {facts}")

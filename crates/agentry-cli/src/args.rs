@@ -95,6 +95,10 @@ pub(crate) struct LoopArgs {
     /// missing); read it with `agentry usage FILE`
     #[arg(long, value_name = "FILE")]
     pub(crate) accounting: Option<PathBuf>,
+    /// Ask before every call of TOOL (repeatable): on a terminal y/n per call, otherwise
+    /// exit 4 with the waiting calls (continue with `agentry resume --approve/--deny`)
+    #[arg(long = "require-approval", value_name = "TOOL")]
+    pub(crate) require_approval: Vec<String>,
 }
 
 impl LoopArgs {

@@ -75,6 +75,8 @@ pub(crate) struct FileConfig {
     pub(crate) max_repeated_calls: Option<u32>,
     /// Seconds one tool call may take.
     pub(crate) tool_timeout_secs: Option<f64>,
+    /// Tools whose calls wait for a person's approval (docs/approval.md).
+    pub(crate) require_approval: Option<Vec<String>>,
     /// Prices per model, in USD per million tokens; added to (and overriding) the built-in card.
     #[serde(default)]
     pub(crate) prices: BTreeMap<String, ModelPrice>,
@@ -223,6 +225,11 @@ impl FileConfig {
             on_tool_error: self.on_tool_error.or(lower.on_tool_error),
             max_repeated_calls: self.max_repeated_calls.or(lower.max_repeated_calls),
             tool_timeout_secs: self.tool_timeout_secs.or(lower.tool_timeout_secs),
+            // Every layer's list counts: approval only ever narrows what runs unasked.
+            require_approval: match (&self.require_approval, &lower.require_approval) {
+                (Some(a), Some(b)) => Some(a.iter().chain(b).cloned().collect()),
+                (a, b) => a.clone().or_else(|| b.clone()),
+            },
             prices,
             mcp: self.mcp.or(lower.mcp),
             server: self.server.or(lower.server),
@@ -266,6 +273,8 @@ pub(crate) struct LoopSettings {
     pub(crate) on_tool_error: ToolErrorMode,
     pub(crate) max_repeated_calls: Option<u32>,
     pub(crate) tool_timeout: Option<Duration>,
+    /// Flags and files together.
+    pub(crate) require_approval: Vec<String>,
 }
 
 impl LoopSettings {
@@ -317,6 +326,12 @@ impl LoopSettings {
                 None => defaults.max_repeated_calls,
             },
             tool_timeout,
+            require_approval: flags
+                .require_approval
+                .iter()
+                .chain(file.require_approval.iter().flatten())
+                .cloned()
+                .collect(),
         })
     }
 

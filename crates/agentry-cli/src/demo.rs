@@ -61,7 +61,8 @@ pub(crate) async fn run<O: Write, E: Write>(
     let settings = LoopSettings::resolve(loop_args, &FileConfig::default())?;
     let options = settings
         .options(RateCard::list_prices())
-        .with_tools(tools()?);
+        .with_tools(tools()?)
+        .require_approval_for(settings.require_approval.iter().cloned());
 
     let header = format!(
         "agentry demo · {} ({}) · a recorded conversation replayed over HTTP from {} through the \

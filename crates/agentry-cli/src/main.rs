@@ -16,6 +16,7 @@
 
 mod accounting;
 mod agent;
+mod approval;
 mod args;
 mod attach;
 mod config;
@@ -46,7 +47,7 @@ use crate::render::Renderer;
 
 const EXIT_CODES: &str = "\
 Exit status: 0 done, 1 error, 2 usage (bad flags, configuration, missing key, or settings \
-refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results, 130 aborted \
+refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results or approval, 130 aborted \
 (Ctrl-C).";
 
 const RUN_HELP: &str = "\
@@ -60,7 +61,7 @@ or ~/.config/agentry), which wins over the defaults. A ./agentry.toml you have n
 or [[mcp]] servers.
 
 Exit status: 0 done, 1 error, 2 usage (bad flags, configuration, missing key, or settings \
-refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results, 130 aborted \
+refused from an untrusted file), 3 budget exceeded, 4 awaiting remote tool results or approval, 130 aborted \
 (Ctrl-C).";
 
 /// Run LLM tool-calling agents, offline or against real providers.
@@ -110,7 +111,8 @@ enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// Continue a session that stopped for remote tool calls, with their results.
+    /// Continue a session that stopped for remote tool calls, with their results, or for
+    /// approval, with decisions.
     #[command(after_help = RUN_HELP)]
     Resume {
         /// The session file given to `agentry run --session`
@@ -118,8 +120,10 @@ enum Command {
         session: PathBuf,
         /// The results: {"CALL_ID": OUTPUT, …} or [{"tool_call_id", "content", "is_error"}];
         /// `-` reads stdin
-        #[arg(long, value_name = "RESULTS.json")]
-        results: PathBuf,
+        #[arg(long, value_name = "RESULTS.json", required_unless_present_any = ["approve", "deny"])]
+        results: Option<PathBuf>,
+        #[command(flatten)]
+        approvals: approval::ApprovalArgs,
         #[command(flatten)]
         model: ModelArgs,
         // The answer schema is not stored in the session: a resumed run is given it again.
@@ -371,6 +375,7 @@ fn main() -> ExitCode {
             Command::Resume {
                 session,
                 results,
+                approvals,
                 model,
                 schema,
                 mcp,
@@ -380,7 +385,8 @@ fn main() -> ExitCode {
                 let mut renderer = Renderer::stdio(output.json);
                 run::resume(
                     &session,
-                    &results,
+                    results.as_deref(),
+                    &approvals,
                     &model,
                     &schema,
                     &mcp,

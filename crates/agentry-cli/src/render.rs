@@ -208,6 +208,16 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 let line = self.paint.yellow(&line);
                 self.note(&line)
             }
+            AgentEvent::ApprovalRequested { tool_calls, .. } => {
+                let names: Vec<&str> = tool_calls.iter().map(|call| call.name.as_str()).collect();
+                let line = format!(
+                    "waiting for approval of {} tool call(s): {}",
+                    tool_calls.len(),
+                    names.join(", ")
+                );
+                let line = self.paint.yellow(&line);
+                self.note(&line)
+            }
             AgentEvent::Error { error } => {
                 let line = self.paint.red(&format!("error: {error}"));
                 self.note(&line)?;

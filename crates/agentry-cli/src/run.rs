@@ -60,6 +60,14 @@ pub(crate) async fn run<O: Write, E: Write>(
                 .map_or_else(String::new, |path| path.display().to_string())
         )));
     }
+    if let Some(state) = &stored
+        && state.session.status == SessionStatus::AwaitingApproval
+    {
+        return Err(crate::approval::still_waiting(
+            &state.session,
+            request.session,
+        ));
+    }
     let mut state = settle(stored, request.model, &config, file.as_ref())?;
     for name in request.remote_tools {
         add_remote_tool(&mut state.session, name)?;
@@ -96,9 +104,11 @@ pub(crate) async fn run<O: Write, E: Write>(
 }
 
 /// `agentry resume`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn resume<O: Write, E: Write>(
     session: &Path,
-    results: &Path,
+    results: Option<&Path>,
+    approvals: &crate::approval::ApprovalArgs,
     model: &ModelArgs,
     schema: &SchemaArgs,
     mcp: &McpArgs,
@@ -114,6 +124,27 @@ pub(crate) async fn resume<O: Write, E: Write>(
             session,
             "no such session; start one with `agentry run --session FILE`",
         ));
+    };
+    if stored.session.status == SessionStatus::AwaitingApproval {
+        let input = crate::approval::resume_input(&stored.session, results, approvals, session)?;
+        let state = settle(Some(stored), model, &config, Some(&file))?;
+        if output.is_some() {
+            renderer.structured();
+        }
+        let run = Run {
+            loop_args,
+            output,
+            mcp,
+        };
+        return go(state, Some(file), input, &config.merged, run, renderer).await;
+    }
+    let Some(results) = results.filter(|_| !approvals.any()) else {
+        return Err(Error::Usage(format!(
+            "session {} is not waiting for approval (status: {}); --approve and --deny \
+             continue a session that is",
+            stored.session.id,
+            status_name(stored.session.status),
+        )));
     };
     if stored.session.status != SessionStatus::AwaitingToolExecution {
         return Err(Error::Usage(format!(
@@ -416,7 +447,15 @@ async fn go<O: Write, E: Write>(
         // A model on the user's own machine costs nothing per token.
         prices.insert(state.session.model.clone(), ModelPrice::default());
     }
-    let mut options = settings.options(prices).with_tools(tools);
+    state
+        .require_approval
+        .extend(settings.require_approval.iter().cloned());
+    state.require_approval.sort();
+    state.require_approval.dedup();
+    let mut options = settings
+        .options(prices)
+        .with_tools(tools)
+        .require_approval_for(state.require_approval.iter().cloned());
     if let Some((spec, strategy, retries)) = run.output {
         options = options
             .with_output_spec(spec)
@@ -467,7 +506,36 @@ async fn go<O: Write, E: Write>(
         state.provider.name(),
     )
     .await?;
-    let exit = agent::drive(&*model, &mut state.session, input, options, renderer).await;
+    let mut exit = agent::drive(
+        &*model,
+        &mut state.session,
+        input,
+        options.clone(),
+        renderer,
+    )
+    .await;
+    // On a terminal, a person decides each waiting call and the run goes on.
+    while exit == Exit::Awaiting
+        && state.session.status == SessionStatus::AwaitingApproval
+        && crate::approval::interactive()
+    {
+        if let Some(file) = &file {
+            file.save(&mut state).await?;
+        }
+        let Some(decisions) = crate::approval::ask_terminal(&state.session.pending_approvals).await
+        else {
+            break;
+        };
+        let input = SessionInput::Approvals(decisions);
+        exit = agent::drive(
+            &*model,
+            &mut state.session,
+            input,
+            options.clone(),
+            renderer,
+        )
+        .await;
+    }
     if let Some(recorder) = recorder {
         recorder.finish().await;
     }
@@ -476,7 +544,12 @@ async fn go<O: Write, E: Write>(
     }
     if let Some(file) = &file {
         file.save(&mut state).await?;
-        if exit == Exit::Awaiting {
+        if exit == Exit::Awaiting && state.session.status == SessionStatus::AwaitingApproval {
+            let _ = renderer.faint(&format!(
+                "continue with: agentry resume --session {} --approve ID|all --deny ID[:REASON]",
+                file.path().display()
+            ));
+        } else if exit == Exit::Awaiting {
             let _ = renderer.faint(&format!(
                 "continue with: agentry resume --session {} --results RESULTS.json",
                 file.path().display()

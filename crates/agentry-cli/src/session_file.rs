@@ -64,6 +64,9 @@ pub(crate) struct SessionState {
     /// The directory `read_file` may read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) root: Option<PathBuf>,
+    /// Tools whose calls wait for approval (`--require-approval`, kept for later runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) require_approval: Vec<String>,
     /// The session; its messages live in the log, not here.
     pub(crate) session: Session,
     /// Whether the state file read was the one agentry last wrote there (never stored).
@@ -80,6 +83,7 @@ impl SessionState {
             base_url: None,
             tools: Vec::new(),
             root: None,
+            require_approval: Vec::new(),
             session,
             // A state made now is the user's own.
             verdict: Verdict::Trusted,

@@ -115,3 +115,44 @@ async fn cancelling_the_run_cancels_the_mcp_call_on_the_server() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// An imported MCP tool is marked for approval by name: the run stops before calling the
+/// server, the session goes through JSON, and the approved call then reaches the server.
+#[tokio::test]
+async fn an_mcp_tool_marked_by_name_waits_for_approval_then_runs() {
+    use agent_loop::{ApprovalDecision, Session, SessionStatus, execute};
+
+    let Some(config) = stdio_config() else { return };
+    let client = McpClient::connect(config).await.unwrap();
+    let mut tools = Registry::new();
+    client.register_into(&mut tools).unwrap();
+    tools.require_approval(["everything_get-sum"]).unwrap();
+
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "everything_get-sum", json!({"a": 20, "b": 22})),
+        ScriptedTurn::text("The sum is 42."),
+    ])
+    .recording();
+    let options = Options::auto().with_tools(tools).with_tool_trace(true);
+    let mut session = Session::new("m");
+    let result = execute(&mut session, "add 20 and 22", &backend, &options)
+        .await
+        .unwrap();
+    assert_eq!(result.status, SessionStatus::AwaitingApproval);
+    assert_eq!(result.pending_approvals[0].name, "everything_get-sum");
+    assert!(result.trace.is_empty(), "nothing reached the MCP server");
+
+    let mut session = Session::from_json(&session.to_json().unwrap()).unwrap();
+    let result = execute(
+        &mut session,
+        vec![ApprovalDecision::approve("call_1")],
+        &backend,
+        &options,
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.text(), "The sum is 42.");
+    assert_eq!(result.trace.len(), 1);
+    let sent = serde_json::to_string(&backend.requests()[1].messages).unwrap();
+    assert!(sent.contains("The sum of 20 and 22 is 42."), "{sent}");
+}

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod approval;
 mod hardening;
 mod lifecycle;
 mod mcp;

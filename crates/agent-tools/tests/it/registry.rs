@@ -226,3 +226,30 @@ fn merge_shares_compiled_tools_and_refuses_a_duplicate_whole() {
     );
     assert!(!run.contains("d"), "nothing is added when one name clashes");
 }
+
+#[test]
+fn approval_is_marked_by_builder_or_by_name_and_unknown_names_change_nothing() {
+    assert!(raw("a").with_approval().requires_approval());
+    assert!(!raw("a").requires_approval());
+
+    let mut registry = registry(&["a", "b"]);
+    let before = registry.clone();
+    match registry.require_approval(["a", "zz"]) {
+        Err(Error::UnknownTools { names }) => assert_eq!(names, ["zz"]),
+        other => panic!("{other:?}"),
+    }
+    assert!(!registry.get("a").unwrap().tool().requires_approval());
+
+    registry.require_approval(["a"]).unwrap();
+    assert!(registry.get("a").unwrap().tool().requires_approval());
+    assert!(!registry.get("b").unwrap().tool().requires_approval());
+    // The compiled schema is shared, and a clone made before keeps the tool as it was.
+    assert!(
+        registry
+            .get("a")
+            .unwrap()
+            .validate(json!({}), agent_tools::ValidationMode::Strict)
+            .is_ok()
+    );
+    assert!(!before.get("a").unwrap().tool().requires_approval());
+}

@@ -132,6 +132,13 @@ fn agent_event_session_boundaries() {
             tool_calls: vec![weather_call()],
         }
     );
+    check!(
+        "agent_approval_requested",
+        AgentEvent::ApprovalRequested {
+            session_id: "sess-42".into(),
+            tool_calls: vec![weather_call()],
+        }
+    );
 }
 
 #[test]
