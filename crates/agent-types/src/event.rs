@@ -198,4 +198,21 @@ pub enum AgentEvent {
         /// What went wrong, with the partial trace and messages.
         error: AgentError,
     },
+    /// An event of a sub-agent, an agent this run called as a tool: `event` is one of the
+    /// sub-agent's own events (from its `session_start` to its `session_end`), between the
+    /// call's `tool_execution_start` and `tool_execution_end`. `path` names the agents from
+    /// this run's child down to the one that emitted it (`["researcher"]` for a child,
+    /// `["researcher", "searcher"]` for a grandchild), so `event` is never itself a
+    /// `sub_agent` event. `call_id` is this run's tool call the outermost child serves.
+    ///
+    /// `{"type":"sub_agent","call_id":"call_1","path":["researcher"],
+    /// "event":{"type":"text_delta","delta":"Hel"}}`
+    SubAgent {
+        /// This run's tool call that started the (outermost) sub-agent.
+        call_id: ToolCallId,
+        /// The agents from this run's child to the emitting one, by tool name.
+        path: Vec<String>,
+        /// The sub-agent's event.
+        event: Box<AgentEvent>,
+    },
 }
