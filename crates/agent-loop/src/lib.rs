@@ -68,6 +68,7 @@
 //! # }
 //! ```
 
+mod agent;
 pub mod audit;
 mod dispatch;
 mod estimate;
@@ -83,6 +84,7 @@ mod telemetry;
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
 
+pub use agent::{Agent, AgentBuilder};
 pub use audit::{
     AccountingConfig, AccountingQueue, AccountingReceiver, AccountingRow, AccountingStats,
     ModelCallRow, QueueFull, RowWriter, RunContext, ToolCallRow, WriteError, WriteFuture,

@@ -8,6 +8,7 @@
 // clippy.toml allows unwrap inside #[test] fns only; the shared helpers here are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod budgets;
 mod cancellation;
 mod conversation;
