@@ -72,6 +72,8 @@ struct Round<'a> {
 /// Calls run concurrently up to the parallelism limit. When the run is cancelled, running
 /// handlers see their tokens fire and get `cancel_grace` to finish; then the hard stop drops
 /// them. Calls not started by then are not run.
+// The round's shared parts, each borrowed from the run; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_batch(
     jobs: &[Job],
     tools: &Registry,

@@ -56,7 +56,7 @@ fn prices() -> RateCard {
         ..ModelPrice::default()
     };
     RateCard::new()
-        .with("parent-model", price.clone())
+        .with("parent-model", price)
         .with("child-model", price)
 }
 
