@@ -467,7 +467,10 @@ async fn go<O: Write, E: Write>(
         state.provider.name(),
     )
     .await?;
-    let exit = agent::drive(&*model, &mut state.session, input, options, renderer).await;
+    let agent = agent_loop::Agent::builder_shared(model.into(), state.session.model.clone())
+        .with_options(options)
+        .build();
+    let exit = agent::drive(&agent, &mut state.session, input, renderer).await;
     if let Some(recorder) = recorder {
         recorder.finish().await;
     }
