@@ -326,6 +326,12 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
                         error: redact_agent_error(error),
                     })
                 }
+                // A sub-agent's error, redacted the same way (rare: the copy is fine).
+                AgentEvent::SubAgent { event: inner, .. }
+                    if matches!(**inner, AgentEvent::Error { .. }) =>
+                {
+                    frame(&crate::error::redact_nested(event.clone()))
+                }
                 _ => frame(&event),
             };
             if !deliver(&sender, bytes, &cancel).await {

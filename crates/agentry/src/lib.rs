@@ -108,9 +108,9 @@ pub use agent_otel as otel;
 #[cfg(feature = "loop")]
 #[doc(inline)]
 pub use agent_loop::{
-    Agent, AgentBuilder, EventStream, GenerateResult, Hooks, Input, Options, OutputSpec, OutputStrategy, Session,
-    SessionInput, SessionStatus, ToolErrorMode, ToolMode, ToolParallelism, execute, execute_stream,
-    generate, generate_stream,
+    Agent, AgentBuilder, EventStream, GenerateResult, Hooks, Input, Options, OutputSpec,
+    OutputStrategy, Session, SessionInput, SessionStatus, ToolErrorMode, ToolMode, ToolParallelism,
+    execute, execute_stream, generate, generate_stream,
 };
 
 #[doc(inline)]

@@ -11,6 +11,7 @@ mod settings;
 mod spend;
 mod store;
 mod structured;
+mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;
