@@ -21,7 +21,7 @@ use crate::stop::StopReason;
 ///       | thinking_start thinking_delta* thinking_end
 ///       | tool_call_start tool_call_delta* tool_call_end )*
 ///     message_end
-///     ( tool_execution_start | tool_execution_delta | tool_execution_end )*
+///     ( tool_execution_start | tool_execution_delta | sub_agent | tool_execution_end )*
 ///     ( message_start{tool} message_end )*
 ///   )*
 ///   awaiting_tool_execution?
