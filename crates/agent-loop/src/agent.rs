@@ -238,8 +238,8 @@ impl Agent {
     ///   the caller lacks;
     /// - its trace is the caller's trace entry's [`sub_trace`](agent_types::TraceEntry::sub_trace).
     ///
-    /// A sub-agent must end with an answer: one that suspends (a remote tool, `return` mode)
-    /// fails the caller's run with a fatal tool error.
+    /// A sub-agent must end with an answer: one that suspends (a remote tool, an approval,
+    /// `return` mode) fails the caller's run with a fatal tool error.
     pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> Tool {
         let parameters = json!({
             "type": "object",
@@ -331,10 +331,13 @@ impl Agent {
                 accounting.add_usage(&result.usage);
                 accounting.add_cost_usd(result.cost_usd.unwrap_or(0.0));
                 context.attach_trace(result.trace);
-                if result.status == SessionStatus::AwaitingToolExecution {
+                // Any suspension (remote tools, `return` mode, calls waiting for a person's
+                // approval) leaves no answer, and a tool call cannot be resumed later.
+                if result.status != SessionStatus::Completed {
                     return Err(ToolError::fatal(format!(
                         "the agent `{name}` stopped for tool calls it cannot run as a tool \
-                         (remote tools or `return` mode); give it local tools in `auto` mode"
+                         (remote tools, approvals or `return` mode); give it local tools in \
+                         `auto` mode"
                     )));
                 }
                 Ok(match result.output {
