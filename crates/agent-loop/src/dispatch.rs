@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agent_tools::{
-    Accounting, Registry, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolEvent,
-    TruncationPolicy, cap_binary, escaped_len, truncate, truncate_result,
+    Accounting, BudgetLeft, EventSink, Registry, ToolContent, ToolContext, ToolError,
+    ToolErrorKind, ToolEvent, TruncationPolicy, cap_binary, escaped_len, truncate, truncate_result,
 };
 use agent_types::{AgentEvent, ToolCall, ToolResult, ToolResultBlock, TraceEntry};
 use futures_util::future::{Either, join_all, select};
@@ -57,6 +57,10 @@ struct Round<'a> {
     emitter: &'a Emitter,
     hard_stop: &'a CancellationToken,
     accounting: &'a Accounting,
+    /// What was left of the run's budgets when the round began (a sub-agent's cap).
+    budget: BudgetLeft,
+    /// Where sub-agents' events go; `None` when the run does not stream.
+    events: Option<EventSink>,
     /// Set by a call whose failure ends the run: calls not started yet are skipped.
     stopping: AtomicBool,
     /// Bytes of the round's results so far, against `max_round_result_bytes`.
@@ -68,6 +72,8 @@ struct Round<'a> {
 /// Calls run concurrently up to the parallelism limit. When the run is cancelled, running
 /// handlers see their tokens fire and get `cancel_grace` to finish; then the hard stop drops
 /// them. Calls not started by then are not run.
+// The round's shared parts, each borrowed from the run; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_batch(
     jobs: &[Job],
     tools: &Registry,
@@ -76,10 +82,15 @@ pub(crate) async fn run_batch(
     emitter: &Emitter,
     hard_stop: &CancellationToken,
     accounting: &Accounting,
+    budget: BudgetLeft,
 ) -> Vec<Outcome> {
     if jobs.is_empty() {
         return Vec::new();
     }
+    let events = emitter.is_on().then(|| {
+        let emitter = emitter.clone();
+        EventSink::new(move |event| emitter.queue(event))
+    });
     let round = Round {
         tools,
         options,
@@ -87,6 +98,8 @@ pub(crate) async fn run_batch(
         emitter,
         hard_stop,
         accounting,
+        budget,
+        events,
         stopping: AtomicBool::new(false),
         round_bytes: AtomicUsize::new(0),
     };
@@ -273,7 +286,12 @@ impl Round<'_> {
             .with_hard_stop(self.hard_stop.clone())
             // Handlers read at most what the truncation below keeps.
             .with_max_result_bytes(self.policy.max_bytes())
-            .with_max_binary_bytes(options.tool_result_max_binary_bytes);
+            .with_max_binary_bytes(options.tool_result_max_binary_bytes)
+            .with_budget_left(self.budget);
+            let context = match &self.events {
+                Some(sink) => context.with_events(sink.clone()),
+                None => context,
+            };
             // A handler that returns content blocks leaves them here.
             let slot = context.content_slot();
             (slot, tool.invoke(arguments.clone(), context))
@@ -309,8 +327,10 @@ impl Round<'_> {
         // Taken whatever the outcome, so content a failed call set does not wait in the
         // run's accounting until the run ends.
         let content = slot.take();
+        // A sub-agent's trace, for this call's entry.
+        let sub_trace = slot.take_trace();
         drop(slot);
-        match finished {
+        let mut outcome = match finished {
             Ok(Ok(value)) => {
                 let produced = match content {
                     Some(content) => Produced::Content(content),
@@ -351,7 +371,9 @@ impl Round<'_> {
                 )
                 .await
             }
-        }
+        };
+        outcome.trace.sub_trace = sub_trace;
+        outcome
     }
 
     async fn announce_start(&self, call: &ToolCall, arguments: &Value) {
@@ -445,6 +467,7 @@ impl Round<'_> {
             duration,
             error,
             repairs,
+            sub_trace: Vec::new(),
         };
         Outcome {
             result,

@@ -71,6 +71,11 @@ fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<AgentEvent>> {
 /// Returns `Pending` once (waking itself), so the stream gets to hand out what was queued.
 pub(crate) struct YieldOnce(bool);
 
+/// Lets the stream hand out what a handler queued (a sub-agent's events) before it goes on.
+pub(crate) fn yield_once() -> YieldOnce {
+    YieldOnce(false)
+}
+
 impl Future for YieldOnce {
     type Output = ();
 

@@ -10,6 +10,10 @@
 //! ([`TokenCounter`]) cannot fit what is left is not sent, and one that fits has its output
 //! limit clamped to what is left.
 //!
+//! - [`Agent`] is the front door: a backend, model, system prompt, tools and [`Options`] in
+//!   one cheaply clonable value, with `run`, `run_stream`, `session` and `resume`; and
+//!   [`Agent::as_tool`], an agent as a tool of another (its events nested in the caller's
+//!   stream, its spend within the caller's budgets). It runs through the functions below.
 //! - [`generate`] runs a one-off [`Input`] and returns a [`GenerateResult`];
 //!   [`generate_stream`] is the same loop yielding [`AgentEvent`](agent_types::AgentEvent)s
 //!   as they happen, with the result at the end ([`EventStream::result`]).
@@ -72,6 +76,7 @@
 //! ```
 
 mod approval;
+mod agent;
 pub mod audit;
 mod dispatch;
 mod estimate;
@@ -90,6 +95,7 @@ use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, 
 use serde_json::{Map, Value};
 
 pub use approval::{Approval, ApprovalDecision, ApprovalPolicy, ApprovalRequest};
+pub use agent::{Agent, AgentBuilder};
 pub use audit::{
     AccountingConfig, AccountingQueue, AccountingReceiver, AccountingRow, AccountingStats,
     ModelCallRow, QueueFull, RowWriter, RunContext, ToolCallRow, WriteError, WriteFuture,

@@ -56,7 +56,7 @@ pub struct GenerateResult {
     /// The calls the caller must run before resuming, in call order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_tool_calls: Vec<ToolCall>,
-    /// Tokens over every model call of this run.
+    /// Tokens over every model call of this run, sub-agents' ([`Agent::as_tool`](crate::Agent::as_tool)) included.
     pub usage: Usage,
     /// Dollars over every model call of this run (plus what handlers reported); `None` when
     /// nothing could be priced.

@@ -1078,6 +1078,21 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         Ok(limit.map(|limit| u32::try_from(limit).unwrap_or(u32::MAX)))
     }
 
+    /// What is left of the token and cost budgets, for the handlers of a round (a
+    /// sub-agent's budgets are capped by it).
+    fn budget_left(&self) -> agent_tools::BudgetLeft {
+        agent_tools::BudgetLeft {
+            tokens: self
+                .options
+                .token_budget
+                .map(|max| max.saturating_sub(self.state.tokens)),
+            cost_usd: self
+                .options
+                .max_cost_usd
+                .map(|max| (max - self.state.cost_usd).max(0.0)),
+        }
+    }
+
     /// The token and cost budgets, checked after every model call and every tool round.
     fn check_spend(&self) -> Result<(), AgentError> {
         if let Some(max) = self.options.token_budget
@@ -1263,6 +1278,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             &self.emitter,
             &self.hard_stop,
             &self.accounting,
+            self.budget_left(),
         )
         .await;
 
@@ -1285,6 +1301,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         // Tool output is not counted here: it is input of the next call, whose estimate must
         // fit the budgets before it is sent. What handlers spent themselves is.
         let reported = self.accounting.take();
+        // Sub-agents' model calls are part of this run's usage (their tokens are in `tokens`).
+        self.usage += reported.usage;
         self.state.tokens = self.state.tokens.saturating_add(reported.tokens);
         self.state.tool_tokens = self.state.tool_tokens.saturating_add(reported.tokens);
         if reported.cost_usd > 0.0 {

@@ -403,6 +403,33 @@ pub(crate) fn redact_agent_error(error: &agent_types::AgentError) -> agent_types
     shown
 }
 
+/// A sub-agent's event (an agent the run calls as a tool) as the tenant sees it: its error
+/// redacted like the run's own.
+pub(crate) fn redact_nested(event: agent_types::AgentEvent) -> agent_types::AgentEvent {
+    match event {
+        agent_types::AgentEvent::SubAgent {
+            call_id,
+            path,
+            event,
+        } => {
+            let event = match *event {
+                agent_types::AgentEvent::Error { error } => {
+                    Box::new(agent_types::AgentEvent::Error {
+                        error: redact_agent_error(&error),
+                    })
+                }
+                other => Box::new(other),
+            };
+            agent_types::AgentEvent::SubAgent {
+                call_id,
+                path,
+                event,
+            }
+        }
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

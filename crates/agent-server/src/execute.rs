@@ -11,9 +11,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{
-    GenerateResult, Options, SessionInput, SessionStatus, ToolParallelism, execute_stream,
-};
+use agent_loop::{Agent, GenerateResult, Options, SessionInput, SessionStatus, ToolParallelism};
 use agent_types::{AgentError, AgentEvent, Message, ToolCall, Usage};
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
@@ -257,6 +255,11 @@ pub(crate) fn options(
     options
 }
 
+/// The model's agent (built once, its backend shared) with this run's options.
+pub(crate) fn agent_for(model: &Model, options: Options) -> Agent {
+    model.agent.to_builder().with_options(options).build()
+}
+
 fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -310,7 +313,8 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     let mut client = true;
     let session_id = record.id().to_owned();
     let outcome = {
-        let mut stream = execute_stream(&mut record.session, input, &*model.backend, &options);
+        let agent = agent_for(&model, options);
+        let mut stream = agent.resume_stream(&mut record.session, input);
         while let Some(event) = stream.next().await {
             count(metrics, &tenant.name, &record.model, &event);
             if !client {
@@ -329,6 +333,12 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
                     frame(&AgentEvent::Error {
                         error: redact_agent_error(error),
                     })
+                }
+                // A sub-agent's error, redacted the same way (rare: the copy is fine).
+                AgentEvent::SubAgent { event: inner, .. }
+                    if matches!(**inner, AgentEvent::Error { .. }) =>
+                {
+                    frame(&crate::error::redact_nested(event.clone()))
                 }
                 _ => frame(&event),
             };

@@ -101,7 +101,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agent_loop::{GenerateResult, Hooks, Options, Session, SessionInput, execute_stream};
+use agent_loop::{GenerateResult, Hooks, Options, Session, SessionInput};
 use agent_types::{AgentError, AgentEvent, ErrorKind, Role, ToolChoice, Usage};
 use axum::Json;
 use axum::body::Body;
@@ -472,7 +472,8 @@ async fn pump(
     cancel: &CancellationToken,
 ) -> Result<GenerateResult, AgentError> {
     let metrics = &state.inner.metrics;
-    let mut events = execute_stream(session, SessionInput::Continue, &*model.backend, options);
+    let agent = crate::execute::agent_for(model, options.clone());
+    let mut events = agent.resume_stream(session, SessionInput::Continue);
     while let Some(event) = events.next().await {
         count(metrics, tenant, model_name, &event);
         if !sink.event(&event).await {

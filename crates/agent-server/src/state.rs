@@ -68,7 +68,9 @@ pub(crate) struct Tenant {
 pub(crate) struct Model {
     /// The provider's name for it (what the request carries).
     pub(crate) upstream: String,
-    pub(crate) backend: Arc<dyn Backend>,
+    /// Its backend with the upstream model, built once and shared by every run; a run
+    /// brings its own options (`execute::agent_for`).
+    pub(crate) agent: agent_loop::Agent,
     /// The ranges its provider accepts for the generation settings.
     pub(crate) limits: agent_backends::SettingsLimits,
 }
@@ -143,11 +145,12 @@ impl ServerBuilder {
         upstream: impl Into<String>,
         backend: Arc<dyn Backend>,
     ) -> Self {
+        let upstream = upstream.into();
         self.models.push((
             name.into(),
             Model {
-                upstream: upstream.into(),
-                backend,
+                agent: agent_loop::Agent::builder_shared(backend, upstream.clone()).build(),
+                upstream,
                 limits: agent_backends::SettingsLimits::universal(),
             },
         ));
@@ -325,8 +328,8 @@ fn build_model(model: &crate::config::ModelConfig) -> Result<Model, Error> {
                 .unwrap_or_else(|| recorded_model.to_owned());
             Ok(Model {
                 limits: provider.settings_limits(&upstream),
+                agent: agent_loop::Agent::builder(backend, upstream.clone()).build(),
                 upstream,
-                backend: Arc::new(backend),
             })
         }
         ModelSource::Api(api) => {
@@ -343,8 +346,9 @@ fn build_model(model: &crate::config::ModelConfig) -> Result<Model, Error> {
             let upstream = model.model.clone().unwrap_or_else(|| model.name.clone());
             Ok(Model {
                 limits: api.settings_limits(&upstream),
+                agent: agent_loop::Agent::builder_shared(Arc::from(backend), upstream.clone())
+                    .build(),
                 upstream,
-                backend: Arc::from(backend),
             })
         }
     }

@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use agent_types::ToolCallId;
+use agent_types::{ToolCallId, TraceEntry, Usage};
+
+use crate::nesting::{BudgetLeft, EventSink};
 use tokio_util::sync::CancellationToken;
 
 /// Who is calling: a principal, the tenant it belongs to, and the permissions it holds.
@@ -101,6 +103,10 @@ pub struct ToolContext {
     accounting: Accounting,
     max_result_bytes: Option<usize>,
     max_binary_bytes: Option<usize>,
+    /// Where a sub-agent's events go, when the caller streams.
+    events: Option<EventSink>,
+    /// What was left of the caller's budgets when the call's round began.
+    budget: BudgetLeft,
     /// Which of the accounting's waiting contents is this call's; shared by the clones.
     content_key: u64,
 }
@@ -153,6 +159,15 @@ impl ContentSlot {
         let mut waiting = self.reports.content();
         let at = waiting.iter().position(|(key, _)| *key == self.key)?;
         Some(waiting.swap_remove(at).1)
+    }
+
+    /// Takes the trace a handler attached with [`ToolContext::attach_trace`], if any.
+    pub fn take_trace(&self) -> Vec<TraceEntry> {
+        let mut waiting = lock(&self.reports.traces);
+        match waiting.iter().position(|(key, _)| *key == self.key) {
+            Some(at) => waiting.swap_remove(at).1,
+            None => Vec::new(),
+        }
     }
 
     fn is_set(&self) -> bool {
@@ -213,6 +228,8 @@ impl ToolContext {
             accounting,
             max_result_bytes: None,
             max_binary_bytes: None,
+            events: None,
+            budget: BudgetLeft::default(),
             content_key: next_content_key(),
         }
     }
@@ -254,6 +271,47 @@ impl ToolContext {
         ContentSlot {
             reports: Arc::clone(&self.accounting.reports),
             key: self.content_key,
+        }
+    }
+
+    /// Nests the events of a sub-agent the handler runs in the caller's stream (the loop
+    /// sets it when its caller streams).
+    #[must_use]
+    pub fn with_events(mut self, sink: EventSink) -> Self {
+        self.events = Some(sink);
+        self
+    }
+
+    /// Where to send a sub-agent's events; `None` when nobody streams them (then build none).
+    pub fn events(&self) -> Option<&EventSink> {
+        self.events.as_ref()
+    }
+
+    /// Tells the handler what was left of the caller's budgets when its round began (the loop
+    /// sets it from its token and cost budgets).
+    #[must_use]
+    pub fn with_budget_left(mut self, budget: BudgetLeft) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// What is left of the caller's budgets now: what was left when the round began, less
+    /// what the calls of the round have reported into the [`accounting`](Self::accounting)
+    /// so far. A handler that spends (a sub-agent) must stay within it.
+    pub fn budget_left(&self) -> BudgetLeft {
+        self.budget.after(self.accounting.totals())
+    }
+
+    /// Attaches the trace of a run the handler made (a sub-agent's) to this call's trace
+    /// entry ([`TraceEntry::sub_trace`]).
+    pub fn attach_trace(&self, trace: Vec<TraceEntry>) {
+        if trace.is_empty() {
+            return;
+        }
+        let mut waiting = lock(&self.accounting.reports.traces);
+        match waiting.iter_mut().find(|(key, _)| *key == self.content_key) {
+            Some((_, slot)) => *slot = trace,
+            None => waiting.push((self.content_key, trace)),
         }
     }
 
@@ -369,6 +427,15 @@ pub struct Accounting {
 struct Reports {
     totals: Mutex<AccountingTotals>,
     content: Mutex<Vec<(u64, crate::ToolContent)>>,
+    /// Sub-agents' traces waiting for the caller, keyed like `content`.
+    traces: Mutex<Vec<(u64, Vec<TraceEntry>)>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Entries are pushed or removed in one step: a poisoned lock still holds whole ones.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Reports {
@@ -400,6 +467,9 @@ pub struct AccountingTotals {
     pub tokens: u64,
     /// Dollars reported.
     pub cost_usd: f64,
+    /// Model tokens reported with [`Accounting::add_usage`] (a sub-agent's model calls), by
+    /// kind; their total is also in `tokens`.
+    pub usage: Usage,
 }
 
 impl Accounting {
@@ -414,6 +484,17 @@ impl Accounting {
         if cost_usd.is_finite() && cost_usd > 0.0 {
             self.lock().cost_usd += cost_usd;
         }
+    }
+
+    /// Adds the usage of model calls the handler made (a sub-agent's run): its total tokens
+    /// count like [`add_tokens`](Self::add_tokens), and the loop adds `usage` to its own, so
+    /// the caller's usage includes the sub-agent's.
+    pub fn add_usage(&self, usage: &Usage) {
+        let mut totals = self.lock();
+        totals.tokens = totals
+            .tokens
+            .saturating_add(usage.total_tokens().unwrap_or(0));
+        totals.usage += *usage;
     }
 
     /// What has been reported so far.
@@ -517,7 +598,8 @@ mod tests {
             accounting.take(),
             AccountingTotals {
                 tokens: 15,
-                cost_usd: 0.25
+                cost_usd: 0.25,
+                ..AccountingTotals::default()
             }
         );
         assert_eq!(accounting.totals(), AccountingTotals::default());
@@ -555,6 +637,49 @@ mod tests {
         assert!(first_slot.take().is_none());
         assert!(format!("{alone:?}").contains("set: true"));
         assert_eq!(alone.take(), Some(crate::ToolContent::text("x")));
+    }
+
+    #[test]
+    fn budget_left_shrinks_with_the_rounds_reports_and_traces_wait_per_call() {
+        let accounting = Accounting::default();
+        let ctx = ToolContext::new("c1", "t")
+            .with_accounting(accounting.clone())
+            .with_budget_left(crate::BudgetLeft {
+                tokens: Some(100),
+                cost_usd: Some(1.0),
+            });
+        assert_eq!(ctx.budget_left().tokens, Some(100));
+        // A sibling call of the same round reports what it spent.
+        accounting.add_usage(&agent_types::Usage {
+            input_tokens: Some(30),
+            output_tokens: Some(10),
+            ..agent_types::Usage::default()
+        });
+        accounting.add_cost_usd(0.25);
+        assert_eq!(ctx.budget_left().tokens, Some(60));
+        assert_eq!(ctx.budget_left().cost_usd, Some(0.75));
+        assert_eq!(accounting.totals().usage.input_tokens, Some(30));
+        assert!(ctx.events().is_none());
+
+        let other = ToolContext::new("c1", "t").with_accounting(accounting.clone());
+        let (slot, other_slot) = (ctx.content_slot(), other.content_slot());
+        assert!(slot.take_trace().is_empty());
+        ctx.attach_trace(vec![agent_types::TraceEntry {
+            iteration: 1,
+            call_id: "inner".into(),
+            tool_name: "x".into(),
+            arguments: serde_json::Value::Null,
+            result_bytes: 0,
+            sent_bytes: 0,
+            truncated: false,
+            duration: std::time::Duration::ZERO,
+            error: None,
+            repairs: Vec::new(),
+            sub_trace: Vec::new(),
+        }]);
+        assert!(other_slot.take_trace().is_empty(), "another call's trace");
+        assert_eq!(slot.take_trace()[0].call_id.as_str(), "inner");
+        assert!(slot.take_trace().is_empty(), "taken once");
     }
 
     #[test]

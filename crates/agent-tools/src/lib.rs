@@ -88,6 +88,7 @@ mod context;
 mod error;
 mod handler;
 mod name;
+mod nesting;
 mod registry;
 mod repair;
 pub mod resource;
@@ -101,6 +102,7 @@ pub use context::{Accounting, AccountingTotals, Caller, ContentSlot, ToolContext
 pub use error::{Error, ToolError, ToolErrorKind};
 pub use handler::{Handler, ToolEvent, ToolOutput, ToolStream, collect_output};
 pub use name::{MAX_NAME_LEN, sanitize_name, tool_name, validate_name};
+pub use nesting::{BudgetLeft, EventSink};
 pub use registry::{RegisteredTool, Registry};
 pub use repair::{Repair, RepairKind, repair};
 pub use schema::{json_depth, schema_for};

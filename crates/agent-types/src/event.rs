@@ -21,7 +21,7 @@ use crate::stop::StopReason;
 ///       | thinking_start thinking_delta* thinking_end
 ///       | tool_call_start tool_call_delta* tool_call_end )*
 ///     message_end
-///     ( tool_execution_start | tool_execution_delta | tool_execution_end )*
+///     ( tool_execution_start | tool_execution_delta | sub_agent | tool_execution_end )*
 ///     ( message_start{tool} message_end )*
 ///   )*
 ///   (awaiting_tool_execution | approval_requested)?
@@ -207,5 +207,22 @@ pub enum AgentEvent {
     Error {
         /// What went wrong, with the partial trace and messages.
         error: AgentError,
+    },
+    /// An event of a sub-agent, an agent this run called as a tool: `event` is one of the
+    /// sub-agent's own events (from its `session_start` to its `session_end`), between the
+    /// call's `tool_execution_start` and `tool_execution_end`. `path` names the agents from
+    /// this run's child down to the one that emitted it (`["researcher"]` for a child,
+    /// `["researcher", "searcher"]` for a grandchild), so `event` is never itself a
+    /// `sub_agent` event. `call_id` is this run's tool call the outermost child serves.
+    ///
+    /// `{"type":"sub_agent","call_id":"call_1","path":["researcher"],
+    /// "event":{"type":"text_delta","delta":"Hel"}}`
+    SubAgent {
+        /// This run's tool call that started the (outermost) sub-agent.
+        call_id: ToolCallId,
+        /// The agents from this run's child to the emitting one, by tool name.
+        path: Vec<String>,
+        /// The sub-agent's event.
+        event: Box<AgentEvent>,
     },
 }

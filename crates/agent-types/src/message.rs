@@ -107,6 +107,18 @@ impl UserMessage {
     }
 }
 
+impl From<&str> for UserMessage {
+    fn from(text: &str) -> Self {
+        Self::text(text)
+    }
+}
+
+impl From<String> for UserMessage {
+    fn from(text: String) -> Self {
+        Self::text(text)
+    }
+}
+
 fn user_content<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<UserBlock>, D::Error> {
     // A visitor rather than an untagged enum: with `untagged`, a malformed block anywhere in
     // the list is reported only as "did not match any variant", hiding which field is wrong.

@@ -37,6 +37,10 @@ pub struct TraceEntry {
     /// (e.g. `/count: parsed the string "5" as a number`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repairs: Vec<String>,
+    /// When the tool is an agent (a sub-agent called as a tool), the trace of its run: one
+    /// entry per tool call it made, nested the same way for its own sub-agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_trace: Vec<TraceEntry>,
 }
 
 mod micros {

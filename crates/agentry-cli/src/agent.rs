@@ -5,38 +5,42 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agent_loop::{ModelCallRecord, Options, Session, SessionInput, SessionStatus, execute_stream};
-use agent_types::{AgentError, Backend, ErrorKind};
+use agent_loop::{Agent, ModelCallRecord, Session, SessionInput, SessionStatus};
+use agent_types::{AgentError, ErrorKind};
 use futures_util::StreamExt;
 use serde_json::json;
 
 use crate::exit::Exit;
 use crate::render::{Renderer, format_usd, tool_calls_in};
 
-/// Runs `session` from `input` under `options`, showing it with `renderer`.
+/// Runs `session` from `input` with `agent` (its backend and options; the session holds the
+/// model and the system prompt), showing it with `renderer`.
 ///
 /// The first Ctrl-C cancels the run through the loop's token (the model call and running
 /// tools stop; the loop records what completed); a second one exits at once.
-pub(crate) async fn drive<B, O, E>(
-    backend: &B,
+pub(crate) async fn drive<O, E>(
+    agent: &Agent,
     session: &mut Session,
     input: SessionInput,
-    options: Options,
     renderer: &mut Renderer<O, E>,
 ) -> Exit
 where
-    B: Backend + ?Sized,
     O: Write,
     E: Write,
 {
     let records = Arc::new(Mutex::new(Vec::<ModelCallRecord>::new()));
     let sink = Arc::clone(&records);
-    let options = options.on_model_call(move |record| {
-        sink.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(record.clone());
-    });
-    let cancel = options.cancellation.clone();
+    let agent = agent
+        .to_builder()
+        .options(|options| {
+            options.on_model_call(move |record| {
+                sink.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(record.clone());
+            })
+        })
+        .build();
+    let cancel = agent.options().cancellation.clone();
     let interrupted = Arc::new(AtomicBool::new(false));
     let watcher = {
         let cancel = cancel.clone();
@@ -54,7 +58,7 @@ where
     };
 
     let mut output_error = None;
-    let mut stream = execute_stream(&mut *session, input, backend, &options);
+    let mut stream = agent.resume_stream(&mut *session, input);
     while let Some(event) = stream.next().await {
         if output_error.is_none()
             && let Err(error) = renderer.event(&event)

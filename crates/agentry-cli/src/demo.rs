@@ -9,7 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use agent_backends::replay::{Cassette, Chunking, ReplayBackend};
-use agent_loop::{Session, SessionInput};
+use agent_loop::SessionInput;
 use agent_tools::{Registry, Tool, ToolError, builtin};
 use agent_types::{RateCard, UserMessage};
 use schemars::JsonSchema;
@@ -78,11 +78,15 @@ pub(crate) async fn run<O: Write, E: Write>(
         .and_then(|()| renderer.note(""))
         .map_err(|error| Error::Other(format!("cannot write the output: {error}")))?;
 
-    let mut session = Session::new(model).with_system(SYSTEM);
     let input = SessionInput::User(UserMessage::text(PROMPT));
     let (options, recorder) =
         crate::accounting::attach(options, loop_args.accounting.as_deref(), wire.name()).await?;
-    let exit = agent::drive(&backend, &mut session, input, options, renderer).await;
+    let agent = agent_loop::Agent::builder(backend, model)
+        .system(SYSTEM)
+        .with_options(options)
+        .build();
+    let mut session = agent.session();
+    let exit = agent::drive(&agent, &mut session, input, renderer).await;
     if let Some(recorder) = recorder {
         recorder.finish().await;
     }

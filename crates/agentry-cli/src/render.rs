@@ -914,4 +914,34 @@ mod tests {
         assert_eq!(one_line("a\nb", 10), "a b");
         assert_eq!(one_line("abcdef", 4), "abc…");
     }
+
+    #[test]
+    fn a_sub_agents_events_are_one_json_line_each_and_stay_out_of_the_answer() {
+        let nested = |event| AgentEvent::SubAgent {
+            call_id: "c1".into(),
+            path: vec!["researcher".into()],
+            event: Box::new(event),
+        };
+        let events = vec![
+            nested(AgentEvent::TextDelta {
+                delta: "child text".into(),
+            }),
+            AgentEvent::TextDelta {
+                delta: "The answer.".into(),
+            },
+        ];
+        let (out, _) = render(true, &events);
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(
+            lines[0],
+            json!({"type": "sub_agent", "call_id": "c1", "path": ["researcher"],
+                   "event": {"type": "text_delta", "delta": "child text"}})
+        );
+        // People see the run's own answer; the sub-agent's text is not part of it.
+        let (out, _) = render(false, &events);
+        assert_eq!(out, "The answer.");
+    }
 }

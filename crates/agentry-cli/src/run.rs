@@ -506,14 +506,10 @@ async fn go<O: Write, E: Write>(
         state.provider.name(),
     )
     .await?;
-    let mut exit = agent::drive(
-        &*model,
-        &mut state.session,
-        input,
-        options.clone(),
-        renderer,
-    )
-    .await;
+    let agent = agent_loop::Agent::builder_shared(model.into(), state.session.model.clone())
+        .with_options(options)
+        .build();
+    let mut exit = agent::drive(&agent, &mut state.session, input, renderer).await;
     // On a terminal, a person decides each waiting call and the run goes on.
     while exit == Exit::Awaiting
         && state.session.status == SessionStatus::AwaitingApproval
@@ -527,14 +523,7 @@ async fn go<O: Write, E: Write>(
             break;
         };
         let input = SessionInput::Approvals(decisions);
-        exit = agent::drive(
-            &*model,
-            &mut state.session,
-            input,
-            options.clone(),
-            renderer,
-        )
-        .await;
+        exit = agent::drive(&agent, &mut state.session, input, renderer).await;
     }
     if let Some(recorder) = recorder {
         recorder.finish().await;

@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | `tools` | yes | [`tools`] |
 //! | `builtin-tools` | no | `tools::builtin`: calculator, clock, a `read_file` confined to one directory |
-//! | `loop` | yes | [`agent_loop`] and the headline items at the root ([`generate`], [`Options`]…); needs tokio's timer |
+//! | `loop` | yes | [`agent_loop`] and the headline items at the root ([`Agent`], [`generate`], [`Options`]…); needs tokio's timer |
 //! | `backends` | via `scripted` | [`backends`] without any backend |
 //! | `scripted` | yes | the scripted backend |
 //! | `openai`, `openai-responses`, `anthropic`, `gemini`, `ollama` | no | one provider adapter each (reqwest with rustls) |
@@ -35,8 +35,9 @@
 //!
 //! # Example
 //!
-//! An `auto`-mode loop: the (scripted) model asks for a tool, the loop runs it and the model
-//! answers.
+//! An [`Agent`] (the loop in `auto` mode): the (scripted) model asks for a tool, the loop
+//! runs it and the model answers. The free functions ([`generate`], [`execute`]…) run the
+//! same loop from a backend and [`Options`] passed each time.
 //!
 //! ```
 //! # #[cfg(all(feature = "loop", feature = "scripted"))]
@@ -44,7 +45,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use agentry::backends::{ScriptedBackend, ScriptedTurn};
 //! use agentry::tools::{Registry, Tool};
-//! use agentry::{Input, Options, generate};
+//! use agentry::Agent;
 //! use serde_json::json;
 //!
 //! let mut tools = Registry::new();
@@ -58,7 +59,8 @@
 //!     ScriptedTurn::tool_call("call_1", "get_time", json!({})),
 //!     ScriptedTurn::text("It is noon UTC."),
 //! ]);
-//! let result = generate(&model, Input::new("demo").user("What time is it?"), &Options::auto().with_tools(tools)).await?;
+//! let agent = Agent::builder(model, "demo").tools(tools).build();
+//! let result = agent.run("What time is it?").await?;
 //! assert_eq!(result.text(), "It is noon UTC.");
 //! # Ok(())
 //! # }
@@ -107,9 +109,9 @@ pub use agent_otel as otel;
 #[cfg(feature = "loop")]
 #[doc(inline)]
 pub use agent_loop::{
-    EventStream, GenerateResult, Hooks, Input, Options, OutputSpec, OutputStrategy, Session,
-    SessionInput, SessionStatus, ToolErrorMode, ToolMode, ToolParallelism, execute, execute_stream,
-    generate, generate_stream,
+    Agent, AgentBuilder, EventStream, GenerateResult, Hooks, Input, Options, OutputSpec,
+    OutputStrategy, Session, SessionInput, SessionStatus, ToolErrorMode, ToolMode, ToolParallelism,
+    execute, execute_stream, generate, generate_stream,
 };
 
 #[doc(inline)]
@@ -122,3 +124,8 @@ pub use agent_types::{
 #[cfg(all(doctest, feature = "loop", feature = "scripted"))]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+// docs/agents.md's examples too (those of capabilities not merged yet are `ignore`).
+#[cfg(all(doctest, feature = "loop", feature = "scripted"))]
+#[doc = include_str!("../../../docs/agents.md")]
+struct AgentsDoctests;

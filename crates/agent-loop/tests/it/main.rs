@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod approval;
+mod agents;
 mod budgets;
 mod cancellation;
 mod conversation;

@@ -12,6 +12,7 @@ mod settings;
 mod spend;
 mod store;
 mod structured;
+mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;

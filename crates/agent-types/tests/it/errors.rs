@@ -224,6 +224,7 @@ fn trace_entries() {
             duration: Duration::ZERO,
             error: Some("/path: expected a string, got 5".into()),
             repairs: Vec::new(),
+            sub_trace: Vec::new(),
         }
     );
 }

@@ -105,5 +105,6 @@ fn trace_entry() -> TraceEntry {
         duration: Duration::from_micros(12_345),
         error: None,
         repairs: vec!["/days: parsed the string \"3\" as a number".into()],
+        sub_trace: Vec::new(),
     }
 }
