@@ -125,7 +125,7 @@ pub use agent_types::{
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
-// docs/agents.md's examples too (those of capabilities not merged yet are `ignore`).
+// docs/agents.md's examples too.
 #[cfg(all(doctest, feature = "loop", feature = "scripted"))]
 #[doc = include_str!("../../../docs/agents.md")]
 struct AgentsDoctests;
