@@ -47,6 +47,9 @@ pub(crate) struct Outcome {
     pub(crate) trace: TraceEntry,
     /// Set when this call's failure ends the run.
     pub(crate) stop: Option<Stop>,
+    /// The send of this call's accounting row, when a waiting queue was full: the run
+    /// awaits it (awaiting here would keep the trace entry in every call's future).
+    pub(crate) waiting: Option<crate::audit::Waiting>,
 }
 
 /// Everything the calls of a round share.
@@ -57,6 +60,8 @@ struct Round<'a> {
     emitter: &'a Emitter,
     hard_stop: &'a CancellationToken,
     accounting: &'a Accounting,
+    /// Who and which run each call's accounting row names; `None` without accounting.
+    audit: Option<&'a Arc<crate::audit::RunContext>>,
     /// Set by a call whose failure ends the run: calls not started yet are skipped.
     stopping: AtomicBool,
     /// Bytes of the round's results so far, against `max_round_result_bytes`.
@@ -68,6 +73,7 @@ struct Round<'a> {
 /// Calls run concurrently up to the parallelism limit. When the run is cancelled, running
 /// handlers see their tokens fire and get `cancel_grace` to finish; then the hard stop drops
 /// them. Calls not started by then are not run.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_batch(
     jobs: &[Job],
     tools: &Registry,
@@ -76,6 +82,7 @@ pub(crate) async fn run_batch(
     emitter: &Emitter,
     hard_stop: &CancellationToken,
     accounting: &Accounting,
+    audit: Option<&Arc<crate::audit::RunContext>>,
 ) -> Vec<Outcome> {
     if jobs.is_empty() {
         return Vec::new();
@@ -87,6 +94,7 @@ pub(crate) async fn run_batch(
         emitter,
         hard_stop,
         accounting,
+        audit,
         stopping: AtomicBool::new(false),
         round_bytes: AtomicUsize::new(0),
     };
@@ -446,10 +454,14 @@ impl Round<'_> {
             error,
             repairs,
         };
+        // The call's row goes when it ends: sizes and a hash, not the arguments.
+        let waiting =
+            crate::audit::send_tool_row(self.options.accounting.as_ref(), self.audit, &trace);
         Outcome {
             result,
             trace,
             stop,
+            waiting,
         }
     }
 
