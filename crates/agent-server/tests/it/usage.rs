@@ -1,5 +1,6 @@
 //! Accounting rows per tenant and `GET /v1/usage`, over real HTTP, on both stores: a tenant
-//! sees its own model calls and cost, never another tenant's.
+//! sees its own model calls and cost, never another tenant's. Accounting is on by default
+//! (the configuration below does not name it); `accounting = false` turns it off.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -74,7 +75,6 @@ fn config(acme: &str, globex: &str, store: StoreConfig) -> ServerConfig {
     let text = format!(
         r#"
         [server]
-        accounting = true
         tools = ["calculator", "clock"]
         [[server.models]]
         name = "demo"
@@ -218,4 +218,21 @@ async fn postgres_each_tenant_sees_only_its_own_usage() {
         &suffix(),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounting_false_turns_usage_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(
+        "acme-off",
+        "globex-off",
+        StoreConfig::Sqlite {
+            path: dir.path().join("sessions.db"),
+        },
+    );
+    config.accounting = false;
+    let server = Server::start(config).await;
+    server.execute("key-acme-usage-001", "u1").await;
+    let (status, body) = server.usage("key-acme-usage-001", "").await;
+    assert_eq!(status, 404, "{body}");
 }
