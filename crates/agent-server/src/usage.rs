@@ -77,7 +77,12 @@ impl Accounting {
                 let sink = agent_accounting::PostgresSink::connect(&url)
                     .await
                     .map_err(fail)?;
-                tokio::spawn(receiver.run(sink.clone()));
+                // The writer has a connection of its own: its BEGIN…COMMIT must not wrap
+                // the usage queries read on the other.
+                let writer = agent_accounting::PostgresSink::connect(&url)
+                    .await
+                    .map_err(fail)?;
+                tokio::spawn(receiver.run(writer));
                 Store::Postgres(sink)
             }
             #[allow(unreachable_patterns)]

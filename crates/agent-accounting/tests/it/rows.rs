@@ -533,3 +533,67 @@ async fn rows_reach_the_store_while_the_run_goes_on() {
         serde_json::from_value(serde_json::to_value(&result.model_calls).unwrap()).unwrap();
     assert_eq!(records, wire);
 }
+
+/// The sink prepares its inserts once per connection: after its connection is killed it
+/// reconnects and prepares them again on the new one (a statement of the old connection
+/// would fail there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_writes_go_on_after_the_connection_is_killed() {
+    let Some(url) = postgres_url() else { return };
+    let app = format!("acct_reconnect_{}", std::process::id());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let sink =
+        agent_accounting::PostgresSink::connect(&format!("{url}{sep}application_name={app}"))
+            .await
+            .unwrap();
+    let tenant = format!("reconnect-{}", std::process::id());
+    let run = |sink: agent_accounting::PostgresSink, tenant: String| async move {
+        let backend = ScriptedBackend::new([ScriptedTurn::text("hi").with_usage(usage(1, 1))]);
+        let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
+        let writer = tokio::spawn(receiver.run(sink));
+        let options = Options::auto()
+            .with_caller(Caller::new("p").with_tenant(tenant))
+            .with_accounting(queue.clone());
+        generate(&backend, Input::new("m").user("hi"), &options)
+            .await
+            .unwrap();
+        queue.flush().await;
+        let written = queue.stats().written();
+        drop((options, queue));
+        writer.await.unwrap();
+        written
+    };
+    assert_eq!(run(sink.clone(), tenant.clone()).await, 1);
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .unwrap();
+    // The first write after the kill may fail (counted); the sink then reconnects.
+    let mut stored = 1;
+    for _ in 0..20 {
+        stored += run(sink.clone(), tenant.clone()).await;
+        if stored >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        stored >= 3,
+        "writes did not resume after the connection was killed"
+    );
+    assert_eq!(
+        sink.model_calls(&tenant).await.unwrap().len() as u64,
+        stored
+    );
+    admin
+        .execute("DELETE FROM model_calls WHERE tenant = $1", &[&tenant])
+        .await
+        .unwrap();
+}
