@@ -400,15 +400,15 @@ impl AccountingQueue {
                 if self.config.when_full == QueueFull::Wait =>
             {
                 let sender = self.sender.clone();
-                let stats = Arc::clone(&self.stats);
-                let capacity = self.config.capacity;
+                // Counted as dropped unless the send completes (a run dropped while it waits).
+                let mut pending = Pending {
+                    stats: Arc::clone(&self.stats),
+                    capacity: self.config.capacity,
+                    sent: false,
+                };
                 Some(Box::pin(async move {
-                    match sender.send(item).await {
-                        Ok(()) => {
-                            stats.enqueued.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(_) => lost(&stats, capacity, GONE),
-                    }
+                    let sent = sender.send(item).await;
+                    pending.settle(sent.is_ok());
                 }))
             }
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -467,6 +467,37 @@ pub(crate) fn send_model_row(
         record(),
         error.as_deref(),
     )))
+}
+
+/// A row waiting for room; dropped before it is sent, it counts as dropped.
+struct Pending {
+    stats: Arc<AccountingStats>,
+    capacity: usize,
+    sent: bool,
+}
+
+impl Pending {
+    /// The send ended: counted as enqueued, or as dropped when the writer is gone.
+    fn settle(&mut self, sent: bool) {
+        self.sent = true;
+        if sent {
+            self.stats.enqueued.fetch_add(1, Ordering::Relaxed);
+        } else {
+            lost(&self.stats, self.capacity, GONE);
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.sent {
+            lost(
+                &self.stats,
+                self.capacity,
+                "a run was dropped while its accounting row waited for room: the row was dropped",
+            );
+        }
+    }
 }
 
 const GONE: &str = "the accounting writer is gone: a row was dropped";
@@ -583,8 +614,52 @@ pub(crate) fn now_us() -> i64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    fn row(queue: &AccountingQueue) -> AccountingRow {
+        let context = queue.context(&agent_tools::Caller::new("p"), "s");
+        AccountingRow::ModelCall(ModelCallRow::new(
+            context,
+            ModelCallRecord {
+                iteration: 0,
+                model: "m".to_owned(),
+                usage: None,
+                cost_usd: None,
+                latency: Duration::ZERO,
+                time_to_first_event: Duration::ZERO,
+                tool_calls: 0,
+                stop_reason: agent_types::StopReason::Stop,
+            },
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_row_waiting_for_room_counts_as_dropped_when_its_wait_is_dropped() {
+        let (queue, _receiver) = AccountingQueue::new(
+            AccountingConfig::default()
+                .with_capacity(1)
+                .with_when_full(QueueFull::Wait),
+        );
+        assert!(queue.send(row(&queue)).is_none());
+        let waiting = queue.send(row(&queue)).expect("the queue is full");
+        assert_eq!(queue.stats().dropped(), 0);
+        drop(waiting);
+        assert_eq!(queue.stats().dropped(), 1);
+        assert_eq!(queue.stats().enqueued(), 1);
+    }
+
+    #[test]
+    fn a_full_queue_in_drop_mode_counts_each_dropped_row() {
+        let (queue, _receiver) = AccountingQueue::new(AccountingConfig::default().with_capacity(1));
+        for _ in 0..3 {
+            assert!(queue.send(row(&queue)).is_none());
+        }
+        assert_eq!(queue.stats().enqueued(), 1);
+        assert_eq!(queue.stats().dropped(), 2);
+    }
 
     #[test]
     fn the_digest_is_the_sha256_of_the_compact_json() {
