@@ -93,8 +93,8 @@ pub struct ToolCallRow {
     pub round: u32,
     /// The call's id.
     pub call_id: ToolCallId,
-    /// The tool's name as the model wrote it.
-    pub tool: String,
+    /// The tool's name as the model wrote it (shared with the call's handler context).
+    pub tool: Arc<str>,
     /// Bytes of the arguments (after any lenient repair) as compact JSON.
     pub arguments_bytes: u64,
     /// SHA-256 of that JSON.
@@ -114,13 +114,18 @@ pub struct ToolCallRow {
 impl ToolCallRow {
     /// The row of `entry`, ended now: the arguments are hashed, not copied.
     pub fn new(context: Arc<RunContext>, entry: &TraceEntry) -> Self {
+        Self::named(context, Arc::from(entry.tool_name.as_str()), entry)
+    }
+
+    /// [`new`](Self::new) with the tool's name already shared (nothing is allocated).
+    fn named(context: Arc<RunContext>, tool: Arc<str>, entry: &TraceEntry) -> Self {
         let (arguments_bytes, arguments_sha256) = arguments_digest(&entry.arguments);
         Self {
             at_us: now_us(),
             context,
             round: entry.iteration,
             call_id: entry.call_id.clone(),
-            tool: entry.tool_name.clone(),
+            tool,
             arguments_bytes,
             arguments_sha256,
             result_bytes: entry.result_bytes,
@@ -444,11 +449,13 @@ impl AccountingQueue {
 pub(crate) fn send_tool_row(
     queue: Option<&AccountingQueue>,
     context: Option<&Arc<RunContext>>,
+    job: &crate::dispatch::Job,
     entry: &TraceEntry,
 ) -> Option<Waiting> {
     let (queue, context) = (queue?, context?);
-    queue.send(AccountingRow::ToolCall(ToolCallRow::new(
+    queue.send(AccountingRow::ToolCall(ToolCallRow::named(
         Arc::clone(context),
+        Arc::clone(&job.name),
         entry,
     )))
 }

@@ -24,6 +24,8 @@ use crate::options::{Options, ToolErrorMode};
 
 /// One call to run.
 pub(crate) struct Job {
+    /// The tool's name, made once: the handler's context and the accounting row share it.
+    pub(crate) name: Arc<str>,
     pub(crate) call: ToolCall,
     pub(crate) iteration: u32,
     /// Set when the call is not to be run: the error result the model sees instead.
@@ -273,7 +275,7 @@ impl Round<'_> {
         let (slot, mut output) = {
             let context = ToolContext::for_call(
                 call.id.clone(),
-                Arc::<str>::from(call.name.as_str()),
+                Arc::clone(&job.name),
                 Arc::clone(&options.caller),
                 call_token.clone(),
                 self.accounting.clone(),
@@ -456,7 +458,7 @@ impl Round<'_> {
         };
         // The call's row goes when it ends: sizes and a hash, not the arguments.
         let waiting =
-            crate::audit::send_tool_row(self.options.accounting.as_ref(), self.audit, &trace);
+            crate::audit::send_tool_row(self.options.accounting.as_ref(), self.audit, job, &trace);
         Outcome {
             result,
             trace,

@@ -981,6 +981,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                      at once."
                 );
                 jobs.push(Job {
+                    name: std::sync::Arc::from(call.name.as_str()),
                     call,
                     iteration,
                     refused: Some(refused),
@@ -1005,6 +1006,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 pending.push(call);
             } else {
                 jobs.push(Job {
+                    name: std::sync::Arc::from(call.name.as_str()),
                     call,
                     iteration,
                     refused: None,
