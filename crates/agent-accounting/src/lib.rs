@@ -7,9 +7,10 @@
 //! usage queries ([`UsageQuery`]) for one tenant at a time.
 //!
 //! - [`SqliteSink`] (feature `sqlite`, default): a SQLite file, for the CLI and a one-instance
-//!   server.
+//!   server, written by a thread of its own ([`SqliteSink::spawn_writer`]).
 //! - [`PostgresSink`] (feature `postgres`): the same tables in PostgreSQL, for servers sharing
-//!   a database.
+//!   a database; a [`RowWriter`](agent_loop::RowWriter) for
+//!   [`AccountingReceiver::run`](agent_loop::AccountingReceiver::run).
 //!
 //! ```no_run
 //! # #[cfg(feature = "sqlite")]
@@ -19,7 +20,7 @@
 //!
 //! let sink = SqliteSink::open("usage.db")?;
 //! let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
-//! let writer = tokio::spawn(receiver.run(sink.clone()));
+//! let writer = sink.spawn_writer(receiver)?;
 //! let options = Options::auto().with_accounting(queue.clone().with_provider("anthropic"));
 //! // … run the loop with `options` …
 //! queue.flush().await;

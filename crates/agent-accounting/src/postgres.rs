@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use agent_loop::{AccountingRow, RowWriter, WriteError, WriteFuture};
 use tokio::sync::Mutex;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::row::{ModelColumns, StoredModelCall, StoredToolCall, ToolColumns, record_from};
 use crate::usage::{GroupBy, UsageGroup, UsageQuery, to_u64, usage_sql};
@@ -74,10 +74,22 @@ const INSERT_TOOL: &str = "INSERT INTO tool_calls (at_us, tenant, caller, sessio
     $11, $12, $13, $14, $15, $16)";
 
 /// `model_calls` and `tool_calls` in PostgreSQL. Cheap to clone (one shared connection).
+///
+/// A write is a `BEGIN … COMMIT` on the shared connection: give the writer
+/// ([`AccountingReceiver::run`](agent_loop::AccountingReceiver::run)) a sink of its own (a
+/// second [`connect`](Self::connect)) when the same process also reads through one, so reads
+/// never run inside a write's transaction.
 #[derive(Clone)]
 pub struct PostgresSink {
     url: Arc<str>,
-    client: Arc<Mutex<Arc<Client>>>,
+    client: Arc<Mutex<Connection>>,
+}
+
+/// The connection and, once a batch was written, its two prepared inserts: rows come a few
+/// at a time (each as its call ends), so preparing per batch would double the round trips.
+struct Connection {
+    client: Arc<Client>,
+    inserts: Option<(Statement, Statement)>,
 }
 
 impl std::fmt::Debug for PostgresSink {
@@ -98,17 +110,43 @@ impl PostgresSink {
         let client = open(url).await?;
         Ok(Self {
             url: Arc::from(url),
-            client: Arc::new(Mutex::new(Arc::new(client))),
+            client: Arc::new(Mutex::new(Connection {
+                client: Arc::new(client),
+                inserts: None,
+            })),
         })
     }
 
     async fn client(&self) -> Result<Arc<Client>, Error> {
-        let mut client = self.client.lock().await;
-        if client.is_closed() {
-            *client = Arc::new(open(&self.url).await?);
+        let mut connection = self.client.lock().await;
+        if connection.client.is_closed() {
+            *connection = Connection {
+                client: Arc::new(open(&self.url).await?),
+                inserts: None,
+            };
             tracing::info!("accounting: reconnected to PostgreSQL");
         }
-        Ok(Arc::clone(&client))
+        Ok(Arc::clone(&connection.client))
+    }
+
+    /// The client with its prepared inserts (prepared on first use per connection).
+    async fn inserts(&self) -> Result<(Arc<Client>, Statement, Statement), Error> {
+        let client = self.client().await?;
+        let mut connection = self.client.lock().await;
+        // A reconnect between the two locks leaves statements of the old client: prepare
+        // on the one in hand.
+        if !Arc::ptr_eq(&connection.client, &client) {
+            connection.inserts = None;
+        }
+        if let Some((model, tool)) = &connection.inserts {
+            return Ok((client, model.clone(), tool.clone()));
+        }
+        let model = client.prepare(INSERT_MODEL).await?;
+        let tool = client.prepare(INSERT_TOOL).await?;
+        if Arc::ptr_eq(&connection.client, &client) {
+            connection.inserts = Some((model.clone(), tool.clone()));
+        }
+        Ok((client, model, tool))
     }
 
     /// Stores `rows` in one transaction.
@@ -117,12 +155,10 @@ impl PostgresSink {
     ///
     /// [`Error::Store`]; nothing of the batch is stored then.
     pub async fn write_rows(&self, rows: &[AccountingRow]) -> Result<(), Error> {
-        let client = self.client().await?;
+        let (client, model, tool) = self.inserts().await?;
         // A transaction needs `&mut Client`; the shared one takes explicit BEGIN/COMMIT.
         client.batch_execute("BEGIN").await?;
         let written = async {
-            let model = client.prepare(INSERT_MODEL).await?;
-            let tool = client.prepare(INSERT_TOOL).await?;
             for row in rows {
                 match row {
                     AccountingRow::ModelCall(row) => {

@@ -2,7 +2,6 @@
 
 use agent_loop::{ModelCallRecord, ModelCallRow, ToolCallRow};
 use agent_types::{StopReason, Usage};
-use sha2::{Digest, Sha256};
 
 /// A `model_calls` row read back.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,29 +63,21 @@ pub struct StoredToolCall {
     pub error: Option<String>,
 }
 
-/// The size and SHA-256 (lowercase hex) of `arguments` serialized as compact JSON.
+/// The size and SHA-256 (lowercase hex) of `arguments` serialized as compact JSON, as a
+/// `tool_calls` row stores them.
 pub fn arguments_digest(arguments: &serde_json::Value) -> (i64, String) {
-    struct Hashing(Sha256, u64);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.update(buf);
-            self.1 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hashing = Hashing(Sha256::new(), 0);
-    // Writing a `Value` into a sink that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut hashing, arguments);
-    let digest = hashing.0.finalize();
+    let (bytes, digest) = agent_loop::audit::arguments_digest(arguments);
+    (to_i64(bytes), hex(&digest))
+}
+
+/// `digest` in lowercase hex.
+pub(crate) fn hex(digest: &[u8; 32]) -> String {
     let mut hex = String::with_capacity(64);
-    for byte in digest.iter() {
+    for byte in digest {
         hex.push(char::from(HEX[usize::from(byte >> 4)]));
         hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
-    (i64::try_from(hashing.1).unwrap_or(i64::MAX), hex)
+    hex
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -188,24 +179,23 @@ pub(crate) struct ToolColumns<'a> {
 
 impl<'a> ToolColumns<'a> {
     pub(crate) fn of(row: &'a ToolCallRow) -> Self {
-        let (arguments_bytes, arguments_sha256) = arguments_digest(&row.entry.arguments);
         Self {
             at_us: row.at_us,
             tenant: row.context.tenant.as_deref().unwrap_or(""),
             caller: &row.context.caller,
             session: &row.context.session,
             run_id: &row.context.run_id,
-            round: i64::from(row.entry.iteration),
-            tool: &row.entry.tool_name,
-            call_id: row.entry.call_id.as_str(),
-            arguments_bytes,
-            arguments_sha256,
-            result_bytes: to_i64(row.entry.result_bytes),
-            sent_bytes: to_i64(row.entry.sent_bytes),
-            truncated: row.entry.truncated,
-            duration_us: micros(row.entry.duration),
+            round: i64::from(row.round),
+            tool: &row.tool,
+            call_id: row.call_id.as_str(),
+            arguments_bytes: to_i64(row.arguments_bytes),
+            arguments_sha256: hex(&row.arguments_sha256),
+            result_bytes: to_i64(row.result_bytes),
+            sent_bytes: to_i64(row.sent_bytes),
+            truncated: row.truncated,
+            duration_us: micros(row.duration),
             outcome: row.outcome(),
-            error: row.entry.error.as_deref(),
+            error: row.error.as_deref(),
         }
     }
 }

@@ -1,10 +1,10 @@
-//! The tables in a SQLite file (WAL), written on the blocking pool.
+//! The tables in a SQLite file (WAL), written by a thread of their own.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_loop::{AccountingRow, RowWriter, WriteError, WriteFuture};
+use agent_loop::{AccountingReceiver, AccountingRow, WriteError};
 use rusqlite::{Connection, params};
 
 use crate::row::{ModelColumns, StoredModelCall, StoredToolCall, ToolColumns, record_from};
@@ -70,22 +70,19 @@ const INSERT_TOOL: &str = "INSERT INTO tool_calls (at_us, tenant, caller, sessio
     truncated, duration_us, outcome, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
     ?11, ?12, ?13, ?14, ?15, ?16)";
 
-/// `model_calls` and `tool_calls` in a SQLite file. Cheap to clone (one shared connection).
+/// `model_calls` and `tool_calls` in a SQLite file. Cheap to clone (one shared connection
+/// for reads).
 ///
-/// As a [`RowWriter`] it writes on a thread of its own, started on the first write and ended
-/// with the last clone, so accounting never takes a thread of tokio's blocking pool from a busy
-/// server's other blocking work (session saves, file reads).
+/// Rows are written by [`spawn_writer`](Self::spawn_writer): a thread of its own with its own
+/// connection, which drains the accounting queue itself. So accounting never takes a runtime
+/// worker or a thread of tokio's blocking pool from a busy server's other work, no batch is
+/// copied between threads, and its allocations (the batch buffer, SQLite's page cache) stay
+/// on that one thread instead of spreading over the blocking pool's threads and their malloc
+/// arenas.
 #[derive(Clone)]
 pub struct SqliteSink {
     path: PathBuf,
     conn: Arc<Mutex<Connection>>,
-    writer: Arc<OnceLock<std::sync::mpsc::Sender<Job>>>,
-}
-
-/// A batch for the writer thread and where its outcome goes.
-struct Job {
-    rows: Vec<AccountingRow>,
-    done: tokio::sync::oneshot::Sender<Result<(), Error>>,
 }
 
 impl std::fmt::Debug for SqliteSink {
@@ -106,38 +103,35 @@ impl SqliteSink {
     /// when it was written by a newer build.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref().to_path_buf();
-        let mut conn = Connection::open(&path)?;
-        // Another process (an `agentry usage` reading, a server's session store) may hold a
-        // write transaction: wait for it rather than fail.
-        conn.busy_timeout(Duration::from_secs(10))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let mut conn = connect(&path)?;
         migrate(&mut conn)?;
         Ok(Self {
             path,
             conn: Arc::new(Mutex::new(conn)),
-            writer: Arc::new(OnceLock::new()),
         })
     }
 
-    /// The writer thread's queue, starting the thread on first use.
-    fn writer(&self) -> Result<&std::sync::mpsc::Sender<Job>, Error> {
-        if let Some(sender) = self.writer.get() {
-            return Ok(sender);
-        }
-        let (sender, jobs) = std::sync::mpsc::channel::<Job>();
-        // The thread holds the connection only: it ends when the last sink (and so the
-        // last sender) is dropped.
-        let conn = Arc::clone(&self.conn);
+    /// Starts the writer: a thread named `agentry-accounting` with its own connection to the
+    /// file, draining `receiver` in batches (one transaction each) until every
+    /// [`AccountingQueue`](agent_loop::AccountingQueue) clone is dropped; join the handle to
+    /// wait for the last write. A failed write is counted and warned about by the receiver.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when the connection or the thread cannot be made.
+    pub fn spawn_writer(
+        &self,
+        receiver: AccountingReceiver,
+    ) -> Result<std::thread::JoinHandle<()>, Error> {
+        let mut conn = connect(&self.path)?;
         std::thread::Builder::new()
             .name("agentry-accounting".to_owned())
             .spawn(move || {
-                for job in jobs {
-                    let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    let _ = job.done.send(write_rows(&mut conn, &job.rows));
-                }
+                receiver.run_blocking(|rows| {
+                    write_rows(&mut conn, rows).map_err(|error| -> WriteError { Box::new(error) })
+                });
             })
-            .map_err(|error| Error::Store(format!("starting the writer thread: {error}")))?;
-        Ok(self.writer.get_or_init(|| sender))
+            .map_err(|error| Error::Store(format!("starting the writer thread: {error}")))
     }
 
     /// The file.
@@ -293,28 +287,14 @@ impl SqliteSink {
     }
 }
 
-impl RowWriter for SqliteSink {
-    fn write<'a>(&'a mut self, rows: &'a [AccountingRow]) -> WriteFuture<'a> {
-        Box::pin(async move {
-            // The batch is copied once, off the loop's path, for the writer thread.
-            let (done, outcome) = tokio::sync::oneshot::channel();
-            let sent = self.writer().and_then(|writer| {
-                writer
-                    .send(Job {
-                        rows: rows.to_vec(),
-                        done,
-                    })
-                    .map_err(|_| Error::Store("the writer thread is gone".to_owned()))
-            });
-            let written = match sent {
-                Ok(()) => outcome
-                    .await
-                    .unwrap_or_else(|_| Err(Error::Store("the writer thread is gone".to_owned()))),
-                Err(error) => Err(error),
-            };
-            written.map_err(|error| -> WriteError { Box::new(error) })
-        })
-    }
+/// A connection to `path` in WAL mode that waits for other writers.
+fn connect(path: &Path) -> Result<Connection, Error> {
+    let conn = Connection::open(path)?;
+    // Another process (an `agentry usage` reading, a server's session store) may hold a
+    // write transaction: wait for it rather than fail.
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    Ok(conn)
 }
 
 fn write_rows(conn: &mut Connection, rows: &[AccountingRow]) -> Result<(), Error> {

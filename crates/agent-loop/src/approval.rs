@@ -373,6 +373,7 @@ impl Round {
                         .and_then(|decision| (!decision.approved).then(|| decision.denial())),
                 };
                 Job {
+                    name: std::sync::Arc::from(entry.call.name.as_str()),
                     call: entry.call,
                     iteration,
                     refused,

@@ -24,6 +24,8 @@ use crate::options::{Options, ToolErrorMode};
 
 /// One call to run.
 pub(crate) struct Job {
+    /// The tool's name, made once: the handler's context and the accounting row share it.
+    pub(crate) name: Arc<str>,
     pub(crate) call: ToolCall,
     pub(crate) iteration: u32,
     /// Set when the call is not to be run: the error result the model sees instead.
@@ -47,6 +49,9 @@ pub(crate) struct Outcome {
     pub(crate) trace: TraceEntry,
     /// Set when this call's failure ends the run.
     pub(crate) stop: Option<Stop>,
+    /// The send of this call's accounting row, when a waiting queue was full: the run
+    /// awaits it (awaiting here would keep the trace entry in every call's future).
+    pub(crate) waiting: Option<crate::audit::Waiting>,
 }
 
 /// Everything the calls of a round share.
@@ -61,6 +66,8 @@ struct Round<'a> {
     budget: BudgetLeft,
     /// Where sub-agents' events go; `None` when the run does not stream.
     events: Option<EventSink>,
+    /// Who and which run each call's accounting row names; `None` without accounting.
+    audit: Option<&'a Arc<crate::audit::RunContext>>,
     /// Set by a call whose failure ends the run: calls not started yet are skipped.
     stopping: AtomicBool,
     /// Bytes of the round's results so far, against `max_round_result_bytes`.
@@ -83,6 +90,7 @@ pub(crate) async fn run_batch(
     hard_stop: &CancellationToken,
     accounting: &Accounting,
     budget: BudgetLeft,
+    audit: Option<&Arc<crate::audit::RunContext>>,
 ) -> Vec<Outcome> {
     if jobs.is_empty() {
         return Vec::new();
@@ -100,6 +108,7 @@ pub(crate) async fn run_batch(
         accounting,
         budget,
         events,
+        audit,
         stopping: AtomicBool::new(false),
         round_bytes: AtomicUsize::new(0),
     };
@@ -278,7 +287,7 @@ impl Round<'_> {
         let (slot, mut output) = {
             let context = ToolContext::for_call(
                 call.id.clone(),
-                Arc::<str>::from(call.name.as_str()),
+                Arc::clone(&job.name),
                 Arc::clone(&options.caller),
                 call_token.clone(),
                 self.accounting.clone(),
@@ -469,10 +478,14 @@ impl Round<'_> {
             repairs,
             sub_trace: Vec::new(),
         };
+        // The call's row goes when it ends: sizes and a hash, not the arguments.
+        let waiting =
+            crate::audit::send_tool_row(self.options.accounting.as_ref(), self.audit, job, &trace);
         Outcome {
             result,
             trace,
             stop,
+            waiting,
         }
     }
 

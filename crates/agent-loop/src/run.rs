@@ -195,14 +195,6 @@ struct Run<'s, 'o, B: ?Sized> {
     accounting: Accounting,
     /// Who and which run the accounting rows name; `None` without an accounting queue.
     audit: Option<std::sync::Arc<crate::audit::RunContext>>,
-    /// Failed model calls' rows, sent with the others when the run ends.
-    audit_rows: Vec<crate::audit::AccountingRow>,
-    /// When each of `records` ended (µs since the epoch), with an accounting queue only.
-    model_at: Vec<i64>,
-    /// When each of `trace` ended, with an accounting queue only.
-    tool_at: Vec<i64>,
-    /// Whether this run's rows went to the queue.
-    audit_sent: bool,
     /// Whether this run's usage and cost were added to the session.
     settled: bool,
     scope: Scope,
@@ -387,10 +379,6 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             .map(|queue| queue.context(&options.caller, session.id.as_str()));
         Ok(Self {
             audit,
-            audit_rows: Vec::new(),
-            model_at: Vec::new(),
-            tool_at: Vec::new(),
-            audit_sent: false,
             session,
             backend,
             options,
@@ -485,10 +473,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         ended: Result<End, AgentError>,
     ) -> Result<GenerateResult, AgentError> {
         self.unshape();
-        // The run's rows go before its result, in one send; the trace moves into them when
-        // neither the result nor an error keeps it. With `fail_run`, an accounting failure
-        // fails a run that would have succeeded.
-        let ended = match (self.send_audit(ended.is_err()).await, ended) {
+        // Each call's row went out when the call ended. With `fail_run`, an accounting
+        // failure fails a run that would have succeeded.
+        let ended = match (self.audit_verdict(), ended) {
             (Err(error), Ok(_)) => Err(error),
             (_, ended) => ended,
         };
@@ -784,26 +771,18 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             } else {
                 StopReason::Error
             };
-            if let Some(context) = &self.audit {
-                let record = ModelCallRecord {
-                    iteration,
-                    model: self.request.model.clone(),
-                    usage: None,
-                    cost_usd: None,
-                    latency,
-                    time_to_first_event: first_event.unwrap_or(latency),
-                    tool_calls: 0,
-                    stop_reason: reason,
-                };
-                self.audit_rows.push(crate::audit::AccountingRow::ModelCall(
-                    crate::audit::ModelCallRow {
-                        at_us: crate::audit::now_us(),
-                        context: std::sync::Arc::clone(context),
-                        record,
-                        error: Some(error.to_string()),
-                    },
-                ));
-            }
+            let failed = || ModelCallRecord {
+                iteration,
+                model: self.request.model.clone(),
+                usage: None,
+                cost_usd: None,
+                latency,
+                time_to_first_event: first_event.unwrap_or(latency),
+                tool_calls: 0,
+                stop_reason: reason,
+            };
+            let (queue, context) = (self.options.accounting.as_ref(), self.audit.as_ref());
+            let waiting = crate::audit::send_model_row(queue, context, failed, Some(&error));
             let partial = assembler.finish_partial(reason);
             self.flush_assembler(&mut assembler).await;
             if let ErrorKind::Backend { error: backend } = &mut error.kind
@@ -818,6 +797,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     cost_usd: None,
                 })
                 .await;
+            if let Some(waiting) = waiting {
+                waiting.await;
+            }
             return Err(error);
         }
 
@@ -857,13 +839,18 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         if let Some(sink) = &self.options.on_model_call {
             sink(&record);
         }
-        if self.audit.is_some() {
-            // The row is built from the record when the run ends: nothing is copied here.
-            self.model_at.push(crate::audit::now_us());
-        }
+        // The call's row goes now (a copy of the record), so the store has it while the run
+        // goes on, and keeps it if the run is dropped.
+        let (queue, context) = (self.options.accounting.as_ref(), self.audit.as_ref());
+        let waiting = crate::audit::send_model_row(queue, context, || record.clone(), None);
         self.records.push(record);
         self.push_message(Message::Assistant(message), cost_usd)
             .await?;
+        // Awaited last, so nothing of the call stays in this future for it.
+        if let Some(waiting) = waiting {
+            waiting.await;
+        }
+        self.audit_verdict()?;
         Ok(self.request.messages.len() - 1)
     }
 
@@ -923,10 +910,14 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             if let Some(sink) = &self.options.on_model_call {
                 sink(&record);
             }
-            if self.audit.is_some() {
-                self.model_at.push(crate::audit::now_us());
-            }
+            // The summary call's row goes now, like every model call's.
+            let (queue, context) = (self.options.accounting.as_ref(), self.audit.as_ref());
+            let waiting = crate::audit::send_model_row(queue, context, || record.clone(), None);
             self.records.push(record);
+            if let Some(waiting) = waiting {
+                waiting.await;
+            }
+            self.audit_verdict()?;
             self.session.history_summary = Some(crate::history::HistorySummary {
                 from: need.from,
                 to: need.to,
@@ -1209,6 +1200,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                      at once."
                 );
                 jobs.push(Job {
+                    name: std::sync::Arc::from(call.name.as_str()),
                     call,
                     iteration,
                     refused: Some(refused),
@@ -1244,6 +1236,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     false => None,
                 };
                 jobs.push(Job {
+                    name: std::sync::Arc::from(call.name.as_str()),
                     call,
                     iteration,
                     refused,
@@ -1279,6 +1272,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             &self.hard_stop,
             &self.accounting,
             self.budget_left(),
+            self.audit.as_ref(),
         )
         .await;
 
@@ -1288,12 +1282,13 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 result,
                 trace,
                 stop: stops,
+                waiting,
             } = outcome;
+            if let Some(waiting) = waiting {
+                waiting.await;
+            }
             if stop.is_none() {
                 stop = stops.map(|kind| stop_error(kind, &job.call, &result.content));
-            }
-            if self.audit.is_some() {
-                self.tool_at.push(crate::audit::now_us());
             }
             self.trace.push(trace);
             self.push_message(Message::Tool(result), None).await?;
@@ -1312,18 +1307,18 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         if self.options.cancellation.is_cancelled() {
             return Err(aborted("the run was cancelled while tools were running"));
         }
+        self.audit_verdict()?;
         match stop {
             Some(error) => Err(error),
             None => Ok((!pending.is_empty()).then_some(End::Suspended(pending))),
         }
     }
 
-    /// Sends the run's rows to the accounting queue (once).
-    async fn send_audit(&mut self, failed: bool) -> Result<(), AgentError> {
-        let rows = self.take_audit_rows(self.options.include_tool_trace || failed);
+    /// `Err` when accounting failed and the queue is set to fail the run with it.
+    fn audit_verdict(&self) -> Result<(), AgentError> {
         match &self.options.accounting {
-            Some(queue) if !rows.is_empty() => queue.enqueue_all(rows).await,
-            _ => Ok(()),
+            Some(queue) => queue.verdict(),
+            None => Ok(()),
         }
     }
 
@@ -1561,55 +1556,6 @@ impl<B: ?Sized> Run<'_, '_, B> {
     }
 }
 
-impl<B: ?Sized> Run<'_, '_, B> {
-    /// The run's rows: one per model call (from its record) and per tool call (from its
-    /// trace entry, moved unless `keep_trace`), then the failed calls'. Empty after the
-    /// first call, or without an accounting queue.
-    fn take_audit_rows(&mut self, keep_trace: bool) -> Vec<crate::audit::AccountingRow> {
-        use crate::audit::{AccountingRow, ModelCallRow, ToolCallRow};
-        let Some(context) = &self.audit else {
-            return Vec::new();
-        };
-        if std::mem::replace(&mut self.audit_sent, true) {
-            return Vec::new();
-        }
-        let mut rows =
-            Vec::with_capacity(self.records.len() + self.trace.len() + self.audit_rows.len());
-        for (record, &at_us) in self.records.iter().zip(&self.model_at) {
-            rows.push(AccountingRow::ModelCall(ModelCallRow {
-                at_us,
-                context: std::sync::Arc::clone(context),
-                record: record.clone(),
-                error: None,
-            }));
-        }
-        let tool_row = |entry, &at_us: &i64| {
-            AccountingRow::ToolCall(ToolCallRow {
-                at_us,
-                context: std::sync::Arc::clone(context),
-                entry,
-            })
-        };
-        if keep_trace {
-            rows.extend(
-                self.trace
-                    .iter()
-                    .zip(&self.tool_at)
-                    .map(|(entry, at)| tool_row(entry.clone(), at)),
-            );
-        } else {
-            rows.extend(
-                std::mem::take(&mut self.trace)
-                    .into_iter()
-                    .zip(&self.tool_at)
-                    .map(|(entry, at)| tool_row(entry, at)),
-            );
-        }
-        rows.append(&mut self.audit_rows);
-        rows
-    }
-}
-
 impl<B: ?Sized> Drop for Run<'_, '_, B> {
     fn drop(&mut self) {
         // The full history goes back to the session, never a shaped request's.
@@ -1617,13 +1563,6 @@ impl<B: ?Sized> Drop for Run<'_, '_, B> {
             crate::history::restore(&mut self.request.messages, *applied);
         }
         self.settle();
-        // A run dropped mid-way still hands over its rows, without waiting.
-        let rows = self.take_audit_rows(false);
-        if let Some(queue) = &self.options.accounting
-            && !rows.is_empty()
-        {
-            queue.try_enqueue(rows);
-        }
         // Give the history back, whatever happened; a run dropped mid-way reads as aborted.
         self.session.messages = std::mem::take(&mut self.request.messages);
         let system_before = self

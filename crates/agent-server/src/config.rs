@@ -100,7 +100,8 @@ pub struct ServerConfig {
     #[serde(default)]
     pub mcp: McpConfig,
     /// Write a `model_calls` row per model call and a `tool_calls` row per tool call, per
-    /// tenant, in the store's database, and serve `GET /v1/usage` [default: false].
+    /// tenant, in the store's database, and serve `GET /v1/usage` [default: true]. (With
+    /// `ServerBuilder::with_store` the rows still go to the configured store's database.)
     #[serde(default = "defaults::accounting")]
     pub accounting: bool,
 }
@@ -710,7 +711,7 @@ mod defaults {
     use std::path::PathBuf;
 
     pub(super) fn accounting() -> bool {
-        false
+        true
     }
 
     pub(super) fn mcp_max_sessions() -> usize {

@@ -2,10 +2,10 @@
 //!
 //! Every execute and chat completion hands the loop the server's [`AccountingQueue`]: one
 //! `model_calls` row per model call and one `tool_calls` row per tool call, tagged with the
-//! tenant, written in batches by one writer task into the store's database (a second
-//! connection to the SQLite file, or the PostgreSQL database), in the tables of
-//! `agent-accounting`. A full queue drops rows with a counted warning: accounting never slows
-//! or fails a run. Off unless `[server] accounting = true`.
+//! tenant, as each call ends, written in batches into the store's database (by a thread of
+//! its own with its own connection to the SQLite file, or by a task on the PostgreSQL
+//! database), in the tables of `agent-accounting`. A full queue drops rows with a counted
+//! warning: accounting never slows or fails a run. On unless `[server] accounting = false`.
 //!
 //! `GET /v1/usage?from=&to=&group_by=model|session|day&limit=` sums the caller's rows between
 //! `from` (inclusive) and `to` (exclusive), each Unix seconds or a UTC date `YYYY-MM-DD`
@@ -59,12 +59,16 @@ impl Accounting {
                     std::fs::create_dir_all(parent)?;
                 }
                 let path = path.clone();
-                let sink =
-                    tokio::task::spawn_blocking(move || agent_accounting::SqliteSink::open(path))
-                        .await
-                        .map_err(|error| Error::Config(format!("accounting: {error}")))?
-                        .map_err(fail)?;
-                tokio::spawn(receiver.run(sink.clone()));
+                // The writer is a thread of its own, with its own connection (see
+                // `SqliteSink::spawn_writer`); it ends with the server's last queue clone.
+                let sink = tokio::task::spawn_blocking(move || {
+                    let sink = agent_accounting::SqliteSink::open(path)?;
+                    sink.spawn_writer(receiver)?;
+                    Ok(sink)
+                })
+                .await
+                .map_err(|error| Error::Config(format!("accounting: {error}")))?
+                .map_err(fail)?;
                 Store::Sqlite(sink)
             }
             #[cfg(feature = "postgres")]
@@ -73,7 +77,12 @@ impl Accounting {
                 let sink = agent_accounting::PostgresSink::connect(&url)
                     .await
                     .map_err(fail)?;
-                tokio::spawn(receiver.run(sink.clone()));
+                // The writer has a connection of its own: its BEGIN…COMMIT must not wrap
+                // the usage queries read on the other.
+                let writer = agent_accounting::PostgresSink::connect(&url)
+                    .await
+                    .map_err(fail)?;
+                tokio::spawn(receiver.run(writer));
                 Store::Postgres(sink)
             }
             #[allow(unreachable_patterns)]

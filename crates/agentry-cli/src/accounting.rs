@@ -8,7 +8,6 @@ use agent_accounting::{GroupBy, SqliteSink, UsageGroup, UsageQuery};
 use agent_loop::{AccountingConfig, AccountingQueue, Options, QueueFull};
 use clap::ValueEnum;
 use serde_json::json;
-use tokio::task::JoinHandle;
 
 use crate::error::Error;
 use crate::render::format_usd;
@@ -16,7 +15,6 @@ use crate::render::format_usd;
 /// The writer of one command's rows.
 pub(crate) struct Recorder {
     queue: AccountingQueue,
-    task: JoinHandle<()>,
     path: std::path::PathBuf,
 }
 
@@ -37,13 +35,14 @@ pub(crate) async fn attach(
     let sink = open(path, true).await?;
     let (queue, receiver) =
         AccountingQueue::new(AccountingConfig::default().with_when_full(QueueFull::Wait));
-    let task = tokio::spawn(receiver.run(sink));
+    // The writer thread ends with the last queue clone (or the process).
+    sink.spawn_writer(receiver)
+        .map_err(|error| Error::Usage(format!("{}: {error}", path.display())))?;
     let options = options.with_accounting(queue.clone().with_provider(provider));
     Ok((
         options,
         Some(Recorder {
             queue,
-            task,
             path: path.to_path_buf(),
         }),
     ))
@@ -62,7 +61,6 @@ impl Recorder {
                 stats.failed_writes()
             );
         }
-        self.task.abort();
     }
 }
 

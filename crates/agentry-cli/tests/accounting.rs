@@ -209,3 +209,73 @@ fn run_appends_rows_and_usage_refuses_a_missing_file() {
     assert!(stderr.contains("no such accounting file"), "{stderr}");
     assert!(!missing.exists(), "reading usage creates no file");
 }
+
+/// Ctrl-C in the middle of a model call: the command exits 130 and the file holds the
+/// interrupted call's row (`aborted`, with its error), written before the exit.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_mid_call_leaves_the_calls_aborted_row() {
+    use std::io::{BufRead, BufReader};
+    use std::time::Duration;
+
+    use agent_backends::replay::Chunking;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/providers/openai-chat/stream-text-usage.sse");
+    // The answer trickles in: 64 bytes every 50 ms, seconds in all.
+    let slow = Cassette::from_file(fixture)
+        .unwrap()
+        .with_chunking(Chunking::Every(64))
+        .with_chunk_delay(Duration::from_millis(50));
+    let server = runtime.block_on(ReplayServer::start(vec![slow])).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let mut child = agentry()
+        .args([
+            "run",
+            "--json",
+            "--provider",
+            "openai",
+            "--base-url",
+            &server.url(),
+        ])
+        .args(["--accounting", db.to_str().unwrap(), "count slowly"])
+        .env("OPENAI_API_KEY", "test-key")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the run ended early"
+        );
+        if line.contains("\"text_delta\"") {
+            break;
+        }
+    }
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -INT {}", child.id())])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows = SqliteSink::open(&db).unwrap().model_calls("").unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].record.stop_reason, agent_types::StopReason::Aborted);
+    assert!(rows[0].error.is_some(), "{rows:?}");
+    assert_eq!(rows[0].provider, "openai");
+}

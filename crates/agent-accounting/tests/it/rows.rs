@@ -3,8 +3,8 @@ use std::time::Duration;
 use agent_accounting::{GroupBy, SqliteSink, StoredModelCall, StoredToolCall, UsageQuery};
 use agent_backends::{ScriptedBackend, ScriptedTurn};
 use agent_loop::{
-    AccountingConfig, AccountingQueue, GenerateResult, Input, Options, QueueFull, RowWriter,
-    generate,
+    AccountingConfig, AccountingQueue, AccountingReceiver, GenerateResult, Input, Options,
+    QueueFull, RowWriter, generate,
 };
 use agent_tools::{Caller, Registry, Tool};
 use agent_types::{BackendError, BackendErrorKind, ModelPrice, RateCard, Usage};
@@ -73,10 +73,11 @@ fn scripted() -> (ScriptedBackend, Options) {
     (backend, options)
 }
 
-async fn run_into<W: RowWriter + 'static>(writer: W) -> GenerateResult {
+/// Runs `scripted()` with its rows going to the writer `start` starts.
+async fn run_into(start: impl FnOnce(AccountingReceiver)) -> GenerateResult {
     let (backend, options) = scripted();
     let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
-    let task = tokio::spawn(receiver.run(writer));
+    start(receiver);
     let options = options.with_accounting(queue.clone().with_provider("scripted"));
     let result = generate(
         &backend,
@@ -87,8 +88,6 @@ async fn run_into<W: RowWriter + 'static>(writer: W) -> GenerateResult {
     .unwrap();
     queue.flush().await;
     assert_eq!(queue.stats().written(), 4, "{:?}", queue.stats());
-    drop((options, queue));
-    task.await.unwrap();
     result
 }
 
@@ -145,7 +144,10 @@ async fn sqlite_rows_equal_the_runs_records_and_trace() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("usage.db");
     let sink = SqliteSink::open(&path).unwrap();
-    let result = run_into(sink.clone()).await;
+    let result = run_into(|receiver| {
+        sink.spawn_writer(receiver).unwrap();
+    })
+    .await;
     drop(sink);
     // Read back through a fresh connection: the rows are in the file.
     let sink = SqliteSink::open(&path).unwrap();
@@ -206,16 +208,16 @@ async fn a_failed_model_call_is_a_row_with_its_error() {
         ScriptedBackend::new([ScriptedTurn::new()
             .fail_with(BackendError::new(BackendErrorKind::Overloaded, "try later"))]);
     let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
-    let task = tokio::spawn(receiver.run(sink.clone()));
+    let writer = sink.spawn_writer(receiver).unwrap();
     let options = Options::auto()
         .with_caller(Caller::new("bob").with_tenant("t2"))
         .with_accounting(queue.clone());
     let error = generate(&backend, Input::new("m").user("hi"), &options)
         .await
         .unwrap_err();
-    queue.flush().await;
     drop((options, queue));
-    task.await.unwrap();
+    // The last queue clone gone, the writer thread writes what is left and ends.
+    writer.join().unwrap();
     let rows = sink.model_calls("t2").unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].record.model, "m");
@@ -248,13 +250,28 @@ impl RowWriter for Failing {
     }
 }
 
+/// A writer that waits for a permit before each write: holds the queue full until released.
+struct Gated(std::sync::Arc<tokio::sync::Semaphore>);
+
+impl RowWriter for Gated {
+    fn write<'a>(
+        &'a mut self,
+        _rows: &'a [agent_loop::AccountingRow],
+    ) -> agent_loop::WriteFuture<'a> {
+        Box::pin(async move {
+            self.0.acquire().await?.forget();
+            Ok(())
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_drops_and_counts_without_failing_the_run() {
     let (queue, receiver) =
         AccountingQueue::new(AccountingConfig::default().with_capacity(1).with_batch(1));
     tokio::spawn(receiver.run(Stuck));
-    // Each run sends its 4 rows as one item: the writer holds the first run's, the queue the
-    // second's, the third's find it full.
+    // Each run has 4 rows (2 model calls, 2 tool calls), each sent when its call ends: the
+    // writer holds at most one, the queue one more, and the rest find it full.
     for _ in 0..3 {
         let (backend, options) = scripted();
         let options = options.with_accounting(queue.clone());
@@ -270,40 +287,53 @@ async fn a_full_queue_drops_and_counts_without_failing_the_run() {
         .expect("a stuck writer must not stall a run in drop mode")
         .unwrap();
         assert_eq!(result.text(), "Sunny in Denver.");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let stats = queue.stats();
-    assert_eq!(stats.enqueued(), 8, "{stats:?}");
-    assert_eq!(stats.dropped(), 4, "{stats:?}");
+    assert_eq!(stats.enqueued() + stats.dropped(), 12, "{stats:?}");
+    assert!(stats.enqueued() <= 2, "{stats:?}");
+    assert!(stats.dropped() >= 10, "{stats:?}");
+    assert_eq!(stats.written(), 0, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_in_wait_mode_applies_back_pressure() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
     let (queue, receiver) = AccountingQueue::new(
         AccountingConfig::default()
             .with_capacity(1)
             .with_batch(1)
             .with_when_full(QueueFull::Wait),
     );
-    tokio::spawn(receiver.run(Stuck));
-    for run in 0..3 {
-        let (backend, options) = scripted();
-        let options = options.with_accounting(queue.clone());
-        let waited = tokio::time::timeout(
-            Duration::from_millis(500),
-            generate(
-                &backend,
-                Input::new("test-model").user("Weather?"),
-                &options,
-            ),
+    tokio::spawn(receiver.run(Gated(gate.clone())));
+    let (backend, options) = scripted();
+    let options = options.with_accounting(queue.clone());
+    let run = tokio::spawn(async move {
+        generate(
+            &backend,
+            Input::new("test-model").user("Weather?"),
+            &options,
         )
-        .await;
-        // The writer takes the first run's rows, the queue holds the second's: the third
-        // waits for room.
-        assert_eq!(waited.is_err(), run == 2, "run {run}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(queue.stats().dropped(), 0);
+        .await
+    });
+    // The writer holds a row, the queue another: the run waits for room.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !run.is_finished(),
+        "a full queue in wait mode must hold the run"
+    );
+    assert_eq!(queue.stats().written(), 0);
+    // Writes go through again: the run goes on and no row is lost.
+    gate.add_permits(100);
+    let result = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run goes on once the writer takes rows")
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.text(), "Sunny in Denver.");
+    queue.flush().await;
+    let stats = queue.stats();
+    assert_eq!(stats.dropped(), 0, "{stats:?}");
+    assert_eq!(stats.written(), 4, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,7 +379,11 @@ async fn postgres_rows_equal_the_runs_records_and_trace() {
     // Each run of this test uses its own tenant-free slate: remove earlier rows of `acme`.
     let result = {
         tokio_postgres_clean(&url).await;
-        run_into(sink.clone()).await
+        let writer = sink.clone();
+        run_into(|receiver| {
+            tokio::spawn(receiver.run(writer));
+        })
+        .await
     };
     let models = sink.model_calls("acme").await.unwrap();
     let tools = sink.tool_calls("acme").await.unwrap();
@@ -404,11 +438,11 @@ fn postgres_url() -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_dropped_mid_way_still_hands_over_its_rows() {
+async fn a_run_dropped_mid_way_keeps_the_rows_of_its_completed_calls() {
     let dir = tempfile::tempdir().unwrap();
     let sink = SqliteSink::open(dir.path().join("usage.db")).unwrap();
     let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
-    tokio::spawn(receiver.run(sink.clone()));
+    sink.spawn_writer(receiver).unwrap();
     let (_, options) = scripted();
     let backend = ScriptedBackend::new([
         ScriptedTurn::tool_call("call_1", "weather", json!({"city": "Denver"}))
@@ -436,4 +470,130 @@ async fn a_run_dropped_mid_way_still_hands_over_its_rows() {
     let tools = sink.tool_calls("acme").unwrap();
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].call_id, "call_1");
+}
+
+/// Each row is written when its call ends: a run whose third model call is slow has the rows
+/// of its first two rounds in the store while it still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_reach_the_store_while_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = SqliteSink::open(dir.path().join("usage.db")).unwrap();
+    let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
+    sink.spawn_writer(receiver).unwrap();
+    let (_, options) = scripted();
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "weather", json!({"city": "Denver"}))
+            .with_usage(usage(100, 20)),
+        ScriptedTurn::tool_call("call_2", "weather", json!({"city": "Boulder"}))
+            .with_usage(usage(120, 20)),
+        ScriptedTurn::text("Sunny in both.")
+            .with_usage(usage(140, 10))
+            .with_delay(Duration::from_secs(3)),
+    ])
+    .with_model("test-model");
+    let options = options.with_accounting(queue.clone());
+    let run = tokio::spawn(async move {
+        generate(
+            &backend,
+            Input::new("test-model").user("Weather?"),
+            &options,
+        )
+        .await
+    });
+    let started = std::time::Instant::now();
+    loop {
+        let (models, tools) = (
+            sink.model_calls("acme").unwrap(),
+            sink.tool_calls("acme").unwrap(),
+        );
+        if models.len() == 2 && tools.len() == 2 {
+            assert_eq!(
+                tools.iter().map(|t| t.round).collect::<Vec<_>>(),
+                [1, 2],
+                "{tools:?}"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "rounds 1 and 2 not in the store while round 3 runs: {} model and {} tool rows",
+            models.len(),
+            tools.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!run.is_finished(), "the third model call is still running");
+    let result = run.await.unwrap().unwrap();
+    assert_eq!(result.text(), "Sunny in both.");
+    queue.flush().await;
+    let models = sink.model_calls("acme").unwrap();
+    assert_eq!(models.len(), 3);
+    let records: Vec<_> = models.iter().map(|m| m.record.clone()).collect();
+    let wire: Vec<agent_loop::ModelCallRecord> =
+        serde_json::from_value(serde_json::to_value(&result.model_calls).unwrap()).unwrap();
+    assert_eq!(records, wire);
+}
+
+/// The sink prepares its inserts once per connection: after its connection is killed it
+/// reconnects and prepares them again on the new one (a statement of the old connection
+/// would fail there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_writes_go_on_after_the_connection_is_killed() {
+    let Some(url) = postgres_url() else { return };
+    let app = format!("acct_reconnect_{}", std::process::id());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let sink =
+        agent_accounting::PostgresSink::connect(&format!("{url}{sep}application_name={app}"))
+            .await
+            .unwrap();
+    let tenant = format!("reconnect-{}", std::process::id());
+    let run = |sink: agent_accounting::PostgresSink, tenant: String| async move {
+        let backend = ScriptedBackend::new([ScriptedTurn::text("hi").with_usage(usage(1, 1))]);
+        let (queue, receiver) = AccountingQueue::new(AccountingConfig::default());
+        let writer = tokio::spawn(receiver.run(sink));
+        let options = Options::auto()
+            .with_caller(Caller::new("p").with_tenant(tenant))
+            .with_accounting(queue.clone());
+        generate(&backend, Input::new("m").user("hi"), &options)
+            .await
+            .unwrap();
+        queue.flush().await;
+        let written = queue.stats().written();
+        drop((options, queue));
+        writer.await.unwrap();
+        written
+    };
+    assert_eq!(run(sink.clone(), tenant.clone()).await, 1);
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .unwrap();
+    // The first write after the kill may fail (counted); the sink then reconnects.
+    let mut stored = 1;
+    for _ in 0..20 {
+        stored += run(sink.clone(), tenant.clone()).await;
+        if stored >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        stored >= 3,
+        "writes did not resume after the connection was killed"
+    );
+    assert_eq!(
+        sink.model_calls(&tenant).await.unwrap().len() as u64,
+        stored
+    );
+    admin
+        .execute("DELETE FROM model_calls WHERE tenant = $1", &[&tenant])
+        .await
+        .unwrap();
 }

@@ -1,5 +1,6 @@
 //! Accounting rows per tenant and `GET /v1/usage`, over real HTTP, on both stores: a tenant
-//! sees its own model calls and cost, never another tenant's.
+//! sees its own model calls and cost, never another tenant's. Accounting is on by default
+//! (the configuration below does not name it); `accounting = false` turns it off.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -74,7 +75,6 @@ fn config(acme: &str, globex: &str, store: StoreConfig) -> ServerConfig {
     let text = format!(
         r#"
         [server]
-        accounting = true
         tools = ["calculator", "clock"]
         [[server.models]]
         name = "demo"
@@ -218,4 +218,100 @@ async fn postgres_each_tenant_sees_only_its_own_usage() {
         &suffix(),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounting_false_turns_usage_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(
+        "acme-off",
+        "globex-off",
+        StoreConfig::Sqlite {
+            path: dir.path().join("sessions.db"),
+        },
+    );
+    config.accounting = false;
+    let server = Server::start(config).await;
+    server.execute("key-acme-usage-001", "u1").await;
+    let (status, body) = server.usage("key-acme-usage-001", "").await;
+    assert_eq!(status, 404, "{body}");
+}
+
+/// Rows are written as each call ends: while an execute's second model call is still running,
+/// `/v1/usage` already shows its first model call and its tool call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_execute_shows_in_usage() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use agent_backends::{ScriptedBackend, ScriptedTurn};
+
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_1", "calculator", json!({"expression": "6*7"})).with_usage(
+            agent_types::Usage {
+                input_tokens: Some(100),
+                output_tokens: Some(10),
+                ..Default::default()
+            },
+        ),
+        ScriptedTurn::text("42").with_delay(Duration::from_secs(3)),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        "acme-live",
+        "globex-live",
+        StoreConfig::Sqlite {
+            path: dir.path().join("sessions.db"),
+        },
+    );
+    let state = ServerBuilder::new(config)
+        .with_model("slow", "scripted", Arc::new(backend))
+        .build()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { serve(listener, state, std::future::pending()).await });
+    let server = Server {
+        url: url.clone(),
+        client: reqwest::Client::new(),
+    };
+    let execute = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/live/execute"))
+            .bearer_auth("key-acme-usage-001")
+            .json(
+                &json!({"message": "6*7?", "context": {"model": "slow", "tools": ["calculator"]}}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    let started = std::time::Instant::now();
+    loop {
+        let (status, body) = server.usage("key-acme-usage-001", "group_by=session").await;
+        assert_eq!(status, 200, "{body}");
+        let group = &body["data"][0];
+        if group["model_calls"] == 1 && group["tool_calls"] == 1 {
+            assert_eq!(group["key"], "live", "{body}");
+            assert_eq!(group["input_tokens"], 100, "{body}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the first round is not in /v1/usage while the execute runs: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !execute.is_finished(),
+        "the second model call is still running"
+    );
+    let events = parse_sse(&execute.await.unwrap());
+    assert_eq!(events.last().unwrap()["type"], "execute_complete");
+    let (_, body) = server.usage("key-acme-usage-001", "group_by=session").await;
+    assert_eq!(body["data"][0]["model_calls"], 2, "{body}");
 }
