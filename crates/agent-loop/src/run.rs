@@ -586,6 +586,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             gen_ai.output.type = self.request.response_format.as_ref().map(|_| "json"),
             gen_ai.conversation.id = %self.session.id,
             gen_ai.response.model = field::Empty,
+            gen_ai.response.id = field::Empty,
             gen_ai.response.finish_reasons = field::Empty,
             gen_ai.usage.input_tokens = field::Empty,
             gen_ai.usage.output_tokens = field::Empty,
@@ -709,6 +710,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     time_to_first_event: first_event.unwrap_or(latency),
                     tool_calls: 0,
                     stop_reason: reason,
+                    response_id: assembler.take_response_id(),
                 };
                 self.audit_rows.push(crate::audit::AccountingRow::ModelCall(
                     crate::audit::ModelCallRow {
@@ -737,6 +739,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
 
         let mut message = assembler.finish();
+        let response_id = assembler.take_response_id();
         self.flush_assembler(&mut assembler).await;
         if message.model.is_none() {
             message.model = Some(self.request.model.clone());
@@ -749,6 +752,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         tracing::record_all!(
             span,
             gen_ai.response.model = message.model.as_deref(),
+            gen_ai.response.id = response_id.as_deref(),
             gen_ai.response.finish_reasons =
                 telemetry::finish_reason(message.stop_reason.unwrap_or(StopReason::Stop)),
             agentry.tool_calls = i64::from(tool_calls),
@@ -768,6 +772,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             time_to_first_event: first_event.unwrap_or(latency),
             tool_calls,
             stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
+            response_id,
         };
         if let Some(sink) = &self.options.on_model_call {
             sink(&record);
