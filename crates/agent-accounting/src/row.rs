@@ -233,5 +233,6 @@ pub(crate) fn record_from(
         ),
         tool_calls: u32::try_from(tool_calls).unwrap_or(u32::MAX),
         stop_reason: stop_parse(stop_reason),
+        response_id: None,
     }
 }

@@ -638,6 +638,7 @@ mod tests {
                 time_to_first_event: Duration::ZERO,
                 tool_calls: 0,
                 stop_reason: agent_types::StopReason::Stop,
+                response_id: None,
             },
             None,
         ))

@@ -700,6 +700,7 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         gen_ai.request.max_tokens = request.settings.max_output_tokens.map(i64::from),
         gen_ai.conversation.id = conversation,
         gen_ai.response.model = field::Empty,
+        gen_ai.response.id = field::Empty,
         gen_ai.response.finish_reasons = field::Empty,
         gen_ai.usage.input_tokens = field::Empty,
         gen_ai.usage.output_tokens = field::Empty,
@@ -751,12 +752,14 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         return Err(error);
     }
     let mut message = assembler.finish();
+    let response_id = assembler.take_response_id();
     if message.model.is_none() {
         message.model = Some(request.model.clone());
     }
     tracing::record_all!(
         span,
         gen_ai.response.model = message.model.as_deref(),
+        gen_ai.response.id = response_id.as_deref(),
         gen_ai.response.finish_reasons =
             telemetry::finish_reason(message.stop_reason.unwrap_or(StopReason::Stop)),
     );
@@ -769,6 +772,7 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         time_to_first_event: first_event.unwrap_or(latency),
         tool_calls: 0,
         stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
+        response_id,
     };
     Ok((message, record, span))
 }

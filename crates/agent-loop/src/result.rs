@@ -36,6 +36,9 @@ pub struct ModelCallRecord {
     pub tool_calls: u32,
     /// Why the model stopped.
     pub stop_reason: StopReason,
+    /// The provider's id for the response (`gen_ai.response.id`), when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
 }
 
 /// The outcome of [`generate`](crate::generate) or [`execute`](crate::execute).

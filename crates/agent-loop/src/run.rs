@@ -657,6 +657,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             gen_ai.output.type = self.request.response_format.as_ref().map(|_| "json"),
             gen_ai.conversation.id = %self.session.id,
             gen_ai.response.model = field::Empty,
+            gen_ai.response.id = field::Empty,
             gen_ai.response.finish_reasons = field::Empty,
             gen_ai.usage.input_tokens = field::Empty,
             gen_ai.usage.output_tokens = field::Empty,
@@ -771,6 +772,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             } else {
                 StopReason::Error
             };
+            let response_id = assembler.take_response_id();
             let failed = || ModelCallRecord {
                 iteration,
                 model: self.request.model.clone(),
@@ -780,6 +782,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 time_to_first_event: first_event.unwrap_or(latency),
                 tool_calls: 0,
                 stop_reason: reason,
+                response_id,
             };
             let (queue, context) = (self.options.accounting.as_ref(), self.audit.as_ref());
             let waiting = crate::audit::send_model_row(queue, context, failed, Some(&error));
@@ -804,6 +807,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
 
         let mut message = assembler.finish();
+        let response_id = assembler.take_response_id();
         self.flush_assembler(&mut assembler).await;
         if message.model.is_none() {
             message.model = Some(self.request.model.clone());
@@ -816,6 +820,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         tracing::record_all!(
             span,
             gen_ai.response.model = message.model.as_deref(),
+            gen_ai.response.id = response_id.as_deref(),
             gen_ai.response.finish_reasons =
                 telemetry::finish_reason(message.stop_reason.unwrap_or(StopReason::Stop)),
             agentry.tool_calls = i64::from(tool_calls),
@@ -835,6 +840,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             time_to_first_event: first_event.unwrap_or(latency),
             tool_calls,
             stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
+            response_id,
         };
         if let Some(sink) = &self.options.on_model_call {
             sink(&record);

@@ -33,6 +33,9 @@ use crate::usage::Usage;
 pub struct MessageAssembler {
     message: AssistantMessage,
     usage: Option<Usage>,
+    /// The provider's id for the response, kept apart from the message: it names one model
+    /// call for tracing and accounting, and the history sent back has no use for it.
+    response_id: Option<String>,
     open: Open,
     calls: Vec<PendingCall>,
     finished: bool,
@@ -78,7 +81,14 @@ impl MessageAssembler {
     /// A [`Protocol`](BackendErrorKind::Protocol) error when the events contradict each other:
     /// a tool-call fragment for an index that never started, an index started twice, or
     /// anything after `finish`.
-    pub fn push(&mut self, event: StreamEvent) -> Result<(), BackendError> {
+    pub fn push(&mut self, mut event: StreamEvent) -> Result<(), BackendError> {
+        // The id is moved, not copied by `observe`.
+        if let StreamEvent::MessageStart { id, .. } = &mut event
+            && id.is_some()
+            && !self.finished
+        {
+            self.response_id = id.take();
+        }
         self.observe(&event)?;
         // The delta events move the owned text instead of copying it; `observe` has already
         // queued the block boundary (if any) that comes before them.
@@ -112,9 +122,12 @@ impl MessageAssembler {
             return Err(protocol("the stream went on after its finish event"));
         }
         match event {
-            StreamEvent::MessageStart { model, .. } => {
+            StreamEvent::MessageStart { id, model } => {
                 if model.is_some() {
                     self.message.model.clone_from(model);
+                }
+                if id.is_some() {
+                    self.response_id.clone_from(id);
                 }
             }
             StreamEvent::TextDelta { delta } => {
@@ -255,6 +268,17 @@ impl MessageAssembler {
     /// The oldest queued agent event, if any (for consumers that await between events).
     pub fn next_event(&mut self) -> Option<AgentEvent> {
         self.events.pop_front()
+    }
+
+    /// The provider's id for the response (OpenAI's `chatcmpl-…`/`resp_…`, Anthropic's
+    /// `msg_…`, Gemini's `responseId`), when its stream named one.
+    pub fn response_id(&self) -> Option<&str> {
+        self.response_id.as_deref()
+    }
+
+    /// Takes the response id out (see [`response_id`](Self::response_id)).
+    pub fn take_response_id(&mut self) -> Option<String> {
+        self.response_id.take()
     }
 
     /// Closes every open block and returns the message.
@@ -409,6 +433,39 @@ mod tests {
             index,
             delta: text.into(),
         }
+    }
+
+    #[test]
+    fn the_response_id_is_kept_apart_from_the_message_by_push_and_observe() {
+        let start = StreamEvent::MessageStart {
+            id: Some("msg_01".into()),
+            model: Some("m".into()),
+        };
+        let mut pushed = MessageAssembler::new(false);
+        push_all(&mut pushed, vec![start.clone(), text("hi")]);
+        let mut observed = MessageAssembler::new(false);
+        observed.observe(&start).unwrap();
+        for assembler in [&mut pushed, &mut observed] {
+            assert_eq!(assembler.response_id(), Some("msg_01"));
+            let message = assembler.finish();
+            assert_eq!(message.model.as_deref(), Some("m"));
+            // The history sent back carries no response id.
+            assert!(!serde_json::to_string(&message).unwrap().contains("msg_01"));
+            assert_eq!(assembler.take_response_id().as_deref(), Some("msg_01"));
+        }
+        // A later start without an id keeps the first one (Anthropic and OpenAI name it once).
+        let mut later = MessageAssembler::new(false);
+        push_all(
+            &mut later,
+            vec![
+                start,
+                StreamEvent::MessageStart {
+                    id: None,
+                    model: None,
+                },
+            ],
+        );
+        assert_eq!(later.response_id(), Some("msg_01"));
     }
 
     #[test]

@@ -892,6 +892,7 @@ mod tests {
             time_to_first_event: Duration::from_micros(500),
             tool_calls: 0,
             stop_reason: StopReason::Stop,
+            response_id: None,
         };
         let table = calls_table(&[record(386, 74, Some(0.0002)), record(545, 23, Some(0.0003))]);
         let lines: Vec<&str> = table.lines().collect();

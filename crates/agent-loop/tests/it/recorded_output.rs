@@ -2,7 +2,8 @@
 //! whose notes carry `OUTPUT → `…``), replayed through the real adapter over loopback HTTP and
 //! through the loop with the answer's schema: `Native` where the adapter has the capability,
 //! `Tool` for Anthropic. The validated `output` must be the recorded answer, and the request
-//! must have asked the provider for it in its own form.
+//! must have asked the provider for it in its own form, and the model-call record must carry the
+//! provider's response id.
 
 use std::path::{Path, PathBuf};
 
@@ -98,6 +99,17 @@ async fn every_recorded_structured_answer_comes_out_of_the_loop_validated() {
                 .any(|tool| tool["name"] == "final_result"),
         };
         assert!(asked, "{file}: request {body}");
+
+        // The provider's response id reaches the model-call record (`gen_ai.response.id`):
+        // every provider but Ollama names its responses.
+        let id = result.model_calls[0].response_id.as_deref();
+        if provider == Provider::Ollama {
+            assert_eq!(id, None, "{file}");
+        } else {
+            let id = id.unwrap_or_else(|| panic!("{file}: no response id recorded"));
+            let recorded = std::fs::read_to_string(fixtures().join(&file)).unwrap();
+            assert!(id.len() > 4 && recorded.contains(id), "{file}: {id}");
+        }
 
         insta::assert_json_snapshot!(
             file.replace('/', "__"),
