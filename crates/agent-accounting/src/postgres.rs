@@ -15,7 +15,8 @@ use crate::{Error, SCHEMA_VERSION};
 const SCHEMA_LOCK: i64 = 0x6167_656e_7461_6363;
 
 /// Migrations, in order: entry `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE model_calls (
     id BIGSERIAL PRIMARY KEY,
     at_us BIGINT NOT NULL,
@@ -60,13 +61,17 @@ CREATE TABLE tool_calls (
     error TEXT
 );
 CREATE INDEX tool_calls_tenant_at ON tool_calls (tenant, at_us);
-"];
+",
+    // 2: the provider's response id (`gen_ai.response.id`).
+    "ALTER TABLE model_calls ADD COLUMN response_id TEXT;
+",
+];
 
 const INSERT_MODEL: &str = "INSERT INTO model_calls (at_us, tenant, caller, session, run_id, \
     round, provider, model, input_tokens, output_tokens, cache_read_tokens, \
     cache_write_5m_tokens, cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, \
-    first_event_us, tool_calls, stop_reason, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-    $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)";
+    first_event_us, tool_calls, stop_reason, error, response_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+    $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
 
 const INSERT_TOOL: &str = "INSERT INTO tool_calls (at_us, tenant, caller, session, run_id, \
     round, tool, call_id, arguments_bytes, arguments_sha256, result_bytes, sent_bytes, \
@@ -187,6 +192,7 @@ impl PostgresSink {
                                     &c.tool_calls,
                                     &c.stop_reason,
                                     &c.error,
+                                    &c.response_id,
                                 ],
                             )
                             .await?;
@@ -243,7 +249,7 @@ impl PostgresSink {
                 "SELECT at_us, tenant, caller, session, run_id, provider, round, model, \
                  input_tokens, output_tokens, cache_read_tokens, cache_write_5m_tokens, \
                  cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, first_event_us, \
-                 tool_calls, stop_reason, error FROM model_calls WHERE tenant = $1 ORDER BY id",
+                 tool_calls, stop_reason, error, response_id FROM model_calls WHERE tenant = $1 ORDER BY id",
                 &[&tenant],
             )
             .await?;
@@ -273,6 +279,7 @@ impl PostgresSink {
                         r.try_get(16)?,
                         r.try_get(17)?,
                         &stop,
+                        r.try_get(20)?,
                     ),
                     error: r.try_get(19)?,
                 })

@@ -127,6 +127,7 @@ pub(crate) struct ModelColumns<'a> {
     pub tool_calls: i64,
     pub stop_reason: String,
     pub error: Option<&'a str>,
+    pub response_id: Option<&'a str>,
 }
 
 impl<'a> ModelColumns<'a> {
@@ -153,6 +154,7 @@ impl<'a> ModelColumns<'a> {
             tool_calls: i64::from(row.record.tool_calls),
             stop_reason: stop_name(row.record.stop_reason),
             error: row.error.as_deref(),
+            response_id: row.record.response_id.as_deref(),
         }
     }
 }
@@ -211,6 +213,7 @@ pub(crate) fn record_from(
     first_event_us: i64,
     tool_calls: i64,
     stop_reason: &str,
+    response_id: Option<String>,
 ) -> ModelCallRecord {
     let [input, output, read, w5, w1, reasoning] =
         tokens.map(|t| t.and_then(|t| u64::try_from(t).ok()));
@@ -233,6 +236,6 @@ pub(crate) fn record_from(
         ),
         tool_calls: u32::try_from(tool_calls).unwrap_or(u32::MAX),
         stop_reason: stop_parse(stop_reason),
-        response_id: None,
+        response_id,
     }
 }

@@ -12,7 +12,8 @@ use crate::usage::{GroupBy, UsageGroup, UsageQuery, to_u64, usage_sql};
 use crate::{Error, SCHEMA_VERSION};
 
 /// Migrations, in order: entry `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE model_calls (
     id INTEGER PRIMARY KEY,
     at_us INTEGER NOT NULL,
@@ -57,13 +58,17 @@ CREATE TABLE tool_calls (
     error TEXT
 );
 CREATE INDEX tool_calls_tenant_at ON tool_calls (tenant, at_us);
-"];
+",
+    // 2: the provider's response id (`gen_ai.response.id`).
+    "ALTER TABLE model_calls ADD COLUMN response_id TEXT;
+",
+];
 
 const INSERT_MODEL: &str = "INSERT INTO model_calls (at_us, tenant, caller, session, run_id, \
     round, provider, model, input_tokens, output_tokens, cache_read_tokens, \
     cache_write_5m_tokens, cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, \
-    first_event_us, tool_calls, stop_reason, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
-    ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+    first_event_us, tool_calls, stop_reason, error, response_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
+    ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)";
 
 const INSERT_TOOL: &str = "INSERT INTO tool_calls (at_us, tenant, caller, session, run_id, \
     round, tool, call_id, arguments_bytes, arguments_sha256, result_bytes, sent_bytes, \
@@ -164,7 +169,7 @@ impl SqliteSink {
                 "SELECT at_us, tenant, caller, session, run_id, provider, round, model, \
                  input_tokens, output_tokens, cache_read_tokens, cache_write_5m_tokens, \
                  cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, first_event_us, \
-                 tool_calls, stop_reason, error FROM model_calls WHERE tenant = ?1 ORDER BY id",
+                 tool_calls, stop_reason, error, response_id FROM model_calls WHERE tenant = ?1 ORDER BY id",
             )?;
             let rows = statement.query_map([tenant], |r| {
                 let stop: String = r.get(18)?;
@@ -191,6 +196,7 @@ impl SqliteSink {
                         r.get(16)?,
                         r.get(17)?,
                         &stop,
+                        r.get(20)?,
                     ),
                     error: r.get(19)?,
                 })
@@ -327,6 +333,7 @@ fn write_rows(conn: &mut Connection, rows: &[AccountingRow]) -> Result<(), Error
                         c.tool_calls,
                         c.stop_reason,
                         c.error,
+                        c.response_id,
                     ])?;
                 }
                 AccountingRow::ToolCall(row) => {

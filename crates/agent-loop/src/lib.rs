@@ -75,8 +75,8 @@
 //! # }
 //! ```
 
-mod approval;
 mod agent;
+mod approval;
 pub mod audit;
 mod dispatch;
 mod estimate;
@@ -94,8 +94,8 @@ mod telemetry;
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
 
-pub use approval::{Approval, ApprovalDecision, ApprovalPolicy, ApprovalRequest};
 pub use agent::{Agent, AgentBuilder};
+pub use approval::{Approval, ApprovalDecision, ApprovalPolicy, ApprovalRequest};
 pub use audit::{
     AccountingConfig, AccountingQueue, AccountingReceiver, AccountingRow, AccountingStats,
     ModelCallRow, QueueFull, RowWriter, RunContext, ToolCallRow, WriteError, WriteFuture,

@@ -94,7 +94,8 @@ impl RowWriter for CountingWriter {
                 AccountingRow::ToolCall(row) => {
                     // The loop already measured and hashed the arguments (no copy reaches the
                     // queue); a store writes these.
-                    self.bytes += row.arguments_bytes as u64 + black_box(row.arguments_sha256)[0] as u64;
+                    self.bytes +=
+                        row.arguments_bytes as u64 + black_box(row.arguments_sha256)[0] as u64;
                 }
             }
         }

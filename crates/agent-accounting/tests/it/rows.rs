@@ -108,6 +108,8 @@ fn check_rows(result: &GenerateResult, models: &[StoredModelCall], tools: &[Stor
         assert_eq!(m.error, None);
     }
     assert!(models[0].record.cost_usd.unwrap() > 0.0);
+    // The provider's response id is stored (and compared above with the record's).
+    assert!(models.iter().all(|m| m.record.response_id.is_some()));
     assert_eq!(result.trace.len(), 2);
     assert_eq!(tools.len(), 2);
     for (row, entry) in tools.iter().zip(&result.trace) {
@@ -137,6 +139,33 @@ fn check_rows(result: &GenerateResult, models: &[StoredModelCall], tools: &[Stor
     }
     assert_ne!(tools[0].arguments_sha256, tools[1].arguments_sha256);
     assert!(tools.iter().any(|t| t.outcome == "error"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_file_gains_the_response_id_column_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("usage.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    run_into(|receiver| {
+        sink.spawn_writer(receiver).unwrap();
+    })
+    .await;
+    drop(sink);
+    // Take the file back to version 1: no response_id column, version row 1.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE model_calls DROP COLUMN response_id;
+             DELETE FROM accounting_schema_version WHERE version > 1;",
+        )
+        .unwrap();
+    }
+    let sink = SqliteSink::open(&path).unwrap();
+    assert_eq!(sink.schema_version().unwrap(), 2);
+    let models = sink.model_calls("acme").unwrap();
+    assert_eq!(models.len(), 2);
+    assert!(models.iter().all(|m| m.record.response_id.is_none()));
+    assert!(models.iter().all(|m| m.record.usage.is_some()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

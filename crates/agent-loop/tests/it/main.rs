@@ -8,8 +8,8 @@
 // clippy.toml allows unwrap inside #[test] fns only; the shared helpers here are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod approval;
 mod agents;
+mod approval;
 mod budgets;
 mod cancellation;
 mod conversation;
