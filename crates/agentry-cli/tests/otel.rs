@@ -295,8 +295,15 @@ fn the_demo_exports_its_span_tree_and_metrics_to_a_real_otlp_receiver() {
         .filter(|span| span["name"].as_str().unwrap().starts_with("chat "))
         .collect();
     let mut totals = (0, 0, 0.0);
-    for (chat, call) in chats.iter().zip(&calls) {
+    // The recorded responses' ids, round by round (fixtures/demo/anthropic/round-N.sse).
+    let response_ids = [
+        "msg_01aCAKkCQ2Qqe2XQAGfcfqD2",
+        "msg_01cALXw0Q5ZiL72Kh3wldivr",
+        "msg_01CTZlqF49dMhOHzwVylUsJp",
+    ];
+    for ((chat, call), response_id) in chats.iter().zip(&calls).zip(response_ids) {
         let chat_attributes = attributes(chat);
+        assert_eq!(chat_attributes["gen_ai.response.id"], response_id);
         let usage = &call["message"]["usage"];
         assert_eq!(chat["kind"], "SPAN_KIND_CLIENT");
         assert_eq!(chat_attributes["gen_ai.operation.name"], "chat");
