@@ -95,7 +95,7 @@ impl RowWriter for CountingWriter {
                     // The loop already measured and hashed the arguments (no copy reaches the
                     // queue); a store writes these.
                     self.bytes +=
-                        row.arguments_bytes as u64 + black_box(row.arguments_sha256)[0] as u64;
+                        row.arguments_bytes + u64::from(black_box(row.arguments_sha256)[0]);
                 }
             }
         }
