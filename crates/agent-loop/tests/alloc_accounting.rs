@@ -4,8 +4,8 @@
 //!
 //! Each row is one channel send of a flat row: no lock, no copy of the arguments, results or
 //! history. A tool row allocates nothing (its tool name is the `Arc` the handler's context
-//! shares, its call id an `Arc` too); a model row copies its record, whose model name is one
-//! allocation; once per run the run's context is built (caller, session, run id, provider). A
+//! shares, its call id an `Arc` too); a model row copies its record, whose model name and
+//! response id are one allocation each; once per run the run's context is built (caller, session, run id, provider). A
 //! copied trace entry (its arguments `Value`), a copied tool name, a `Vec` per row or per
 //! round, or a boxed send per row would each break the bound.
 //!
@@ -133,18 +133,18 @@ fn accounting_allocates_only_model_names_and_each_runs_context() {
     assert_eq!(queue.stats().dropped(), 0);
 
     let extra = with - without;
-    // Per round: a model name per model call (one more model call per run than rounds); per
-    // run: the context's `Arc` and its four strings. Tool rows: nothing.
-    let names = model_calls_per_run as f64 / ROUNDS as f64;
+    // Per round: a model name and a response id per model call (one more model call per run
+    // than rounds); per run: the context's `Arc` and its four strings. Tool rows: nothing.
+    let names = 2.0 * model_calls_per_run as f64 / ROUNDS as f64;
     let context = 5.0 / ROUNDS as f64;
     let bound = names + context + 0.5;
     println!(
         "per tool round: {with:.2} allocations with accounting, {without:.2} without: \
-         {extra:.2} more (bound {bound:.2}: {names:.2} names, {context:.2} context)"
+         {extra:.2} more (bound {bound:.2}: {names:.2} names and ids, {context:.2} context)"
     );
     assert!(
         extra <= bound,
         "accounting costs {extra:.2} allocations per tool round (bound {bound:.2}): a row \
-         copies more than a model name, or a send allocates"
+         copies more than a model name and id, or a send allocates"
     );
 }
