@@ -469,12 +469,8 @@ async fn go<O: Write, E: Write>(
         crate::session_checkpoint::recover(&*log, &mut state.session).await?;
         // The input goes to the log too, so the log alone is the whole history; the state
         // file follows each turn (`session_checkpoint`).
-        let log = crate::session_checkpoint::CheckpointAppender::new(
-            log,
-            file.clone(),
-            &mut state,
-            card,
-        );
+        let log =
+            crate::session_checkpoint::CheckpointAppender::new(log, file.clone(), &mut state, card);
         options = options
             .with_conversation(std::sync::Arc::new(log))
             .with_echo_input(true);

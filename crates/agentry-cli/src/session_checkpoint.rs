@@ -105,7 +105,9 @@ pub(crate) async fn recover(
         let message = Message::Tool(result);
         log.append(&Turn::new(message.clone()))
             .await
-            .map_err(|error| Error::Other(format!("cannot close the interrupted round: {error}")))?;
+            .map_err(|error| {
+                Error::Other(format!("cannot close the interrupted round: {error}"))
+            })?;
         session.messages.push(message);
     }
     Ok(closed)
@@ -172,7 +174,10 @@ mod tests {
         assert_eq!(closing[0].tool_call_id.as_str(), "b");
         assert!(closing[0].is_error);
         let done = vec![Message::user("hi"), calls(&["a"]), Message::user("again")];
-        assert!(dangling(&done).is_empty(), "a round followed by input is not the tail");
+        assert!(
+            dangling(&done).is_empty(),
+            "a round followed by input is not the tail"
+        );
     }
 
     #[test]
@@ -255,7 +260,10 @@ mod tests {
                 with_state.as_micros(),
                 with_state.saturating_sub(log_only).as_micros()
             );
-            assert_eq!(file.load().await.unwrap().unwrap().session.messages.len(), 50);
+            assert_eq!(
+                file.load().await.unwrap().unwrap().session.messages.len(),
+                50
+            );
         });
     }
 }

@@ -289,7 +289,11 @@ pub(crate) fn write_private_atomically(path: &Path, bytes: &[u8]) -> std::io::Re
     // The rename itself is durable only once the directory is synced.
     #[cfg(unix)]
     if let Some(dir) = path.parent() {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())

@@ -131,9 +131,15 @@ fn killed_after_round_one(runtime: &tokio::runtime::Runtime, session: &Path) -> 
     while server.requests().len() < 2 {
         if let Some(status) = child.try_wait().unwrap() {
             let Output { stderr, .. } = child.wait_with_output().unwrap();
-            panic!("the run ended early ({status}): {}", String::from_utf8_lossy(&stderr));
+            panic!(
+                "the run ended early ({status}): {}",
+                String::from_utf8_lossy(&stderr)
+            );
         }
-        assert!(Instant::now() < deadline, "the second model call never came");
+        assert!(
+            Instant::now() < deadline,
+            "the second model call never came"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // SIGKILL: no handler, no final save.
@@ -165,7 +171,9 @@ fn continue_run(server: &ReplayServer, session: &Path, prompt: &str) -> (i32, St
 fn call_1(messages: &[Value]) -> (usize, usize) {
     let asked = messages
         .iter()
-        .filter(|message| message.to_string().contains("\"call_1\"") && message["role"] == "assistant")
+        .filter(|message| {
+            message.to_string().contains("\"call_1\"") && message["role"] == "assistant"
+        })
         .count();
     let answered = messages
         .iter()
@@ -243,6 +251,10 @@ fn calls_a_killed_run_left_unanswered_are_closed_in_the_log_saying_why() {
     assert!(why.contains("killed or crashed"), "{why}");
     for request in &server.requests()[2..] {
         let body = request.json().unwrap();
-        assert_eq!(call_1(body["messages"].as_array().unwrap()), (1, 1), "{body}");
+        assert_eq!(
+            call_1(body["messages"].as_array().unwrap()),
+            (1, 1),
+            "{body}"
+        );
     }
 }
