@@ -334,3 +334,132 @@ async fn on_postgres_another_instance_replays_the_outcome() {
     first.shutdown().await;
     second.shutdown().await;
 }
+
+/// The store methods alone, on both stores: claim, running, mismatch, done, release, the
+/// bound (all running: full) and expiry.
+async fn store_conformance(store: &dyn agent_server::store::SessionStore, tenant: &str) {
+    use agent_server::store::{Claim, KeyClaim, StoredOutcome};
+    let claim = |key: &str, fingerprint: &str, owner: &str, now_ms: u64| KeyClaim {
+        tenant: tenant.to_owned(),
+        key: key.to_owned(),
+        fingerprint: fingerprint.to_owned(),
+        owner: owner.to_owned(),
+        now_ms,
+        running_until_ms: now_ms + 1_000,
+        max_keys: 2,
+    };
+    let now = 1_000_000;
+    let first = claim("k1", "f1", "o1", now);
+    assert_eq!(store.claim_key(&first).await.unwrap(), Claim::Claimed);
+    assert_eq!(
+        store
+            .claim_key(&claim("k1", "f1", "o2", now))
+            .await
+            .unwrap(),
+        Claim::Running
+    );
+    assert_eq!(
+        store
+            .claim_key(&claim("k1", "f2", "o2", now))
+            .await
+            .unwrap(),
+        Claim::Mismatch
+    );
+    // Two running keys fill the bound; a third finds nothing finished to drop.
+    assert_eq!(
+        store
+            .claim_key(&claim("k2", "f1", "o2", now))
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    assert_eq!(
+        store
+            .claim_key(&claim("k3", "f1", "o3", now))
+            .await
+            .unwrap(),
+        Claim::Full
+    );
+    // Released: the key is free again.
+    store.release_key(tenant, "k2", "o2").await.unwrap();
+    assert_eq!(
+        store
+            .claim_key(&claim("k2", "f9", "o4", now))
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    store.release_key(tenant, "k2", "o4").await.unwrap();
+    // Another owner's finish or release changes nothing.
+    let outcome = StoredOutcome {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        body: b"data: {}\n\n".to_vec(),
+        tail: false,
+    };
+    store
+        .finish_key(tenant, "k1", "intruder", &outcome, now + 60_000)
+        .await
+        .unwrap();
+    store.release_key(tenant, "k1", "intruder").await.unwrap();
+    assert_eq!(
+        store
+            .claim_key(&claim("k1", "f1", "o5", now))
+            .await
+            .unwrap(),
+        Claim::Running
+    );
+    store
+        .finish_key(tenant, "k1", "o1", &outcome, now + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .claim_key(&claim("k1", "f1", "o6", now))
+            .await
+            .unwrap(),
+        Claim::Done(outcome.clone())
+    );
+    // Past its expiry the key is claimed anew.
+    assert_eq!(
+        store
+            .claim_key(&claim("k1", "f1", "o7", now + 60_000))
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    // A running claim lapses at its own, shorter, expiry.
+    assert_eq!(
+        store
+            .claim_key(&claim("k1", "f1", "o8", now + 61_001))
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+}
+
+#[tokio::test]
+async fn the_sqlite_store_keeps_keys_as_specified() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = agent_server::store::SqliteStore::open(dir.path().join("s.db"))
+        .await
+        .unwrap();
+    store_conformance(&store, "acme").await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn the_postgres_store_keeps_keys_as_specified() {
+    let Ok(url) = std::env::var("AGENTRY_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "AGENTRY_TEST_POSTGRES_URL is not set under CI"
+        );
+        return;
+    };
+    let store = agent_server::store::PostgresStore::connect(&url)
+        .await
+        .unwrap();
+    // A tenant of its own per run: the database outlives the test.
+    store_conformance(&store, &fresh("tenant")).await;
+}
