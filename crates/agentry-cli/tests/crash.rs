@@ -258,3 +258,33 @@ fn calls_a_killed_run_left_unanswered_are_closed_in_the_log_saying_why() {
         );
     }
 }
+
+#[test]
+fn a_sqlite_session_killed_mid_way_continues_the_same_way() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("crash.db");
+    let server = killed_after_round_one(&runtime, &session);
+    let killed = state(&session);
+    assert_eq!(killed["session"]["status"], "running", "{killed}");
+    assert_eq!(killed["session"]["usage"]["input_tokens"], 50, "{killed}");
+
+    server.push(answers("Still 42."));
+    server.push(answers("Yes."));
+    for prompt in ["and again?", "sure?"] {
+        let (code, stderr) = continue_run(&server, &session, prompt);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    for request in &server.requests()[2..] {
+        let body = request.json().unwrap();
+        assert_eq!(
+            call_1(body["messages"].as_array().unwrap()),
+            (1, 1),
+            "{body}"
+        );
+    }
+    let last = server.requests()[3].json().unwrap();
+    // user, call, result, user, answer, user: every turn once.
+    assert_eq!(last["messages"].as_array().unwrap().len(), 6, "{last}");
+    assert_eq!(state(&session)["session"]["status"], "completed");
+}
