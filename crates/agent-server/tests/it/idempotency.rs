@@ -463,3 +463,35 @@ async fn the_postgres_store_keeps_keys_as_specified() {
     // A tenant of its own per run: the database outlives the test.
     store_conformance(&store, &fresh("tenant")).await;
 }
+
+/// What a key costs a request (claim before, outcome stored after) on SQLite: printed, not
+/// asserted (timings depend on the machine and its disk).
+#[tokio::test]
+async fn the_cost_of_a_key_is_measured() {
+    const N: u32 = 40;
+    let upstream = ReplayServer::start((0..2 * N).map(|_| answer("Measured.")))
+        .await
+        .unwrap();
+    let server = TestServer::with(&config(&upstream, ""), Vec::new()).await;
+    let body = chat(false);
+    let mut per = Vec::new();
+    for keyed in [false, true] {
+        let started = std::time::Instant::now();
+        for n in 0..N {
+            let mut request = server.post("/v1/chat/completions", ACME).json(&body);
+            if keyed {
+                request = request.header("Idempotency-Key", format!("measure-{n}"));
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.bytes().await.unwrap();
+        }
+        per.push(started.elapsed() / N);
+    }
+    println!(
+        "chat completion over loopback: {} µs without a key, {} µs with one",
+        per[0].as_micros(),
+        per[1].as_micros()
+    );
+    server.shutdown().await;
+}
