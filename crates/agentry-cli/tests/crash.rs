@@ -2,6 +2,7 @@
 //! the log keep every completed turn, completed tool calls are not run again, and calls the
 //! killed run left unanswered get an error result saying why.
 
+#![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
