@@ -104,6 +104,10 @@ pub struct ServerConfig {
     /// `ServerBuilder::with_store` the rows still go to the configured store's database.)
     #[serde(default = "defaults::accounting")]
     pub accounting: bool,
+    /// `Idempotency-Key` on execute and chat completions: how long outcomes are kept and
+    /// the bounds (`[server.idempotency]`).
+    #[serde(default)]
+    pub idempotency: crate::idempotency::IdempotencyConfig,
 }
 
 /// The bounds of the MCP endpoint (`/mcp`). Its requests also go through the tenant's

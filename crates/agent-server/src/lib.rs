@@ -37,6 +37,7 @@ mod error;
 mod execute;
 mod http;
 mod id;
+mod idempotency;
 mod limits;
 mod mcp;
 mod metrics;
@@ -66,6 +67,7 @@ pub use config::{
 };
 pub use error::{ApiError, Error};
 pub use execute::ExecuteComplete;
+pub use idempotency::IdempotencyConfig;
 pub use metrics::Metrics;
 pub use sessions::NewSession;
 pub use state::{AppState, ServerBuilder};
@@ -82,8 +84,20 @@ pub fn router(state: AppState) -> Router {
             "/v1/sessions/{id}",
             get(sessions::get).delete(sessions::delete),
         )
-        .route("/v1/sessions/{id}/execute", post(sessions::execute))
-        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route(
+            "/v1/sessions/{id}/execute",
+            post(sessions::execute).layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                idempotency::guard,
+            )),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(openai::chat_completions).layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                idempotency::guard,
+            )),
+        )
         .route("/v1/usage", get(usage::usage))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))

@@ -91,7 +91,7 @@
 //! no room for within 2 s is abandoned, as on the session endpoints: a client that stopped
 //! reading cannot hold a shutdown.
 
-mod error;
+pub(crate) mod error;
 pub(crate) mod models;
 mod request;
 mod response;

@@ -27,6 +27,7 @@ use std::pin::Pin;
 use agent_loop::Session;
 use serde::{Deserialize, Serialize};
 
+pub use crate::idempotency::{Claim, KeyClaim, StoredOutcome};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
@@ -324,4 +325,44 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Ends `holder`'s lease on `id` without writing the session (an execute that failed
     /// before it changed anything). Does nothing if `holder` does not hold it.
     fn release<'a>(&'a self, tenant: &'a str, id: &'a str, holder: &'a str) -> StoreFuture<'a, ()>;
+
+    /// Claims an `Idempotency-Key` for a request (see the server's `idempotency` module):
+    /// expired keys are dropped and the tenant's bound kept in the same step. A store without
+    /// keys refuses every claim.
+    fn claim_key<'a>(&'a self, claim: &'a KeyClaim) -> StoreFuture<'a, Claim> {
+        let _ = claim;
+        Box::pin(async {
+            Err(StoreError::Database(
+                "this store keeps no idempotency keys".into(),
+            ))
+        })
+    }
+
+    /// Stores the outcome of `owner`'s claim on `key`, kept until `expires_at_ms`.
+    fn finish_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+        outcome: &'a StoredOutcome,
+        expires_at_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        let _ = (tenant, key, owner, outcome, expires_at_ms);
+        Box::pin(async {
+            Err(StoreError::Database(
+                "this store keeps no idempotency keys".into(),
+            ))
+        })
+    }
+
+    /// Drops `owner`'s claim on `key` (its request did not run, or its outcome is not kept).
+    fn release_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+    ) -> StoreFuture<'a, ()> {
+        let _ = (tenant, key, owner);
+        Box::pin(async { Ok(()) })
+    }
 }

@@ -30,6 +30,7 @@ mod render;
 mod replay;
 mod run;
 mod serve;
+mod session_checkpoint;
 mod session_file;
 mod telemetry;
 mod trust;

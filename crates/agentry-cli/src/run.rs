@@ -452,6 +452,7 @@ async fn go<O: Write, E: Write>(
         .extend(settings.require_approval.iter().cloned());
     state.require_approval.sort();
     state.require_approval.dedup();
+    let card = prices.clone();
     let mut options = settings
         .options(prices)
         .with_tools(tools)
@@ -463,9 +464,15 @@ async fn go<O: Write, E: Write>(
             .with_max_output_retries(retries);
     }
     if let Some(file) = &file {
-        // The input goes to the log too, so the log alone is the whole history.
+        let log = file.appender(&state.session).await?;
+        // A round a killed run left unanswered is closed in the log before anything else.
+        crate::session_checkpoint::recover(&*log, &mut state.session).await?;
+        // The input goes to the log too, so the log alone is the whole history; the state
+        // file follows each turn (`session_checkpoint`).
+        let log =
+            crate::session_checkpoint::CheckpointAppender::new(log, file.clone(), &mut state, card);
         options = options
-            .with_conversation(file.appender(&state.session).await?)
+            .with_conversation(std::sync::Arc::new(log))
             .with_echo_input(true);
         // Written first so that even a run killed mid-way leaves a loadable session.
         file.save(&mut state).await?;

@@ -113,7 +113,7 @@ impl SessionFile {
     /// The same session, its state files recorded in (and checked against) `trust` instead
     /// of the user's store.
     #[cfg(test)]
-    fn with_trust(mut self, trust: Option<Store>) -> Self {
+    pub(crate) fn with_trust(mut self, trust: Option<Store>) -> Self {
         self.trust = trust;
         self
     }

@@ -285,7 +285,18 @@ pub(crate) fn write_private_atomically(path: &Path, bytes: &[u8]) -> std::io::Re
     file.write_all(bytes)?;
     file.sync_data()?;
     drop(file);
-    std::fs::rename(&temporary, path)
+    std::fs::rename(&temporary, path)?;
+    // The rename itself is durable only once the directory is synced.
+    #[cfg(unix)]
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// An exclusive lock held as a file created with `O_EXCL`; removed on drop. A lock older than

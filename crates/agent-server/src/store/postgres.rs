@@ -200,6 +200,9 @@ impl Conn {
             )));
         }
         tx.batch_execute(SCHEMA).await.map_err(db)?;
+        tx.batch_execute(crate::idempotency::POSTGRES_SCHEMA)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
 
         let text = Type::TEXT;
@@ -601,6 +604,47 @@ impl SessionStore for PostgresStore {
                 .await?
                 .map_err(|err| database(&err))?;
             Ok(())
+        })
+    }
+
+    fn claim_key<'a>(&'a self, claim: &'a super::KeyClaim) -> StoreFuture<'a, super::Claim> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            crate::idempotency::postgres::claim(&conn.client, claim).await
+        })
+    }
+
+    fn finish_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+        outcome: &'a super::StoredOutcome,
+        expires_at_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            crate::idempotency::postgres::finish(
+                &conn.client,
+                tenant,
+                key,
+                owner,
+                outcome,
+                expires_at_ms,
+            )
+            .await
+        })
+    }
+
+    fn release_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            crate::idempotency::postgres::release(&conn.client, tenant, key, owner).await
         })
     }
 }

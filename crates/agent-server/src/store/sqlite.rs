@@ -468,6 +468,8 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
         tracing::info!(path = %path.display(), "session file migrated to schema version 2");
     }
     tx.execute_batch(SCHEMA).map_err(context)?;
+    tx.execute_batch(crate::idempotency::SQLITE_SCHEMA)
+        .map_err(context)?;
     if version < SCHEMA_VERSION {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(context)?;
@@ -706,6 +708,44 @@ impl SessionStore for SqliteStore {
                 .and_then(|mut statement| statement.execute(params![key, owner, holder]))
                 .map_err(database)?;
             Ok(())
+        }))
+    }
+
+    fn claim_key<'a>(&'a self, claim: &'a super::KeyClaim) -> StoreFuture<'a, super::Claim> {
+        let owned = claim.clone();
+        Box::pin(self.call(&claim.tenant, SMALL, move |conn| {
+            crate::idempotency::sqlite::claim(conn, &owned)
+        }))
+    }
+
+    fn finish_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+        outcome: &'a super::StoredOutcome,
+        expires_at_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        let (t, k, o, out) = (
+            tenant.to_owned(),
+            key.to_owned(),
+            owner.to_owned(),
+            outcome.clone(),
+        );
+        Box::pin(self.call(tenant, outcome.body.len(), move |conn| {
+            crate::idempotency::sqlite::finish(conn, &t, &k, &o, &out, expires_at_ms)
+        }))
+    }
+
+    fn release_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+    ) -> StoreFuture<'a, ()> {
+        let (t, k, o) = (tenant.to_owned(), key.to_owned(), owner.to_owned());
+        Box::pin(self.call(tenant, SMALL, move |conn| {
+            crate::idempotency::sqlite::release(conn, &t, &k, &o)
         }))
     }
 }

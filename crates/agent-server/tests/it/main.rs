@@ -4,6 +4,7 @@
 
 mod approval;
 mod hardening;
+mod idempotency;
 mod lifecycle;
 mod mcp;
 mod openai;
