@@ -450,24 +450,34 @@ impl Seen {
         let mut text = String::new();
         for frame in &self.frames {
             if frame["type"] == "text_delta" {
-                text.push_str(frame["text"].as_str().unwrap_or_default());
+                text.push_str(frame["delta"].as_str().unwrap_or_default());
             }
         }
         text
     }
 
-    /// The ids of the tool calls whose results the client saw.
-    fn results(&self) -> Vec<String> {
-        self.frames
-            .iter()
-            .filter(|frame| frame["type"] == "tool_result")
-            .filter_map(|frame| {
-                frame["tool_call_id"]
-                    .as_str()
-                    .or_else(|| frame["result"]["tool_call_id"].as_str())
-                    .map(str::to_owned)
-            })
-            .collect()
+    /// The ids of the tool calls whose results the client saw complete, and of those it saw
+    /// in a complete assistant message.
+    fn completed(&self) -> (Vec<String>, Vec<String>) {
+        let mut results = Vec::new();
+        let mut calls = Vec::new();
+        for frame in &self.frames {
+            if frame["type"] != "message_end" {
+                continue;
+            }
+            let message = &frame["message"];
+            if message["role"] == "tool" {
+                results.extend(message["tool_call_id"].as_str().map(str::to_owned));
+            } else if message["stop_reason"] != "error" && message["stop_reason"] != "aborted" {
+                // A failed call's partial message is shown, never a completed turn.
+                for block in message["content"].as_array().into_iter().flatten() {
+                    if block["type"] == "tool_call" {
+                        calls.extend(block["id"].as_str().map(str::to_owned));
+                    }
+                }
+            }
+        }
+        (results, calls)
     }
 }
 
@@ -639,10 +649,18 @@ fn check(
     }
 
     // No completed turn lost.
-    for id in seen.results() {
-        if results.get(&id).is_none() {
+    let (seen_results, seen_calls) = seen.completed();
+    for id in seen_results {
+        if !results.contains_key(&id) {
             out.push(format!(
                 "the client saw the result of {id} but it was not stored"
+            ));
+        }
+    }
+    for id in seen_calls {
+        if !call_ids.contains(&id) {
+            out.push(format!(
+                "the client saw the complete call {id} but it was not stored"
             ));
         }
     }
@@ -670,6 +688,19 @@ fn check(
                 complete["status"], stored["status"]
             ));
         }
+        // The run's own answer: what follows its user message.
+        let own = messages
+            .iter()
+            .rposition(|message| message["role"] == "user")
+            .map_or(&messages[..], |at| &messages[at..]);
+        let mut stored_text = String::new();
+        for message in own.iter().filter(|message| message["role"] == "assistant") {
+            for block in message["content"].as_array().into_iter().flatten() {
+                if block["type"] == "text" {
+                    stored_text.push_str(block["text"].as_str().unwrap());
+                }
+            }
+        }
         if complete["status"] == "completed" && stream_text != stored_text {
             out.push(format!(
                 "streamed text {stream_text:?} differs from stored {stored_text:?}"
@@ -678,9 +709,9 @@ fn check(
     }
     // Each request the provider got carries a history that is a prefix of the stored one
     // (the same messages, none twice, none lost), compared by tool call ids and texts.
-    let stored_shape = shape_of_session(&messages);
+    let stored_shape = collapse(shape_of_session(&messages));
     for (n, request) in requests.iter().enumerate() {
-        let sent = shape_of_request(request);
+        let sent = collapse(shape_of_request(request));
         if !stored_shape.starts_with(&sent) {
             out.push(format!(
                 "provider request {n} history {sent:?} is not a prefix of the stored {stored_shape:?}"
@@ -692,6 +723,13 @@ fn check(
 
 /// A history as a list of markers: `u` a user message, `a:<ids and text>` an assistant
 /// message, `t:<id>` a tool result.
+/// A shape with runs of user messages as one (Anthropic merges consecutive user turns, as
+/// after a run that stored nothing but its question).
+fn collapse(mut shape: Vec<String>) -> Vec<String> {
+    shape.dedup_by(|next, previous| next == "u" && previous == "u");
+    shape
+}
+
 fn shape_of_session(messages: &[Value]) -> Vec<String> {
     let mut shape = Vec::new();
     for message in messages {
@@ -744,18 +782,19 @@ fn shape_of_request(request: &Value) -> Vec<String> {
             }
             shape.push(marker);
         } else {
-            let results: Vec<&Value> = blocks
-                .iter()
-                .filter(|block| block["type"] == "tool_result")
-                .collect();
-            if results.is_empty() {
-                shape.push("u".to_owned());
-            }
-            for block in results {
-                shape.push(format!(
-                    "t:{}",
-                    block["tool_use_id"].as_str().unwrap_or_default()
-                ));
+            // Anthropic wants roles to alternate, so a user message that follows tool
+            // results travels in the same message, after them.
+            let mut text = false;
+            for block in &blocks {
+                if block["type"] == "tool_result" {
+                    shape.push(format!(
+                        "t:{}",
+                        block["tool_use_id"].as_str().unwrap_or_default()
+                    ));
+                } else if !text {
+                    text = true;
+                    shape.push("u".to_owned());
+                }
             }
         }
     }
@@ -912,7 +951,7 @@ async fn drive(plan: &Plan) -> Outcome {
             seen.disconnected = true;
         }
         Fault::ClientDisconnect => {
-            let frames = 1 + plan.knob % 40;
+            let frames = 1 + plan.knob % (6 * plan.turns.len());
             seen = execute(&served.url, &id, &first_body(), patience, |n, _| {
                 if n + 1 >= frames {
                     Next::Disconnect
@@ -925,7 +964,7 @@ async fn drive(plan: &Plan) -> Outcome {
             expect_complete = !seen.disconnected;
         }
         Fault::SigtermMidStream => {
-            let frames = 1 + plan.knob % 20;
+            let frames = 1 + plan.knob % (5 * plan.turns.len());
             let pid = served.child.id();
             seen = execute(&served.url, &id, &first_body(), patience, |n, _| {
                 if n + 1 == frames {
@@ -991,6 +1030,12 @@ async fn drive(plan: &Plan) -> Outcome {
         .iter()
         .filter_map(agent_backends::replay::RecordedRequest::json)
         .collect();
+    if std::env::var_os("AGENTRY_CHAOS_VERBOSE").is_some() {
+        for frame in &seen.frames {
+            eprintln!("chaos: frame {frame}");
+        }
+        eprintln!("chaos: stored {stored}");
+    }
     violations.extend(check(plan, &seen, &stored, &requests, completed));
 
     // The next request succeeds, on the same session: it consumes whatever answers the
