@@ -522,12 +522,7 @@ async fn execute_with(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = match tokio::time::timeout(
-        patience,
-        request.send(),
-    )
-    .await
-    {
+    let response = match tokio::time::timeout(patience, request.send()).await {
         Ok(Ok(response)) => response,
         Ok(Err(_)) | Err(_) => {
             seen.stalled = true;
@@ -633,7 +628,10 @@ fn check(
                 }
             }
             Some("tool") => {
-                let id = message["tool_call_id"].as_str().unwrap_or_default().to_owned();
+                let id = message["tool_call_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 if !call_ids.contains(&id) {
                     out.push(format!("tool result for {id} answers no earlier call"));
                 }
@@ -917,7 +915,7 @@ async fn drive(plan: &Plan) -> Outcome {
             Fault::OverloadedMidStream if hit => {
                 // Before the first output the driver retries; after it, the run ends in an
                 // error carrying the partial message.
-                let before = plan.knob % 2 == 0;
+                let before = plan.knob.is_multiple_of(2);
                 let cut = if before {
                     turn.after_start()
                 } else {
@@ -935,7 +933,7 @@ async fn drive(plan: &Plan) -> Outcome {
             }
             Fault::DroppedConnection if hit => {
                 let len = turn.sse().len();
-                let before = plan.knob % 2 == 0;
+                let before = plan.knob.is_multiple_of(2);
                 let cut = if before {
                     // Anywhere before the first output: retried.
                     1 + plan.knob / 2 % turn.after_start()
@@ -1021,10 +1019,11 @@ async fn drive(plan: &Plan) -> Outcome {
             injected = first.disconnected;
             let started = Instant::now();
             seen = loop {
-                let retry = execute_with(&served.url, &id, &first_body(), &key, patience, |_, _| {
-                    Next::Read
-                })
-                .await;
+                let retry =
+                    execute_with(&served.url, &id, &first_body(), &key, patience, |_, _| {
+                        Next::Read
+                    })
+                    .await;
                 if retry.status != 409 || started.elapsed() > Duration::from_secs(20) {
                     break retry;
                 }
@@ -1127,8 +1126,12 @@ async fn drive(plan: &Plan) -> Outcome {
             }
             let (code, lines) =
                 tokio::task::block_in_place(|| served.wait_within(Duration::from_secs(30)))
-            .unwrap_or((-1, vec!["did not exit within 30 s of SIGTERM".to_owned()]));
-            if code != 0 || !lines.iter().any(|line| line.contains("drained and stopped")) {
+                    .unwrap_or((-1, vec!["did not exit within 30 s of SIGTERM".to_owned()]));
+            if code != 0
+                || !lines
+                    .iter()
+                    .any(|line| line.contains("drained and stopped"))
+            {
                 violations.push(format!("SIGTERM: exit {code}, log {lines:?}"));
             }
             served = tokio::task::block_in_place(|| Served::start(&config));
@@ -1310,7 +1313,10 @@ async fn drive_cli(plan: &Plan) -> Outcome {
                     .iter()
                     .filter(|marker| marker.starts_with("a:") && marker.contains(id.as_str()))
                     .count();
-                let results = shape.iter().filter(|marker| **marker == format!("t:{id}")).count();
+                let results = shape
+                    .iter()
+                    .filter(|marker| **marker == format!("t:{id}"))
+                    .count();
                 if calls != 1 || results != 1 {
                     violations.push(format!(
                         "the completed call {id} went back to the provider {calls} times with {results} results: {shape:?}"
@@ -1362,7 +1368,11 @@ fn campaign(classes: &[Fault], default_runs: u64) {
         );
         for violation in outcome.violations {
             eprintln!("chaos:   seed {}: {violation}", plan.seed);
-            failures.push(format!("seed {} ({}): {violation}", plan.seed, plan.fault.name()));
+            failures.push(format!(
+                "seed {} ({}): {violation}",
+                plan.seed,
+                plan.fault.name()
+            ));
         }
     }
     eprintln!(
@@ -1417,11 +1427,13 @@ fn chaos_slow_client() {
 #[test]
 fn the_invariant_checks_catch_each_violation() {
     let plan = Plan::new(7, &[Fault::Provider500]);
-    let call = |id: &str| json!({"type": "tool_call", "id": id, "name": "calculator", "arguments": {}});
+    let call =
+        |id: &str| json!({"type": "tool_call", "id": id, "name": "calculator", "arguments": {}});
     let question = json!({"role": "user", "content": [{"type": "text", "text": QUESTION}]});
     let round = json!({"role": "assistant", "content": [{"type": "text", "text": "w1 "}, call("c1"), call("c2")]});
     let result = json!({"role": "tool", "tool_call_id": "c1", "content": "{\"result\": 2}"});
-    let stored = json!({"status": "completed", "messages": [question, round, result, round, result]});
+    let stored =
+        json!({"status": "completed", "messages": [question, round, result, round, result]});
     let plan = Plan {
         turns: vec![
             Turn {
@@ -1462,6 +1474,9 @@ fn the_invariant_checks_catch_each_violation() {
         "streamed text",
         "is not a prefix of the stored",
     ] {
-        assert!(found.contains(expected), "{expected} not reported:\n{found}");
+        assert!(
+            found.contains(expected),
+            "{expected} not reported:\n{found}"
+        );
     }
 }
