@@ -1082,7 +1082,8 @@ async fn drive(plan: &Plan) -> Outcome {
                 &served.url,
                 &id,
                 &first_body(),
-                Duration::from_millis(400),
+                // Long enough for the response head on a loaded machine.
+                Duration::from_millis(1500),
                 |_, _| Next::Read,
             )
             .await;
@@ -1142,6 +1143,17 @@ async fn drive(plan: &Plan) -> Outcome {
     }
     if seen.status != 200 {
         violations.push(format!("execute answered {}", seen.status));
+    }
+    if matches!(
+        plan.fault,
+        Fault::Provider500
+            | Fault::Provider429
+            | Fault::OverloadedMidStream
+            | Fault::DroppedConnection
+            | Fault::StalledStream
+    ) {
+        // The faulty answer was asked for.
+        injected = upstream.requests().len() > plan.at;
     }
 
     // The session after the fault (a cancelled run settles it).
