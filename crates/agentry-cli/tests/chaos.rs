@@ -245,6 +245,9 @@ struct Plan {
     at: usize,
     /// A free draw for the fault's timing (a byte offset, a frame count).
     knob: usize,
+    /// The session store's URL when the seed picked PostgreSQL (only when
+    /// `AGENTRY_TEST_POSTGRES_URL` is set), SQLite otherwise.
+    postgres: Option<String>,
 }
 
 impl Plan {
@@ -285,12 +288,14 @@ impl Plan {
         }
         let at = rng.below(turns.len());
         let knob = rng.next() as usize;
+        let postgres = postgres_url().filter(|_| rng.below(2) == 0);
         Self {
             seed,
             fault,
             turns,
             at,
             knob,
+            postgres,
         }
     }
 
@@ -392,7 +397,21 @@ impl Drop for Served {
     }
 }
 
-fn write_config(dir: &Path, upstream: &str, extra: &str) -> PathBuf {
+/// The PostgreSQL the suite may use as the session store; under `CI` it must be there.
+fn postgres_url() -> Option<String> {
+    let url = std::env::var("AGENTRY_TEST_POSTGRES_URL").ok();
+    assert!(
+        url.is_some() || std::env::var_os("CI").is_none(),
+        "AGENTRY_TEST_POSTGRES_URL is not set: .ci/postgres.sh should have started PostgreSQL"
+    );
+    url
+}
+
+fn write_config(dir: &Path, upstream: &str, extra: &str, postgres: Option<&str>) -> PathBuf {
+    let store = postgres.map_or_else(
+        || "kind = \"sqlite\"\npath = \"sessions.db\"".to_owned(),
+        |url| format!("kind = \"postgres\"\nurl = \"{url}\""),
+    );
     let path = dir.join("agentry.toml");
     std::fs::write(
         &path,
@@ -404,8 +423,7 @@ drain_secs = 20
 {extra}
 
 [server.store]
-kind = "sqlite"
-path = "sessions.db"
+{store}
 
 [[server.models]]
 name = "up"
@@ -522,7 +540,7 @@ async fn execute_with(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = match tokio::time::timeout(patience, request.send()).await {
+    let response = match tokio::time::timeout(Duration::from_secs(20), request.send()).await {
         Ok(Ok(response)) => response,
         Ok(Err(_)) | Err(_) => {
             seen.stalled = true;
@@ -533,7 +551,14 @@ async fn execute_with(
     let mut response = response;
     let mut buffer = String::new();
     loop {
-        let chunk = match tokio::time::timeout(patience, response.chunk()).await {
+        // The patience is for silence mid-stream; the head and first frame may take longer
+        // on a loaded machine.
+        let wait = if seen.frames.is_empty() {
+            Duration::from_secs(20)
+        } else {
+            patience
+        };
+        let chunk = match tokio::time::timeout(wait, response.chunk()).await {
             Err(_) => {
                 seen.stalled = true;
                 return seen;
@@ -875,9 +900,18 @@ async fn drive(plan: &Plan) -> Outcome {
     } else {
         ""
     };
-    let config = write_config(dir.path(), &upstream.url(), extra);
+    let config = write_config(dir.path(), &upstream.url(), extra, plan.postgres.as_deref());
     let mut served = tokio::task::block_in_place(|| Served::start(&config));
-    let id = format!("chaos-{}", plan.seed);
+    // Unique in a PostgreSQL database other campaigns share.
+    let id = format!(
+        "chaos-{}-{}-{}",
+        plan.seed,
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
     let patience = Duration::from_secs(20);
     let mut injected = true;
     let mut violations = Vec::new();
@@ -1361,18 +1395,28 @@ fn campaign(classes: &[Fault], default_runs: u64) {
     let seed = env_number("AGENTRY_CHAOS_SEED").unwrap_or(1);
     let started = Instant::now();
     let mut injected: BTreeMap<Fault, (u64, u64)> = BTreeMap::new();
+    let mut stores: BTreeMap<&str, u64> = BTreeMap::new();
     let mut failures = Vec::new();
     for run in 0..runs {
         let plan = Plan::new(seed.wrapping_add(run), classes);
         let took = Instant::now();
         let outcome = run_one(&plan);
+        let store = if plan.fault == Fault::CliKill9MidRun {
+            "jsonl"
+        } else if plan.postgres.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        };
+        *stores.entry(store).or_default() += 1;
         let entry = injected.entry(plan.fault).or_default();
         entry.0 += 1;
         entry.1 += u64::from(outcome.injected);
         eprintln!(
-            "chaos: seed {} {:<45} rounds {} at {} -> {} violation(s) in {:.2}s",
+            "chaos: seed {} {:<45} {:<8} rounds {} at {} -> {} violation(s) in {:.2}s",
             plan.seed,
             plan.fault.name(),
+            store,
             plan.turns.len() - 1,
             plan.at,
             outcome.violations.len(),
@@ -1396,6 +1440,9 @@ fn campaign(classes: &[Fault], default_runs: u64) {
             "chaos:   {:<45} {runs} runs, {injected} faults injected",
             fault.name()
         );
+    }
+    for (store, runs) in &stores {
+        eprintln!("chaos:   {store:<45} {runs} runs");
     }
     eprintln!("chaos: invariant violations: {}", failures.len());
     assert!(
