@@ -209,8 +209,8 @@ impl Turn {
         out
     }
 
-    /// The byte offset just after the `n`th text delta's event (or after `message_start`
-    /// when there is no text).
+    /// The byte offset just after the first output's event: the first text delta, or the
+    /// first tool call's start when there is no text.
     fn after_first_output(&self) -> usize {
         let body = self.sse();
         let marker = if self.words.is_empty() {
