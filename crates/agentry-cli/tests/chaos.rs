@@ -91,13 +91,16 @@ enum Fault {
     /// A client sends half a request head and stops: it is cut off and others are served
     /// meanwhile (needs connection timeouts).
     SlowClient,
+    /// Every PostgreSQL connection of the server is terminated mid-run (as a database
+    /// restart does): the store reconnects.
+    PostgresDropped,
     /// kill -9 to `agentry run --session` after a completed tool round; the next
     /// `agentry run --session` continues from it (the JSONL log is durable per turn).
     CliKill9MidRun,
 }
 
 /// The classes today's code supports.
-const TODAY: [Fault; 9] = [
+const TODAY: [Fault; 10] = [
     Fault::Provider500,
     Fault::Provider429,
     Fault::OverloadedMidStream,
@@ -107,6 +110,7 @@ const TODAY: [Fault; 9] = [
     Fault::Kill9BetweenRuns,
     Fault::ClientDisconnect,
     Fault::CliKill9MidRun,
+    Fault::PostgresDropped,
 ];
 
 impl Fault {
@@ -124,6 +128,7 @@ impl Fault {
             Self::IdempotentRetry => "client retry with the same Idempotency-Key",
             Self::SlowClient => "client stalls in the request head",
             Self::CliKill9MidRun => "CLI kill -9 mid-run",
+            Self::PostgresDropped => "PostgreSQL connections dropped mid-run",
         }
     }
 }
@@ -288,7 +293,11 @@ impl Plan {
         }
         let at = rng.below(turns.len());
         let knob = rng.next() as usize;
-        let postgres = postgres_url().filter(|_| rng.below(2) == 0);
+        let postgres = if fault == Fault::PostgresDropped {
+            postgres_url()
+        } else {
+            postgres_url().filter(|_| rng.below(2) == 0)
+        };
         Self {
             seed,
             fault,
@@ -900,7 +909,14 @@ async fn drive(plan: &Plan) -> Outcome {
     } else {
         ""
     };
-    let config = write_config(dir.path(), &upstream.url(), extra, plan.postgres.as_deref());
+    // The server's connections carry a name of their own, so only they are dropped (other
+    // tests share the database).
+    let application = format!("agentry-chaos-{}-{}", plan.seed, std::process::id());
+    let store_url = plan.postgres.as_ref().map(|url| {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}application_name={application}")
+    });
+    let config = write_config(dir.path(), &upstream.url(), extra, store_url.as_deref());
     let mut served = tokio::task::block_in_place(|| Served::start(&config));
     // Unique in a PostgreSQL database other campaigns share.
     let id = format!(
@@ -995,6 +1011,7 @@ async fn drive(plan: &Plan) -> Outcome {
                 stop = true;
             }
             Fault::SigtermMidStream
+            | Fault::PostgresDropped
             | Fault::ClientDisconnect
             | Fault::Kill9MidRun
             | Fault::IdempotentRetry => {
@@ -1017,6 +1034,31 @@ async fn drive(plan: &Plan) -> Outcome {
 
     let mut seen;
     match plan.fault {
+        Fault::PostgresDropped => {
+            let Some(url) = plan.postgres.clone() else {
+                eprintln!("chaos: skipped: set AGENTRY_TEST_POSTGRES_URL to drop its connections");
+                return Outcome {
+                    violations,
+                    injected: false,
+                };
+            };
+            let frames = 1 + plan.knob % (5 * plan.turns.len());
+            let mut dropped = None;
+            seen = execute(&served.url, &id, &first_body(), patience, |n, _| {
+                if n + 1 == frames {
+                    dropped = Some(tokio::spawn(drop_connections(
+                        url.clone(),
+                        application.clone(),
+                    )));
+                }
+                Next::Read
+            })
+            .await;
+            injected = match dropped {
+                Some(task) => task.await.unwrap() > 0,
+                None => false,
+            };
+        }
         Fault::Kill9MidRun => {
             // kill -9 as soon as the client has seen a tool result: a completed turn.
             let pid = served.child.id();
@@ -1292,6 +1334,22 @@ async fn drive(plan: &Plan) -> Outcome {
         violations,
         injected,
     }
+}
+
+/// Terminates every connection named `application` in the database at `url`; how many.
+async fn drop_connections(url: String, application: String) -> u64 {
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&application],
+        )
+        .await
+        .unwrap();
+    rows.len() as u64
 }
 
 /// `agentry run --session` killed with -9 after a completed tool round, then run again.
