@@ -1,7 +1,7 @@
 //! `cargo xtask ci`: every check CI runs.
 
 use crate::step::{self, cargo, cargo_command};
-use crate::{layering, snapshots};
+use crate::{chaos, layering, snapshots};
 
 pub(crate) fn run() -> Result<(), String> {
     cargo("format", &["fmt", "--all", "--", "--check"])?;
@@ -61,6 +61,8 @@ pub(crate) fn run() -> Result<(), String> {
         ])
     };
     references.configure(&mut tests);
+    // The tests include the fault suite's bounded form (agentry-cli's tests/chaos.rs).
+    chaos::configure_ci(&mut tests);
     step::run("tests", &mut tests)?;
 
     let mut doc_tests =

@@ -7,6 +7,7 @@
 // xtask is a command-line program: printing is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod chaos;
 mod ci;
 mod layering;
 mod snapshots;
@@ -21,6 +22,9 @@ commands:
   ci         fmt, layering, clippy, tests (nextest when present), doc tests,
              snapshot check, docs, and single-layer builds: everything CI runs
   layering   check the crate dependency rules with `cargo tree`
+  chaos      the fault suite: [--runs N] seeded runs (default 2 per fault class) from
+             [--seed S] against a real `agentry serve`; [--all] adds the classes that
+             wait for unmerged features (docs/reliability.md)
   bench      run the benchmarks of agent-tools, agent-loop, agent-backends (parse
              throughput), agentry (loopback agent run) and agent-mcp (a tool call in
              process, over MCP stdio and HTTP: to server-everything and to our own
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
         Some("layering") => layering::run(),
+        Some("chaos") => chaos::run(&args[1..]),
         // One cargo invocation builds both benches with one feature resolution, instead
         // of rebuilding the shared dependencies for each.
         Some("bench") => step::cargo(
