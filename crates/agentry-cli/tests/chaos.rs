@@ -1082,7 +1082,10 @@ async fn drive(plan: &Plan) -> Outcome {
         Fault::IdempotentRetry => {
             // The connection drops after a few frames; the client cannot know what ran, so
             // it sends the same execute again with the same key until it is answered.
-            let key = [("idempotency-key", "chaos-retry-1")];
+            // One key per run: keys live as long as the store (PostgreSQL outlives the test),
+            // and a key reused with another session's body is rightly a 422.
+            let retry_key = format!("chaos-retry-{id}");
+            let key = [("idempotency-key", retry_key.as_str())];
             let frames = 1 + plan.knob % (5 * plan.turns.len());
             let first = execute_with(&served.url, &id, &first_body(), &key, patience, |n, _| {
                 if n + 1 >= frames {
@@ -1527,7 +1530,6 @@ fn chaos_kill_9_mid_run() {
 
 /// A retried execute with the same `Idempotency-Key` never runs twice.
 #[test]
-#[ignore = "needs Idempotency-Key on execute (issue 17, idem)"]
 fn chaos_idempotent_retry() {
     campaign(&[Fault::IdempotentRetry], 4);
 }
