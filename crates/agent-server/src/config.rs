@@ -53,6 +53,18 @@ pub struct ServerConfig {
     /// [default: 3600 s].
     #[serde(default = "defaults::remote_tool_timeout_secs")]
     pub remote_tool_timeout_secs: u64,
+    /// How long a client has to send a whole request head, from the connection's start or
+    /// the first byte of a later request; a slower one is disconnected [default: 10 s].
+    #[serde(default = "defaults::header_read_timeout_secs")]
+    pub header_read_timeout_secs: u64,
+    /// How long a keep-alive connection may wait between requests before it is closed
+    /// [default: 60 s].
+    #[serde(default = "defaults::idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
+    /// Connections open at once (the MCP endpoint's and `/metrics`' included); the next get
+    /// 503 with `Connection: close` [default: 1024].
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: usize,
     /// On SIGTERM, how long running executes may finish before they are cancelled
     /// [default: 30 s].
     #[serde(default = "defaults::drain_secs")]
@@ -468,6 +480,15 @@ impl ServerConfig {
         if self.tenants.is_empty() {
             return fail("no tenants: add at least one [[server.tenants]] with an API key".into());
         }
+        if self.header_read_timeout_secs == 0
+            || self.idle_timeout_secs == 0
+            || self.max_connections == 0
+        {
+            return fail(
+                "header_read_timeout_secs, idle_timeout_secs and max_connections must be at least 1"
+                    .into(),
+            );
+        }
         if self.mcp.max_sessions == 0
             || self.mcp.max_sessions_per_tenant == 0
             || self.mcp.session_idle_secs == 0
@@ -737,6 +758,15 @@ mod defaults {
     }
     pub(super) fn remote_tool_timeout_secs() -> u64 {
         3600
+    }
+    pub(super) fn header_read_timeout_secs() -> u64 {
+        10
+    }
+    pub(super) fn idle_timeout_secs() -> u64 {
+        60
+    }
+    pub(super) fn max_connections() -> usize {
+        1024
     }
     pub(super) fn drain_secs() -> u64 {
         30
