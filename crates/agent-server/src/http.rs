@@ -58,7 +58,8 @@ pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
 ///
 /// # Errors
 ///
-/// 413 when the body is larger than `max_body_bytes`; 400 when it is not the expected JSON.
+/// 413 when the body is larger than `max_body_bytes`; 400 when it is not the expected JSON
+/// or has a field no type reads (named in the message).
 pub(crate) async fn json_body<T: DeserializeOwned>(
     state: &AppState,
     headers: &HeaderMap,
@@ -76,8 +77,44 @@ pub(crate) async fn json_body<T: DeserializeOwned>(
     let bytes = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| ApiError::too_large(limit))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|error| ApiError::bad_request(format!("the body is not valid: {error}")))
+    let invalid =
+        |error: serde_json::Error| ApiError::bad_request(format!("the body is not valid: {error}"));
+    // A field no type reads is refused by name, never ignored: a misspelt or unsupported
+    // setting must not look as if it had been applied.
+    let mut ignored = None;
+    let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+    let value = serde_ignored::deserialize(&mut deserializer, |path| {
+        ignored.get_or_insert_with(|| field_path(&path));
+    })
+    .map_err(invalid)?;
+    deserializer.end().map_err(invalid)?;
+    match ignored {
+        Some(field) => Err(ApiError::bad_request(format!(
+            "unknown field `{field}`: this server does not implement it"
+        ))),
+        None => Ok(value),
+    }
+}
+
+/// A field's place in a body as a client writes it: `settings.temperature`,
+/// `remote_tools[0].cache` (serde_ignored's own text marks every `Option` with a `?`).
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => {
+            let parent = field_path(parent);
+            if parent.is_empty() {
+                key.clone()
+            } else {
+                format!("{parent}.{key}")
+            }
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
 }
 
 /// Around every request: refuses an address over its failed-authentication limit, counts

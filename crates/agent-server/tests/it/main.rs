@@ -4,6 +4,7 @@
 
 mod approval;
 mod connections;
+mod fields;
 mod hardening;
 mod lifecycle;
 mod mcp;
