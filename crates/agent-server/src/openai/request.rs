@@ -123,7 +123,11 @@ pub(crate) enum Stop {
 /// One message of `messages`, by role. Content stays raw JSON so that a part we do not
 /// support gets an error naming it rather than serde's "did not match any variant".
 #[derive(Debug, Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case", deny_unknown_fields)]
+///
+/// Unknown fields inside messages are not refused: clients send an assistant message back as
+/// they received it, with their library's own fields (the OpenAI Node SDK's
+/// `parsed_arguments`, LiteLLM's `provider_specific_fields`), which ask for nothing.
+#[serde(tag = "role", rename_all = "snake_case")]
 pub(crate) enum InMessage {
     System {
         content: Value,
@@ -147,7 +151,6 @@ pub(crate) enum InMessage {
 
 /// A tool call in an assistant message of the history.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct InToolCall {
     id: String,
     #[serde(rename = "type")]
@@ -156,7 +159,6 @@ pub(crate) struct InToolCall {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct InFunctionCall {
     name: String,
     #[serde(default)]
