@@ -57,6 +57,10 @@ pub struct ServerConfig {
     /// the first byte of a later request; a slower one is disconnected [default: 10 s].
     #[serde(default = "defaults::header_read_timeout_secs")]
     pub header_read_timeout_secs: u64,
+    /// How long a client has to send a request's JSON body once its head has arrived; a
+    /// slower one gets 408 [default: 30 s].
+    #[serde(default = "defaults::body_read_timeout_secs")]
+    pub body_read_timeout_secs: u64,
     /// How long a keep-alive connection may wait between requests before it is closed
     /// [default: 60 s].
     #[serde(default = "defaults::idle_timeout_secs")]
@@ -481,11 +485,13 @@ impl ServerConfig {
             return fail("no tenants: add at least one [[server.tenants]] with an API key".into());
         }
         if self.header_read_timeout_secs == 0
+            || self.body_read_timeout_secs == 0
             || self.idle_timeout_secs == 0
             || self.max_connections == 0
         {
             return fail(
-                "header_read_timeout_secs, idle_timeout_secs and max_connections must be at least 1"
+                "header_read_timeout_secs, body_read_timeout_secs, idle_timeout_secs and \
+                 max_connections must be at least 1"
                     .into(),
             );
         }
@@ -761,6 +767,9 @@ mod defaults {
     }
     pub(super) fn header_read_timeout_secs() -> u64 {
         10
+    }
+    pub(super) fn body_read_timeout_secs() -> u64 {
+        30
     }
     pub(super) fn idle_timeout_secs() -> u64 {
         60

@@ -59,7 +59,8 @@ pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
 /// # Errors
 ///
 /// 413 when the body is larger than `max_body_bytes`; 400 when it is not the expected JSON
-/// or has a field no type reads (named in the message).
+/// or has a field no type reads (named in the message); 408 when the body does not arrive
+/// within `body_read_timeout_secs`.
 pub(crate) async fn json_body<T: DeserializeOwned>(
     state: &AppState,
     headers: &HeaderMap,
@@ -73,10 +74,22 @@ pub(crate) async fn json_body<T: DeserializeOwned>(
     if declared.is_some_and(|length| length > limit) {
         return Err(ApiError::too_large(limit));
     }
-    // A body without a length (chunked) is cut at the limit as it arrives.
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::too_large(limit))?;
+    // A body without a length (chunked) is cut at the limit as it arrives. A client that
+    // stops sending half-way gets 408 (and its connection closes) instead of holding it.
+    let seconds = state.inner.config.body_read_timeout_secs;
+    let bytes = tokio::time::timeout(
+        std::time::Duration::from_secs(seconds),
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout_error",
+            format!("the request body did not arrive within {seconds} s"),
+        )
+    })?
+    .map_err(|_| ApiError::too_large(limit))?;
     let invalid =
         |error: serde_json::Error| ApiError::bad_request(format!("the body is not valid: {error}"));
     // A field no type reads is refused by name, never ignored: a misspelt or unsupported

@@ -240,6 +240,34 @@ async fn connections_beyond_the_cap_get_503_and_are_counted() {
     server.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_stalled_in_its_request_body_gets_408_within_the_body_timeout() {
+    let server = TestServer::with(&config("body_read_timeout_secs = 1"), Vec::new()).await;
+    for path in ["/v1/sessions", "/v1/chat/completions"] {
+        let mut stream = TcpStream::connect(address(&server)).await.unwrap();
+        let started = Instant::now();
+        stream
+            .write_all(
+                format!(
+                    "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-acme-test-0001\r\n\
+                     Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"model\": "
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let (text, closed) = read_to_close(&mut stream, Duration::from_secs(10)).await;
+        let after = closed - started;
+        assert!(text.starts_with("HTTP/1.1 408"), "{path}: {text}");
+        assert!(text.contains("did not arrive within 1 s"), "{path}: {text}");
+        assert!(
+            after >= Duration::from_millis(900) && after < Duration::from_millis(2500),
+            "{path}: answered after {after:?}, not about 1 s"
+        );
+    }
+    server.shutdown().await;
+}
+
 #[test]
 fn zero_timeouts_and_caps_are_refused() {
     for key in [
