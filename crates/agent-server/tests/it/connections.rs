@@ -138,6 +138,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let (text, closed) = read_to_close(&mut stream, Duration::from_secs(10)).await;
     let idle = closed - answered_again;
     assert!(text.is_empty(), "{text:?}");
+    eprintln!("idle keep-alive connection closed after {idle:?}");
     assert!(
         idle >= Duration::from_millis(900) && idle < Duration::from_millis(2500),
         "closed after {idle:?} idle, not about 1 s"
