@@ -282,3 +282,58 @@ fn zero_timeouts_and_caps_are_refused() {
         assert!(error.contains("must be at least 1"), "{key}: {error}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_response_in_flight_is_never_cut_by_the_timeouts() {
+    use std::sync::Arc;
+
+    use agent_backends::{ScriptedBackend, ScriptedTurn};
+    // The model pauses 2.5 s in the middle of its answer, and before answering at all:
+    // longer than both timeouts (1 s), with nothing on the wire.
+    let turn = || {
+        ScriptedTurn::text("first")
+            .with_delay(Duration::from_millis(2500))
+            .with_text(" second")
+    };
+    let backend = ScriptedBackend::cycle([turn()]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server_config = agent_server::ServerConfig::from_toml(&config(
+        "header_read_timeout_secs = 1\nidle_timeout_secs = 1",
+    ))
+    .unwrap();
+    server_config.store = agent_server::StoreConfig::Sqlite {
+        path: dir.path().join("sessions.db"),
+    };
+    let state = agent_server::ServerBuilder::new(server_config)
+        .with_model("slow", "scripted", Arc::new(backend))
+        .build()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(agent_server::serve(listener, state, std::future::pending()));
+    let client = reqwest::Client::new();
+    for stream in [true, false] {
+        let started = Instant::now();
+        let response = client
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth("key-acme-test-0001")
+            .json(&serde_json::json!({"model": "slow", "stream": stream,
+                   "messages": [{"role": "user", "content": "go"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap();
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(2500), "{took:?}");
+        assert!(
+            text.contains("first") && text.contains(" second"),
+            "stream {stream}: {text}"
+        );
+        if stream {
+            assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+        }
+    }
+    drop(dir);
+}
