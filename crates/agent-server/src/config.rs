@@ -205,6 +205,17 @@ impl Default for StoreConfig {
     }
 }
 
+impl StoreConfig {
+    /// The store's `kind` as the configuration spells it, for error texts (its Debug form
+    /// would print a PostgreSQL URL, password and all).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Sqlite { .. } => "sqlite",
+            Self::Postgres { .. } => "postgres",
+        }
+    }
+}
+
 /// A PostgreSQL store's URL: `url`, else the variable `url_env` names.
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres_url(
@@ -860,6 +871,21 @@ mod tests {
             config.models[0].source().unwrap(),
             ModelSource::Replay(Provider::Anthropic)
         );
+    }
+
+    #[test]
+    fn the_connection_bounds_have_safe_defaults_and_a_store_is_named_by_its_kind() {
+        let config = ServerConfig::from_toml(MINIMAL).unwrap();
+        assert_eq!(config.header_read_timeout_secs, 10);
+        assert_eq!(config.body_read_timeout_secs, 30);
+        assert_eq!(config.idle_timeout_secs, 60);
+        assert_eq!(config.max_connections, 1024);
+        let store = StoreConfig::Postgres {
+            url: Some("postgres://agentry:SECRET@db/agentry".into()),
+            url_env: None,
+        };
+        assert_eq!(store.kind(), "postgres");
+        assert_eq!(StoreConfig::default().kind(), "sqlite");
     }
 
     #[test]
