@@ -333,6 +333,9 @@ pub(crate) async fn serve(
             drop(slot);
         });
     }
+    // New connections are refused from here on, as axum::serve does, rather than left
+    // waiting in the backlog for a server that will not answer them.
+    drop(listener);
     let _ = stop_tx.send(true);
     let mut count = open.0.subscribe();
     let _ = count.wait_for(|open| *open == 0).await;
