@@ -69,6 +69,11 @@ pub struct ServerConfig {
     /// 503 with `Connection: close` [default: 1024].
     #[serde(default = "defaults::max_connections")]
     pub max_connections: usize,
+    /// Connections one client address (the TCP peer) may have open at once; the next get
+    /// 503. Behind a proxy every client shares its address: set it to `max_connections`
+    /// [default: 256].
+    #[serde(default = "defaults::max_connections_per_address")]
+    pub max_connections_per_address: usize,
     /// On SIGTERM, how long running executes may finish before they are cancelled
     /// [default: 30 s].
     #[serde(default = "defaults::drain_secs")]
@@ -499,10 +504,11 @@ impl ServerConfig {
             || self.body_read_timeout_secs == 0
             || self.idle_timeout_secs == 0
             || self.max_connections == 0
+            || self.max_connections_per_address == 0
         {
             return fail(
-                "header_read_timeout_secs, body_read_timeout_secs, idle_timeout_secs and \
-                 max_connections must be at least 1"
+                "header_read_timeout_secs, body_read_timeout_secs, idle_timeout_secs, \
+                 max_connections and max_connections_per_address must be at least 1"
                     .into(),
             );
         }
@@ -788,6 +794,9 @@ mod defaults {
     pub(super) fn max_connections() -> usize {
         1024
     }
+    pub(super) fn max_connections_per_address() -> usize {
+        256
+    }
     pub(super) fn drain_secs() -> u64 {
         30
     }
@@ -880,6 +889,7 @@ mod tests {
         assert_eq!(config.body_read_timeout_secs, 30);
         assert_eq!(config.idle_timeout_secs, 60);
         assert_eq!(config.max_connections, 1024);
+        assert_eq!(config.max_connections_per_address, 256);
         let store = StoreConfig::Postgres {
             url: Some("postgres://agentry:SECRET@db/agentry".into()),
             url_env: None,

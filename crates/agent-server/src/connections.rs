@@ -10,12 +10,14 @@
 //! that does not arrive in `header_read_timeout_secs`, or an idle keep-alive connection past
 //! `idle_timeout_secs`, is closed.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,8 @@ pub(crate) struct Bounds {
     pub(crate) idle_timeout: Duration,
     /// Connections open at once; the next ones get 503 and are closed.
     pub(crate) max_connections: usize,
+    /// Connections one client address may have open at once; the next get 503.
+    pub(crate) max_connections_per_address: usize,
 }
 
 /// How long a refused connection gets to take its 503 before it is closed.
@@ -79,6 +83,7 @@ impl Bounds {
             header_read_timeout: Duration::from_secs(config.header_read_timeout_secs),
             idle_timeout: Duration::from_secs(config.idle_timeout_secs),
             max_connections: config.max_connections,
+            max_connections_per_address: config.max_connections_per_address,
         }
     }
 }
@@ -258,28 +263,70 @@ impl hyper::service::Service<Request<Incoming>> for Service {
 #[derive(Debug, Clone)]
 struct Open(watch::Sender<usize>);
 
-/// One open connection; dropping it closes the count.
-struct Slot(Open, AppState);
+/// Connections open per client address (the TCP peer), so that one address cannot take
+/// every place. Holds only addresses with a connection open: at most `max_connections`.
+#[derive(Debug, Default)]
+struct PerAddress(Mutex<HashMap<IpAddr, usize>>);
+
+impl PerAddress {
+    /// Counts one more connection from `address`, unless it has `limit` open.
+    fn enter(&self, address: IpAddr, limit: usize) -> bool {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(address).or_insert(0);
+        if *count >= limit {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn leave(&self, address: IpAddr) {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Entry::Occupied(mut count) = open.entry(address) {
+            *count.get_mut() -= 1;
+            if *count.get() == 0 {
+                count.remove();
+            }
+        }
+    }
+}
+
+/// One open connection; dropping it closes the counts.
+struct Slot {
+    open: Open,
+    state: AppState,
+    per_address: Arc<PerAddress>,
+    address: IpAddr,
+}
 
 impl Open {
     fn count(&self) -> usize {
         *self.0.borrow()
     }
 
-    fn enter(&self, state: &AppState) -> Slot {
+    /// Counts a connection whose address [`PerAddress::enter`] already counted.
+    fn enter(&self, state: &AppState, per_address: &Arc<PerAddress>, address: IpAddr) -> Slot {
         self.0.send_modify(|open| *open += 1);
         state
             .inner
             .metrics
             .add("agentry_open_connections", &[], 1.0);
-        Slot(self.clone(), state.clone())
+        Slot {
+            open: self.clone(),
+            state: state.clone(),
+            per_address: Arc::clone(per_address),
+            address,
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.0.send_modify(|open| *open = open.saturating_sub(1));
-        self.1
+        self.open
+            .0
+            .send_modify(|open| *open = open.saturating_sub(1));
+        self.per_address.leave(self.address);
+        self.state
             .inner
             .metrics
             .add("agentry_open_connections", &[], -1.0);
@@ -298,6 +345,7 @@ pub(crate) async fn serve(
 ) {
     let open = Open(watch::Sender::new(0));
     let refusing = Arc::new(AtomicUsize::new(0));
+    let per_address = Arc::new(PerAddress::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -317,15 +365,22 @@ pub(crate) async fn serve(
         // An SSE answer goes out in small writes, each of which would otherwise wait for the
         // client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
-        if open.count() >= bounds.max_connections {
+        let over = if open.count() >= bounds.max_connections {
+            Some("server")
+        } else if !per_address.enter(peer.ip(), bounds.max_connections_per_address) {
+            Some("address")
+        } else {
+            None
+        };
+        if let Some(limit) = over {
             state
                 .inner
                 .metrics
-                .inc("agentry_connections_refused_total", &[]);
+                .inc("agentry_connections_refused_total", &[("limit", limit)]);
             refuse(stream, &refusing);
             continue;
         }
-        let slot = open.enter(&state);
+        let slot = open.enter(&state, &per_address, peer.ip());
         let router = router.clone();
         let stop = stop_rx.clone();
         tokio::spawn(async move {
@@ -426,6 +481,7 @@ mod tests {
             header_read_timeout: Duration::from_millis(100),
             idle_timeout: Duration::from_millis(300),
             max_connections: 1,
+            max_connections_per_address: 1,
         }
     }
 

@@ -65,7 +65,7 @@ const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "agentry_connections_refused_total",
         "counter",
-        "Connections refused with 503 because max_connections were open.",
+        "Connections refused with 503, by limit (server: max_connections, address: max_connections_per_address).",
     ),
     (
         "agentry_auth_failures_total",

@@ -199,7 +199,7 @@ async fn connections_beyond_the_cap_get_503_and_are_counted() {
         server
             .state
             .metrics()
-            .value("agentry_connections_refused_total", &[]),
+            .value("agentry_connections_refused_total", &[("limit", "server")]),
         2.0
     );
     // A held connection is a real one: it is served.
@@ -234,10 +234,91 @@ async fn connections_beyond_the_cap_get_503_and_are_counted() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("agentry_connections_refused_total 2"),
+        metrics.contains("agentry_connections_refused_total{limit=\"server\"} 2"),
         "{metrics}"
     );
     assert!(metrics.contains("agentry_open_connections 1"), "{metrics}");
+    server.shutdown().await;
+}
+
+/// A connection from `source` (any 127/8 address reaches the server).
+async fn connect_from(source: [u8; 4], address: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from((source, 0)))
+        .unwrap();
+    socket.connect(address.parse().unwrap()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_take_every_place_and_others_are_served() {
+    let server = TestServer::with(
+        &config("max_connections = 100\nmax_connections_per_address = 2"),
+        Vec::new(),
+    )
+    .await;
+    let address = address(&server);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(connect_from([127, 0, 0, 7], &address).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server
+        .state
+        .metrics()
+        .value("agentry_open_connections", &[])
+        < 2.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the two connections were not accepted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut third = connect_from([127, 0, 0, 7], &address).await;
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (text, _) = read_to_close(&mut third, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert_eq!(
+        server
+            .state
+            .metrics()
+            .value("agentry_connections_refused_total", &[("limit", "address")]),
+        1.0
+    );
+    // Another address is served meanwhile.
+    let mut other = connect_from([127, 0, 0, 8], &address).await;
+    other
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (text, _) = read_to_close(&mut other, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // Closing one of the first address's connections gives it its place back.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server
+        .state
+        .metrics()
+        .value("agentry_open_connections", &[])
+        > 1.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection was not counted down"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut again = connect_from([127, 0, 0, 7], &address).await;
+    again
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (text, _) = read_to_close(&mut again, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     server.shutdown().await;
 }
 
@@ -275,6 +356,7 @@ fn zero_timeouts_and_caps_are_refused() {
         "header_read_timeout_secs = 0",
         "idle_timeout_secs = 0",
         "max_connections = 0",
+        "max_connections_per_address = 0",
     ] {
         let error = agent_server::ServerConfig::from_toml(&config(key))
             .unwrap_err()
