@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL for the test suite.
 #
-#   eval "$(bash .ci/postgres.sh start)"   # prints one line: export AGENTRY_TEST_POSTGRES_URL=...
-#   bash .ci/postgres.sh stop
+#   eval "$(bash .ci/postgres.sh start)"   # prints export lines: AGENTRY_TEST_POSTGRES_URL,
+#                                          # AGENTRY_CI_PG_PORT and AGENTRY_CI_PG_DIR
+#   bash .ci/postgres.sh stop              # stops the cluster those name (and removes it)
 #
 # `start` finds PostgreSQL's server binaries (PATH, then /usr/lib/postgresql/*/bin) or installs
-# Debian's `postgresql` package, creates a fresh cluster (any old one is stopped and removed),
-# listening on 127.0.0.1 only with trust authentication, starts it, creates the database
-# `agentry_test` and prints the URL as a shell `export` line. Everything else goes to stderr, so
-# the output can be eval'd. Running it again replaces the cluster. `stop` stops the cluster if
-# it is running.
+# Debian's `postgresql` package, creates a fresh cluster of the run's own, listening on
+# 127.0.0.1 only with trust authentication, starts it, creates the database `agentry_test` and
+# prints the URL, the port and the directory as shell `export` lines. Everything else goes to
+# stderr, so the output can be eval'd. `stop` stops the cluster in AGENTRY_CI_PG_DIR and, when
+# `start` created that directory for its run, removes it.
+#
+# Each run has its own port and directory, so two runs on one machine do not collide: nothing
+# here stops or removes a cluster another run started, and a directory with a running cluster
+# in it is refused, never taken over.
 #
 # Settings (environment):
-#   AGENTRY_CI_PG_DIR   where the cluster lives (default: $HOME/.cache/agentry-ci/pg)
-#   AGENTRY_CI_PG_PORT  the TCP port (default: 55432)
+#   AGENTRY_CI_PG_DIR   where the cluster lives (default: a directory of the run's own,
+#                       $HOME/.cache/agentry-ci/pg/<run id>)
+#   AGENTRY_CI_PG_PORT  the TCP port (default: a free port from 55433 up, found at start)
+#   AGENTRY_CI_RUN_ID   names the run's directory (default: the process id and the time)
 #
 # PostgreSQL refuses to run as root. As root, the cluster belongs to the `postgres` system user
 # (created if missing). That user must be able to reach the cluster's directory; root's home is
@@ -30,12 +37,37 @@ die() {
     exit 1
 }
 
-PORT="${AGENTRY_CI_PG_PORT:-55432}"
-DEFAULT_DIR="${HOME:-/root}/.cache/agentry-ci/pg"
-FALLBACK_DIR=/var/tmp/agentry-ci/pg
+PORT="${AGENTRY_CI_PG_PORT:-}"
+RUN_ID="${AGENTRY_CI_RUN_ID:-$$-$(date +%s)}"
+DEFAULT_DIR="${HOME:-/root}/.cache/agentry-ci/pg/$RUN_ID"
+FALLBACK_DIR="/var/tmp/agentry-ci/pg/$RUN_ID"
 DATABASE=agentry_test
+# Marks a directory `start` created for its run, which `stop` may therefore remove.
+MARKER=.agentry-ci-run
 
-[[ "$PORT" =~ ^[0-9]+$ ]] || die "AGENTRY_CI_PG_PORT must be a port number, not '$PORT'"
+[[ -z "$PORT" || "$PORT" =~ ^[0-9]+$ ]] || die "AGENTRY_CI_PG_PORT must be a port number, not '$PORT'"
+[[ "$RUN_ID" =~ ^[A-Za-z0-9._-]+$ ]] || die "AGENTRY_CI_RUN_ID may hold only letters, digits, '.', '_' and '-'"
+
+# Whether something accepts connections on 127.0.0.1:$1.
+port_taken() {
+    (exec 9<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# The ports to try: the one asked for, else free ones from 55433 up (55432 stays for a
+# developer's own cluster), from an offset taken from the run id so that runs started at the
+# same moment try different ports first.
+candidate_ports() {
+    if [ -n "$PORT" ]; then
+        echo "$PORT"
+        return
+    fi
+    local offset port n
+    offset=$(($(printf '%s' "$RUN_ID" | cksum | cut -d' ' -f1) % 500))
+    for n in $(seq 0 499); do
+        port=$((55433 + (offset + n) % 500))
+        port_taken "$port" || echo "$port"
+    done
+}
 
 # The server's binaries: initdb and pg_ctl from PATH, else the newest Debian version directory.
 find_bindir() {
@@ -125,6 +157,14 @@ prepare_dir() {
     as_owner test -w "$dir" -a -x "$dir" 2>/dev/null
 }
 
+# Whether a cluster runs in $1/data: its postmaster.pid names a live process.
+cluster_running() {
+    local pid
+    [ -f "$1/data/postmaster.pid" ] || return 1
+    pid="$(head -n 1 "$1/data/postmaster.pid" 2>/dev/null || true)"
+    [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null
+}
+
 # Stops a cluster in $1/data if one runs there.
 stop_cluster() {
     local data="$1/data" bindir="$2"
@@ -135,19 +175,8 @@ stop_cluster() {
     fi
 }
 
-# The base directories a cluster may be in, for `stop` and for cleaning up before `start`.
-candidate_dirs() {
-    if [ -n "${AGENTRY_CI_PG_DIR:-}" ]; then
-        echo "$AGENTRY_CI_PG_DIR"
-    else
-        echo "$DEFAULT_DIR"
-        # Only root's start falls back (see the top of this file).
-        if [ "$(id -u)" -eq 0 ]; then echo "$FALLBACK_DIR"; fi
-    fi
-}
-
 start() {
-    local bindir base data
+    local bindir base data port started=""
     if ! bindir="$(find_bindir)"; then
         install_postgres
         bindir="$(find_bindir)" || die "PostgreSQL was installed but initdb/pg_ctl are not to be found"
@@ -155,14 +184,14 @@ start() {
     log "using PostgreSQL binaries in $bindir ($("$bindir/pg_ctl" --version))"
     choose_user
 
-    # Fresh each time: stop and remove whatever an earlier start left behind.
-    while read -r base; do
-        stop_cluster "$base" "$bindir"
-        rm -rf "$base/data" "$base/server.log"
-    done < <(candidate_dirs)
-
     if [ -n "${AGENTRY_CI_PG_DIR:-}" ]; then
         base="$AGENTRY_CI_PG_DIR"
+        # A running cluster (another run's, a developer's) is never stopped or removed.
+        if cluster_running "$base"; then
+            die "a cluster is running in $base/data; stop it or choose another AGENTRY_CI_PG_DIR"
+        fi
+        # What a crashed earlier start left here.
+        rm -rf "$base/data" "$base/server.log"
         prepare_dir "$base" || die "user $DB_USER cannot write to $base (AGENTRY_CI_PG_DIR); choose a directory it can reach"
     else
         base="$DEFAULT_DIR"
@@ -172,6 +201,8 @@ start() {
             base="$FALLBACK_DIR"
             prepare_dir "$base" || die "user $DB_USER cannot write to $base"
         fi
+        # The run's own directory: `stop` removes it.
+        touch "$base/$MARKER"
     fi
     data="$base/data"
 
@@ -180,12 +211,12 @@ start() {
 
     # TCP on loopback only, no Unix socket (its default directory may not exist, and a long
     # path would exceed the socket name limit), trust for loopback only. Durability is off:
-    # the cluster is thrown away after the tests.
+    # the cluster is thrown away after the tests. The port is given at start (-p), so that a
+    # port another run took in the meantime can be swapped for the next free one.
     as_owner tee -a "$data/postgresql.conf" >/dev/null <<EOF
 
 # agentry CI (.ci/postgres.sh)
 listen_addresses = '127.0.0.1'
-port = $PORT
 unix_socket_directories = ''
 max_connections = 200
 fsync = off
@@ -197,18 +228,36 @@ EOF
 host all all 127.0.0.1/32 trust
 EOF
 
-    log "starting PostgreSQL on 127.0.0.1:$PORT"
-    if ! as_owner "$bindir/pg_ctl" -D "$data" -l "$base/server.log" -w -t 60 start; then
-        tail -n 20 "$base/server.log" >&2 || true
-        die "PostgreSQL did not start (is port $PORT taken? set AGENTRY_CI_PG_PORT)"
-    fi
-    "$bindir/createdb" -h 127.0.0.1 -p "$PORT" -U "$DB_USER" "$DATABASE"
+    local tries=0
+    while read -r port; do
+        tries=$((tries + 1))
+        [ "$tries" -le 20 ] || break
+        log "starting PostgreSQL on 127.0.0.1:$port"
+        if as_owner "$bindir/pg_ctl" -D "$data" -l "$base/server.log" -o "-p $port" -w -t 60 start; then
+            started="$port"
+            break
+        fi
+        tail -n 5 "$base/server.log" >&2 || true
+        log "PostgreSQL did not start on port $port (taken?)"
+    done < <(candidate_ports)
+    [ -n "$started" ] || die "PostgreSQL did not start (no free port found; set AGENTRY_CI_PG_PORT)"
+    "$bindir/createdb" -h 127.0.0.1 -p "$started" -U "$DB_USER" "$DATABASE"
 
-    echo "export AGENTRY_TEST_POSTGRES_URL=postgres://$DB_USER@127.0.0.1:$PORT/$DATABASE" >&3
+    {
+        echo "export AGENTRY_TEST_POSTGRES_URL=postgres://$DB_USER@127.0.0.1:$started/$DATABASE"
+        echo "export AGENTRY_CI_PG_PORT=$started"
+        echo "export AGENTRY_CI_PG_DIR=$(printf '%q' "$base")"
+    } >&3
 }
 
 stop() {
     local bindir base
+    # Only the cluster of this run: the directory `start` printed.
+    base="${AGENTRY_CI_PG_DIR:-}"
+    if [ -z "$base" ]; then
+        log "AGENTRY_CI_PG_DIR is not set (eval start's output first); nothing to stop"
+        return 0
+    fi
     bindir="$(find_bindir)" || {
         log "PostgreSQL is not installed; nothing to stop"
         return 0
@@ -218,9 +267,10 @@ stop() {
         id postgres >/dev/null 2>&1 || return 0
         RUN_AS=postgres
     fi
-    while read -r base; do
-        stop_cluster "$base" "$bindir"
-    done < <(candidate_dirs)
+    stop_cluster "$base" "$bindir"
+    if [ -f "$base/$MARKER" ]; then
+        rm -rf "$base"
+    fi
 }
 
 case "${1:-}" in

@@ -359,8 +359,8 @@ impl Agent {
                     // Its kind only: a provider's message can carry an upstream URL or an
                     // account detail, and this text reaches the model and the caller's stream.
                     ErrorKind::Backend { error: backend } => ToolError::respond_to_model(format!(
-                        "the agent `{name}` failed: its model call failed ({:?})",
-                        backend.kind
+                        "the agent `{name}` failed: its model call failed ({})",
+                        crate::approval::wire_name(&backend.kind)
                     )),
                     _ => ToolError::respond_to_model(format!(
                         "the agent `{name}` failed: {}",

@@ -384,12 +384,23 @@ impl Round {
     }
 }
 
+/// A status or kind as the wire spells it (`awaiting_tool_execution`, not
+/// `AwaitingToolExecution`), for error texts a client reads.
+pub(crate) fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        Ok(other) => other.to_string(),
+        Err(_) => "unknown".to_owned(),
+    }
+}
+
 /// Decisions must name exactly the session's waiting calls, each once.
 pub(crate) fn check(session: &Session, decisions: &[ApprovalDecision]) -> Result<(), AgentError> {
     if session.status != crate::SessionStatus::AwaitingApproval {
         return Err(AgentError::config(format!(
-            "approval decisions were given but session {} is not waiting for any (status: {:?})",
-            session.id, session.status
+            "approval decisions were given but session {} is not waiting for any (status: {})",
+            session.id,
+            wire_name(&session.status)
         )));
     }
     if session

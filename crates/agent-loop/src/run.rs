@@ -1666,8 +1666,9 @@ pub(crate) fn check_input(session: &Session, input: &SessionInput) -> Result<(),
         SessionInput::ToolResults(results) => {
             if !awaiting {
                 return Err(AgentError::config(format!(
-                    "tool results were given but session {} is not waiting for any (status: {:?})",
-                    session.id, session.status
+                    "tool results were given but session {} is not waiting for any (status: {})",
+                    session.id,
+                    crate::approval::wire_name(&session.status)
                 )));
             }
             let expected: HashSet<&str> = session

@@ -114,6 +114,9 @@ fn server_config(store: &std::path::Path) -> ServerConfig {
 [server]
 tools = ["calculator", "clock"]
 drain_secs = 2
+# 1,000 streams from one address: over both connection caps' defaults.
+max_connections = 4096
+max_connections_per_address = 4096
 
 [server.limits]
 requests_per_minute = 1000000

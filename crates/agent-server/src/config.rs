@@ -53,6 +53,27 @@ pub struct ServerConfig {
     /// [default: 3600 s].
     #[serde(default = "defaults::remote_tool_timeout_secs")]
     pub remote_tool_timeout_secs: u64,
+    /// How long a client has to send a whole request head, from the connection's start or
+    /// the first byte of a later request; a slower one is disconnected [default: 10 s].
+    #[serde(default = "defaults::header_read_timeout_secs")]
+    pub header_read_timeout_secs: u64,
+    /// How long a client has to send a request's JSON body once its head has arrived; a
+    /// slower one gets 408 [default: 30 s].
+    #[serde(default = "defaults::body_read_timeout_secs")]
+    pub body_read_timeout_secs: u64,
+    /// How long a keep-alive connection may wait between requests before it is closed
+    /// [default: 60 s].
+    #[serde(default = "defaults::idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
+    /// Connections open at once (the MCP endpoint's and `/metrics`' included); the next get
+    /// 503 with `Connection: close` [default: 1024].
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: usize,
+    /// Connections one client address (the TCP peer) may have open at once; the next get
+    /// 503. Behind a proxy every client shares its address: set it to `max_connections`
+    /// [default: 256].
+    #[serde(default = "defaults::max_connections_per_address")]
+    pub max_connections_per_address: usize,
     /// On SIGTERM, how long running executes may finish before they are cancelled
     /// [default: 30 s].
     #[serde(default = "defaults::drain_secs")]
@@ -189,6 +210,17 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self::Sqlite {
             path: defaults::sqlite_path(),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// The store's `kind` as the configuration spells it, for error texts (its Debug form
+    /// would print a PostgreSQL URL, password and all).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Sqlite { .. } => "sqlite",
+            Self::Postgres { .. } => "postgres",
         }
     }
 }
@@ -472,6 +504,18 @@ impl ServerConfig {
         if self.tenants.is_empty() {
             return fail("no tenants: add at least one [[server.tenants]] with an API key".into());
         }
+        if self.header_read_timeout_secs == 0
+            || self.body_read_timeout_secs == 0
+            || self.idle_timeout_secs == 0
+            || self.max_connections == 0
+            || self.max_connections_per_address == 0
+        {
+            return fail(
+                "header_read_timeout_secs, body_read_timeout_secs, idle_timeout_secs, \
+                 max_connections and max_connections_per_address must be at least 1"
+                    .into(),
+            );
+        }
         if self.mcp.max_sessions == 0
             || self.mcp.max_sessions_per_tenant == 0
             || self.mcp.session_idle_secs == 0
@@ -742,6 +786,21 @@ mod defaults {
     pub(super) fn remote_tool_timeout_secs() -> u64 {
         3600
     }
+    pub(super) fn header_read_timeout_secs() -> u64 {
+        10
+    }
+    pub(super) fn body_read_timeout_secs() -> u64 {
+        30
+    }
+    pub(super) fn idle_timeout_secs() -> u64 {
+        60
+    }
+    pub(super) fn max_connections() -> usize {
+        1024
+    }
+    pub(super) fn max_connections_per_address() -> usize {
+        256
+    }
     pub(super) fn drain_secs() -> u64 {
         30
     }
@@ -825,6 +884,22 @@ mod tests {
             config.models[0].source().unwrap(),
             ModelSource::Replay(Provider::Anthropic)
         );
+    }
+
+    #[test]
+    fn the_connection_bounds_have_safe_defaults_and_a_store_is_named_by_its_kind() {
+        let config = ServerConfig::from_toml(MINIMAL).unwrap();
+        assert_eq!(config.header_read_timeout_secs, 10);
+        assert_eq!(config.body_read_timeout_secs, 30);
+        assert_eq!(config.idle_timeout_secs, 60);
+        assert_eq!(config.max_connections, 1024);
+        assert_eq!(config.max_connections_per_address, 256);
+        let store = StoreConfig::Postgres {
+            url: Some("postgres://agentry:SECRET@db/agentry".into()),
+            url_env: None,
+        };
+        assert_eq!(store.kind(), "postgres");
+        assert_eq!(StoreConfig::default().kind(), "sqlite");
     }
 
     #[test]

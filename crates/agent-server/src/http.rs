@@ -58,7 +58,9 @@ pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
 ///
 /// # Errors
 ///
-/// 413 when the body is larger than `max_body_bytes`; 400 when it is not the expected JSON.
+/// 413 when the body is larger than `max_body_bytes`; 400 when it is not the expected JSON
+/// or has a field no type reads (named in the message); 408 when the body does not arrive
+/// within `body_read_timeout_secs`.
 pub(crate) async fn json_body<T: DeserializeOwned>(
     state: &AppState,
     headers: &HeaderMap,
@@ -72,12 +74,60 @@ pub(crate) async fn json_body<T: DeserializeOwned>(
     if declared.is_some_and(|length| length > limit) {
         return Err(ApiError::too_large(limit));
     }
-    // A body without a length (chunked) is cut at the limit as it arrives.
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::too_large(limit))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|error| ApiError::bad_request(format!("the body is not valid: {error}")))
+    // A body without a length (chunked) is cut at the limit as it arrives. A client that
+    // stops sending half-way gets 408 (and its connection closes) instead of holding it.
+    let seconds = state.inner.config.body_read_timeout_secs;
+    let bytes = tokio::time::timeout(
+        std::time::Duration::from_secs(seconds),
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout_error",
+            format!("the request body did not arrive within {seconds} s"),
+        )
+    })?
+    .map_err(|_| ApiError::too_large(limit))?;
+    let invalid =
+        |error: serde_json::Error| ApiError::bad_request(format!("the body is not valid: {error}"));
+    // A field no type reads is refused by name, never ignored: a misspelt or unsupported
+    // setting must not look as if it had been applied.
+    let mut ignored = None;
+    let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+    let value = serde_ignored::deserialize(&mut deserializer, |path| {
+        ignored.get_or_insert_with(|| field_path(&path));
+    })
+    .map_err(invalid)?;
+    deserializer.end().map_err(invalid)?;
+    match ignored {
+        Some(field) => Err(ApiError::bad_request(format!(
+            "unknown field `{field}`: this server does not implement it"
+        ))),
+        None => Ok(value),
+    }
+}
+
+/// A field's place in a body as a client writes it: `settings.temperature`,
+/// `remote_tools[0].cache` (serde_ignored's own text marks every `Option` with a `?`).
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => {
+            let parent = field_path(parent);
+            if parent.is_empty() {
+                key.clone()
+            } else {
+                format!("{parent}.{key}")
+            }
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
 }
 
 /// Around every request: refuses an address over its failed-authentication limit, counts

@@ -33,6 +33,7 @@
 mod approval;
 mod auth;
 mod config;
+mod connections;
 mod error;
 mod execute;
 mod http;
@@ -50,7 +51,7 @@ pub mod store;
 mod sweeper;
 mod usage;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
@@ -216,13 +217,15 @@ pub async fn serve(
                 tracing::info!(address = %address, "metrics listening");
             }
             let app = metrics_router(state.clone());
-            Some(tokio::spawn(async move {
-                axum::serve(
-                    metrics_listener,
-                    app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-                )
-                .await
-            }))
+            let bounds = connections::Bounds::of(&state.inner.config);
+            let served = state.clone();
+            Some(tokio::spawn(connections::serve(
+                metrics_listener,
+                app,
+                bounds,
+                served,
+                std::future::pending(),
+            )))
         }
     };
     // Expires idle sessions while the server runs; dropped (stopped) when serving ends.
@@ -261,19 +264,10 @@ pub async fn serve(
         });
         let _ = stopped_tx.send(());
     };
-    // One service for every connection, not a router rebuilt per connection; the peer
-    // address is what failed authentications are counted by.
-    // TCP_NODELAY: an SSE answer (an MCP call's, an execute's first events) goes out in
-    // small writes, and each would otherwise wait for the client's delayed ACK (~40 ms).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-        let _ = stream.set_nodelay(true);
-    });
-    let served = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(signal)
-    .into_future();
+    // Our accept loop, not axum::serve: header-read and idle timeouts and a connection cap
+    // (see connections.rs); the peer address is what failed authentications are counted by.
+    let bounds = connections::Bounds::of(&flushed.inner.config);
+    let served = connections::serve(listener, app, bounds, flushed.clone(), signal);
     // A connection whose client stopped reading never finishes its response: after the
     // drain deadline, stop waiting for it once every run has saved and its last events had
     // a moment to go out, and at the latest after the grace.
@@ -291,7 +285,7 @@ pub async fn serve(
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, settled).await;
     };
     tokio::select! {
-        served = served => served?,
+        () = served => {}
         () = hard_stop => {
             tracing::warn!("shutdown: connections still open after the grace; closing them");
         }

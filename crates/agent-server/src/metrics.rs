@@ -58,6 +58,16 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Requests refused by a storage quota, by tenant and quota.",
     ),
     (
+        "agentry_open_connections",
+        "gauge",
+        "HTTP connections open now.",
+    ),
+    (
+        "agentry_connections_refused_total",
+        "counter",
+        "Connections refused with 503, by limit (server: max_connections, address: max_connections_per_address).",
+    ),
+    (
         "agentry_auth_failures_total",
         "counter",
         "Requests refused for a missing or unknown key.",

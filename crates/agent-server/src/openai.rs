@@ -18,8 +18,10 @@
 //! | `tool_choice` | the tool choice; see below for `required` and named functions |
 //! | `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`), `stop`, `parallel_tool_calls`, `reasoning_effort` | the generation settings |
 //! | `n` | only 1 (400 otherwise) |
-//! | `user`, `safety_identifier`, `metadata`, `service_tier`, `prompt_cache_key`, `seed` | ignored: they change nothing the client gets back |
-//! | `logprobs`, `top_logprobs`, `functions`, `function_call`, `audio`, `modalities` (but `["text"]`), `prediction`, penalties, `logit_bias`, `store: true`, `web_search_options`, `verbosity`, unknown fields | 400 naming the field in `param` (their "off" values are accepted) |
+//! | `user`, `safety_identifier`, `metadata`, `service_tier`, `prompt_cache_key` | accepted: attribution and billing hints that change nothing the client gets back |
+//! | `logprobs`, `top_logprobs`, `functions`, `function_call`, `audio`, `modalities` (but `["text"]`), `prediction`, penalties, `logit_bias`, `store: true`, `web_search_options`, `verbosity`, `seed`, unknown fields | 400 naming the field in `param` (their "off" values are accepted) |
+//! | unknown fields inside a tool (`tools[].function`) or `stream_options` | 400 naming the field |
+//! | other fields inside messages (a message's `name`, library fields such as `parsed_arguments` on an assistant message sent back as received) | accepted and not used: clients echo assistant messages with their own fields |
 //!
 //! Empty input is refused: an empty `messages` (or one with only system messages) and a
 //! user message with no text (`""` or whitespace only) are 400s, before any model call.

@@ -381,7 +381,8 @@ async fn open_ledger(store: &StoreConfig) -> Result<Arc<dyn SpendLedger>, Error>
         }
         #[allow(unreachable_patterns)]
         other => Err(Error::Config(format!(
-            "this build has no {other:?} store for the spend ledger; enable its feature"
+            "this build has no `{}` store for the spend ledger; enable its feature",
+            other.kind()
         ))),
     }
 }

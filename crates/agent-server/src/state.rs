@@ -368,7 +368,8 @@ async fn open_store(config: &StoreConfig) -> Result<Arc<dyn SessionStore>, Error
         }
         #[allow(unreachable_patterns)]
         other => Err(Error::Config(format!(
-            "this build has no {other:?} store; enable its feature"
+            "this build has no `{}` store; enable its feature",
+            other.kind()
         ))),
     }
 }

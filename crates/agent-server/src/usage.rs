@@ -88,8 +88,9 @@ impl Accounting {
             #[allow(unreachable_patterns)]
             other => {
                 return Err(Error::Config(format!(
-                    "this build has no {other:?} store for accounting; enable its feature or set \
-                     `accounting = false`"
+                    "this build has no `{}` store for accounting; enable its feature or set \
+                     `accounting = false`",
+                    other.kind()
                 )));
             }
         };

@@ -43,15 +43,14 @@ pub(crate) struct ChatRequest {
 
 /// Fields accepted and ignored because they change nothing in the completion the client gets
 /// back: attribution and billing hints (`user`, `safety_identifier`, `metadata`,
-/// `service_tier`, `prompt_cache_key`), and `seed`, which OpenAI itself only honours "best
-/// effort" and our providers mostly do not offer.
+/// `service_tier`, `prompt_cache_key`). (`seed` would change the sampling; our providers do
+/// not offer it, so it is refused below.)
 const IGNORED: &[&str] = &[
     "user",
     "safety_identifier",
     "metadata",
     "service_tier",
     "prompt_cache_key",
-    "seed",
 ];
 
 /// Refuses every field of the request that would change the answer if it were honoured and
@@ -89,6 +88,7 @@ pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), O
             "store" if value == &json!(false) => continue,
             "store" => "this server does not store completions",
             "web_search_options" => "web search is not supported",
+            "seed" => "seeded (deterministic) sampling is not supported",
             "verbosity" => "`verbosity` is not supported",
             _ => {
                 return Err(OpenAiError::invalid(
@@ -107,6 +107,7 @@ pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), O
 
 /// `stream_options`.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct StreamOptions {
     pub(crate) include_usage: Option<bool>,
 }
@@ -122,6 +123,10 @@ pub(crate) enum Stop {
 /// One message of `messages`, by role. Content stays raw JSON so that a part we do not
 /// support gets an error naming it rather than serde's "did not match any variant".
 #[derive(Debug, Deserialize)]
+///
+/// Unknown fields inside messages are not refused: clients send an assistant message back as
+/// they received it, with their library's own fields (the OpenAI Node SDK's
+/// `parsed_arguments`, LiteLLM's `provider_specific_fields`), which ask for nothing.
 #[serde(tag = "role", rename_all = "snake_case")]
 pub(crate) enum InMessage {
     System {
@@ -162,6 +167,7 @@ struct InFunctionCall {
 
 /// One entry of `tools`.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct InTool {
     #[serde(rename = "type")]
     kind: String,
@@ -169,6 +175,7 @@ pub(crate) struct InTool {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct InFunction {
     name: String,
     description: Option<String>,

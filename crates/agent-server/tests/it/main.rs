@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod approval;
+mod connections;
+mod fields;
 mod hardening;
 mod idempotency;
 mod lifecycle;

@@ -145,7 +145,7 @@ async fn a_sub_agents_events_stream_nested_and_its_errors_are_redacted() {
         end["output"]
             .as_str()
             .unwrap()
-            .contains("the agent `broken` failed: its model call failed (Connection)"),
+            .contains("the agent `broken` failed: its model call failed (connection)"),
         "{end}"
     );
     // The session's usage holds the researcher's tokens beside the parent's.
