@@ -309,6 +309,16 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     if let Some(meter) = &meter {
         meter.install(&mut options);
     }
+    // Each completed turn is in the store as it completes (crash recovery).
+    let store = &state.inner.store;
+    crate::checkpoint::install(
+        &mut options,
+        store,
+        &record,
+        &input,
+        &holder,
+        meter.as_ref(),
+    );
     let metrics = &state.inner.metrics;
     let mut client = true;
     let session_id = record.id().to_owned();
