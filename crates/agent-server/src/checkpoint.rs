@@ -19,13 +19,16 @@
 //! results stored and are never run again.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_conversation::{AppendFuture, ConversationAppender, Turn};
 use agent_loop::{Options, SessionInput, SessionStatus};
 use agent_types::{Message, RateCard, ToolResult};
 
 use crate::spend::Meter;
-use crate::state::now_ms;
+use tokio_util::sync::CancellationToken;
+
+use crate::state::{AppState, now_ms};
 use crate::store::{SessionRecord, SessionStore};
 
 /// The error result a call gets when its run's server stopped before its result was saved.
@@ -65,6 +68,54 @@ pub(crate) fn install(
         meter: meter.cloned(),
         record: tokio::sync::Mutex::new(base),
     }));
+}
+
+/// Keeps `holder`'s lease on the session alive while its run goes on: renewed every third of
+/// `execute_lease_secs`, so a short lease (quick recovery after a crash) never cuts off a
+/// long healthy run. When the lease turns out lost (another execute took it after this
+/// instance stalled longer than the lease), `cancel` stops the run: its writes would be
+/// refused anyway. Stops when the returned handle is aborted.
+pub(crate) fn heartbeat(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    holder: &str,
+    cancel: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let every = Duration::from_millis(
+        state
+            .inner
+            .config
+            .execute_lease_secs
+            .saturating_mul(1000)
+            .checked_div(3)
+            .unwrap_or(0)
+            .max(100),
+    );
+    let (state, tenant, id, holder) = (
+        state.clone(),
+        tenant.to_owned(),
+        id.to_owned(),
+        holder.to_owned(),
+    );
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let until = crate::execute::lease_until(&state);
+            match state.inner.store.renew(&tenant, &id, &holder, until).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(session = %id, "the run's lease was lost; stopping the run");
+                    cancel.cancel();
+                    return;
+                }
+                // The database may come back before the lease runs out: try again.
+                Err(error) => {
+                    tracing::warn!(session = %id, %error, "could not renew the run's lease");
+                }
+            }
+        }
+    })
 }
 
 /// `record` as the loop has it once it took `input`: the input in the history, the pending

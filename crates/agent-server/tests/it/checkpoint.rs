@@ -522,3 +522,95 @@ fn postgres_url() -> Option<String> {
         }
     }
 }
+
+/// A healthy run longer than `execute_lease_secs` keeps its lease (the heartbeat renews it):
+/// another request is refused with 409 all along, and the run ends normally.
+#[test]
+fn a_run_longer_than_the_lease_keeps_it() {
+    let upstream_runtime = client_runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(call_stream("call_long", "tally", "{}")),
+            sse(answer_stream("done in time")),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("sessions.db").display()
+    );
+    let count = Arc::new(AtomicUsize::new(0));
+    // The tool takes twice the 2 s lease.
+    let a = Instance::start(&config(&upstream.url(), &store), tally(&count, 4000));
+    let id = unique("ckpt-long");
+    client_runtime().block_on(async {
+        let (url, first_id) = (a.url.clone(), id.clone());
+        let run = tokio::spawn(async move {
+            let body = json!({"message": "slow", "context": {"model": "up", "tools": ["tally"]}});
+            execute(&url, &first_id, &body).await
+        });
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        let second = post(&a.url, &id, &json!({"message": "me too"})).await;
+        assert_eq!(second.status(), 409, "{}", second.text().await.unwrap());
+        let events = run.await.unwrap();
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+    });
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+/// `renew` extends only the holder's own lease, never one taken over or released.
+#[test]
+fn renew_extends_only_a_lease_still_held() {
+    client_runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = agent_server::store::SqliteStore::open(dir.path().join("renew.db"))
+            .await
+            .unwrap();
+        renews(&sqlite).await;
+        #[cfg(feature = "postgres")]
+        if let Some(url) = postgres_url() {
+            let postgres = agent_server::store::PostgresStore::connect(&url)
+                .await
+                .unwrap();
+            renews(&postgres).await;
+        }
+    });
+}
+
+async fn renews(store: &dyn SessionStore) {
+    use agent_server::store::Lease;
+
+    let record = SessionRecord {
+        tenant: "renew".into(),
+        model: "up".into(),
+        session: agent_loop::Session::with_id(unique("renew"), "m"),
+        tools: Vec::new(),
+        options: agent_server::store::SessionOptions::default(),
+        created_at_ms: 1,
+        updated_at_ms: 1,
+    };
+    let id = record.id().to_owned();
+    store.create_leased(&record, "first", 1_000).await.unwrap();
+    assert!(store.renew("renew", &id, "first", 5_000).await.unwrap());
+    // Still held at 2 000 (renewed to 5 000): another holder is refused.
+    assert_eq!(
+        store
+            .acquire("renew", &id, "second", 2_000, 9_000)
+            .await
+            .unwrap(),
+        Lease::Busy
+    );
+    assert!(!store.renew("renew", &id, "second", 9_000).await.unwrap());
+    assert!(!store.renew("other", &id, "first", 9_000).await.unwrap());
+    // Taken over after it expired: the first holder can no longer extend it.
+    assert_eq!(
+        store
+            .acquire("renew", &id, "second", 6_000, 9_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    assert!(!store.renew("renew", &id, "first", 20_000).await.unwrap());
+    store.release("renew", &id, "second").await.unwrap();
+    assert!(!store.renew("renew", &id, "first", 20_000).await.unwrap());
+}
