@@ -190,7 +190,10 @@ api_keys = ["{KEY}"]
     // The second model call starts only once round 1 is checkpointed.
     let started = Instant::now();
     while upstream.requests().len() < 2 {
-        assert!(started.elapsed() < Duration::from_secs(60), "no second model call");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second model call"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(client.block_on(calculator_calls(&first.url)), 1.0);
@@ -219,7 +222,10 @@ api_keys = ["{KEY}"]
                 .await
                 .unwrap();
             if response.status() == 409 {
-                assert!(started.elapsed() < Duration::from_secs(30), "the lease stayed");
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the lease stayed"
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
@@ -241,8 +247,15 @@ api_keys = ["{KEY}"]
             .iter()
             .map(|message| message["role"].as_str().unwrap())
             .collect();
-        assert_eq!(roles, ["user", "assistant", "tool", "assistant"], "{stored}");
-        assert!(messages[2]["content"].to_string().contains("42"), "{stored}");
+        assert_eq!(
+            roles,
+            ["user", "assistant", "tool", "assistant"],
+            "{stored}"
+        );
+        assert!(
+            messages[2]["content"].to_string().contains("42"),
+            "{stored}"
+        );
         assert_eq!(stored["status"], "completed");
     });
     // Three model calls in all: round 1 was not asked again, and the third carried its result.

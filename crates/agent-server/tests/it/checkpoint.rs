@@ -8,6 +8,7 @@
 //! `kill -9` of an `agentry serve` process is in agentry-cli's tests/crash.rs.) The instances
 //! share nothing but the database: each has its own `AppState`, runtime and port.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -499,7 +500,9 @@ async fn measure(name: &str, store: &dyn SessionStore) {
             store.save(&record, "bench-holder", false).await.unwrap();
         }
         let per_round = started.elapsed().as_micros() / rounds as u128;
-        eprintln!(
+        // Straight to the process's stderr (libtest captures `eprintln!`), as store.rs does.
+        let _ = writeln!(
+            std::io::stderr(),
             "checkpoint cost on {name}: {per_round} µs per round (2 writes) over {rounds} rounds \
              (final session {} messages)",
             record.session.messages.len()
@@ -517,7 +520,10 @@ fn postgres_url() -> Option<String> {
                 std::env::var_os("CI").is_none(),
                 "AGENTRY_TEST_POSTGRES_URL is not set under CI"
             );
-            eprintln!("skipped: set AGENTRY_TEST_POSTGRES_URL to run against PostgreSQL");
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: set AGENTRY_TEST_POSTGRES_URL to run against PostgreSQL"
+            );
             None
         }
     }
