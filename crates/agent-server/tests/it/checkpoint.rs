@@ -620,3 +620,57 @@ async fn renews(store: &dyn SessionStore) {
     store.release("renew", &id, "second").await.unwrap();
     assert!(!store.renew("renew", &id, "first", 20_000).await.unwrap());
 }
+
+/// A run whose lease is taken from it (its instance stalled past the lease, another execute
+/// took over; here the row is changed in the database) stops at its next renewal, cannot
+/// save, and its stream ends with status `error`, never `completed`.
+#[test]
+fn a_run_that_lost_its_lease_stops_and_never_reports_completed() {
+    let upstream_runtime = client_runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(call_stream("call_held", "tally", "{}")),
+            sse(answer_stream("should not be saved")),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sessions.db");
+    let store = format!("kind = \"sqlite\"\npath = \"{}\"", file.display());
+    let count = Arc::new(AtomicUsize::new(0));
+    let a = Instance::start(&config(&upstream.url(), &store), tally(&count, 10_000));
+    let id = unique("ckpt-lost");
+    client_runtime().block_on(async {
+        let (url, first_id) = (a.url.clone(), id.clone());
+        let run = tokio::spawn(async move {
+            let body = json!({"message": "hold", "context": {"model": "up", "tools": ["tally"]}});
+            let started = Instant::now();
+            (execute(&url, &first_id, &body).await, started.elapsed())
+        });
+        while count.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let taken = rusqlite::Connection::open(&file)
+            .unwrap()
+            .execute(
+                "UPDATE sessions SET lease_holder = 'another-execute' WHERE id = ?1",
+                [&id],
+            )
+            .unwrap();
+        assert_eq!(taken, 1);
+        let (events, took) = run.await.unwrap();
+        let complete = events.last().unwrap();
+        assert_eq!(complete["type"], "execute_complete");
+        assert_eq!(complete["status"], "error", "{complete}");
+        assert!(
+            complete["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("could not be saved"),
+            "{complete}"
+        );
+        // Stopped at the renewal (every 2/3 s), not after the 10 s tool.
+        assert!(took < Duration::from_secs(8), "{took:?}");
+    });
+    // The second model call was never made.
+    assert_eq!(upstream.requests().len(), 1);
+}
