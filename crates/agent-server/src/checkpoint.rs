@@ -15,8 +15,7 @@
 //! After a crash the lease expires; the next request takes it and [`recover`] turns the
 //! checkpoint into a consistent session: every call asked for and not answered gets an error
 //! result saying the server stopped (it may or may not have run), and the status becomes
-//! `completed` (the model's answer was saved) or `aborted`. Completed tool calls have their
-//! results stored and are never run again.
+//! `aborted`. Completed tool calls have their results stored and are never run again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -240,8 +239,8 @@ fn close(messages: &mut Vec<Message>, text: &str) -> usize {
 /// Turns the checkpoint of a run that never finished (stored status `running`; the caller
 /// holds the lease, or reads a session whose lease expired) into a consistent session: calls
 /// without a result get [`INTERRUPTED`] as an error result, and the status becomes
-/// `completed` when the model's answer was saved, `aborted` otherwise (send `{}` to continue
-/// the run, or a new message). Returns whether it changed anything.
+/// `aborted` (send `{}` to continue the run, or a new message). Returns whether it changed
+/// anything.
 pub(crate) fn recover(record: &mut SessionRecord) -> bool {
     let session = &mut record.session;
     if session.status != SessionStatus::Running {
@@ -250,13 +249,9 @@ pub(crate) fn recover(record: &mut SessionRecord) -> bool {
     let closed = close(&mut session.messages, INTERRUPTED);
     session.pending_tool_calls.clear();
     session.pending_approvals.clear();
-    let answered = closed == 0
-        && matches!(session.messages.last(), Some(Message::Assistant(assistant)) if assistant.tool_calls().next().is_none());
-    session.status = if answered {
-        SessionStatus::Completed
-    } else {
-        SessionStatus::Aborted
-    };
+    // Even when the model's answer was saved, the run did not end (no output check, no final
+    // save): `aborted`, what the list shows too without reading the document.
+    session.status = SessionStatus::Aborted;
     tracing::warn!(
         session = %session.id,
         closed,
@@ -339,7 +334,7 @@ mod tests {
             .push(Message::Assistant(AssistantMessage::text("4")));
         record.session.status = SessionStatus::Running;
         assert!(recover(&mut record));
-        assert_eq!(record.session.status, SessionStatus::Completed);
+        assert_eq!(record.session.status, SessionStatus::Aborted);
         assert!(!can_continue(&record));
     }
 }

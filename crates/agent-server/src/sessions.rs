@@ -225,9 +225,16 @@ pub(crate) async fn list(
             .iter()
             .map(|row| {
                 let running = row.lease_until_ms.is_some_and(|until| until > now);
+                // A stored `running` without a live lease is a run cut off by a crash: the
+                // next request recovers it as `aborted` (checkpoint.rs).
+                let status = match row.status.as_str() {
+                    _ if running => "running",
+                    "running" => "aborted",
+                    stored => stored,
+                };
                 json!({
                     "id": row.id,
-                    "status": if running { "running" } else { row.status.as_str() },
+                    "status": status,
                     "created_at_ms": row.created_at_ms,
                     "updated_at_ms": row.updated_at_ms,
                     "size_bytes": row.size_bytes,

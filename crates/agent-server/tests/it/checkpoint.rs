@@ -374,6 +374,23 @@ fn a_call_cut_off_mid_tool_gets_an_error_result_and_is_not_run_again() {
         tokio::time::sleep(Duration::from_millis(2100)).await;
         let stored = session(&b.url, &id).await;
         assert_eq!(stored["status"], "aborted", "{stored}");
+        // The list, which reads no document, says the same.
+        let list: Value = reqwest::Client::new()
+            .get(format!("{}/v1/sessions", b.url))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let row = list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["id"] == id.as_str())
+            .unwrap();
+        assert_eq!(row["status"], "aborted", "{list}");
         let messages = stored["messages"].as_array().unwrap();
         let last = messages.last().unwrap();
         assert_eq!(last["tool_call_id"], "call_slow", "{stored}");
