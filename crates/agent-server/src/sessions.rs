@@ -399,7 +399,7 @@ pub(crate) async fn execute(
             return Err(leased
                 .give_back(ApiError::bad_request(format!(
                     "session {id} has nothing to continue: its history ends with the model's \
-                     answer; send a `message`"
+                     message; send a `message` (or the `tool_results` it waits for)"
                 )))
                 .await);
         }
