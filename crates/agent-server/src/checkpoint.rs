@@ -28,7 +28,7 @@ use crate::spend::Meter;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::{AppState, now_ms};
-use crate::store::{SessionRecord, SessionStore};
+use crate::store::SessionRecord;
 
 /// The error result a call gets when its run's server stopped before its result was saved.
 pub(crate) const INTERRUPTED: &str =
@@ -40,7 +40,7 @@ const RAN_FIRST: &str = "This call was not run: the run that made it ended first
 
 /// The appender that checkpoints a run's turns.
 pub(crate) struct Checkpointer {
-    store: Arc<dyn SessionStore>,
+    state: AppState,
     holder: String,
     rate_card: Arc<RateCard>,
     meter: Option<Meter>,
@@ -53,7 +53,7 @@ pub(crate) struct Checkpointer {
 /// ledger with each checkpoint.
 pub(crate) fn install(
     options: &mut Options,
-    store: &Arc<dyn SessionStore>,
+    state: &AppState,
     record: &SessionRecord,
     input: &SessionInput,
     holder: &str,
@@ -61,7 +61,7 @@ pub(crate) fn install(
 ) {
     let base = started(record, input, options);
     options.conversation = Some(Arc::new(Checkpointer {
-        store: Arc::clone(store),
+        state: state.clone(),
         holder: holder.to_owned(),
         rate_card: Arc::clone(&options.rate_card),
         meter: meter.cloned(),
@@ -182,17 +182,27 @@ impl ConversationAppender for Checkpointer {
                 meter.flush().await;
             }
             record.updated_at_ms = now_ms();
-            self.store
+            let saved = self
+                .state
+                .inner
+                .store
                 .save(&record, &self.holder, false)
-                .await
-                .map_err(|error| {
-                    // The store's message (hosts, paths) stays in the log.
-                    tracing::error!(session = record.id(), %error, "a turn could not be checkpointed");
-                    agent_conversation::Error::TaskFailed(
-                        "the session checkpoint could not be saved; the server log has the cause"
-                            .into(),
-                    )
-                })
+                .await;
+            self.state.inner.metrics.inc(
+                "agentry_checkpoints_total",
+                &[
+                    ("tenant", &record.tenant),
+                    ("outcome", if saved.is_ok() { "ok" } else { "failed" }),
+                ],
+            );
+            saved.map_err(|error| {
+                // The store's message (hosts, paths) stays in the log.
+                tracing::error!(session = record.id(), %error, "a turn could not be checkpointed");
+                agent_conversation::Error::TaskFailed(
+                    "the session checkpoint could not be saved; the server log has the cause"
+                        .into(),
+                )
+            })
         })
     }
 }
@@ -246,19 +256,28 @@ pub(crate) fn recover(record: &mut SessionRecord) -> bool {
     if session.status != SessionStatus::Running {
         return false;
     }
-    let closed = close(&mut session.messages, INTERRUPTED);
+    close(&mut session.messages, INTERRUPTED);
     session.pending_tool_calls.clear();
     session.pending_approvals.clear();
     // Even when the model's answer was saved, the run did not end (no output check, no final
     // save): `aborted`, what the list shows too without reading the document.
     session.status = SessionStatus::Aborted;
-    tracing::warn!(
-        session = %session.id,
-        closed,
-        status = ?session.status,
-        "recovered a session whose run was cut off"
-    );
     true
+}
+
+/// [`recover`] for an execute about to run the session: logged and counted in `/metrics`.
+pub(crate) fn recover_for_run(state: &AppState, record: &mut SessionRecord) {
+    if recover(record) {
+        tracing::warn!(
+            session = record.id(),
+            tenant = %record.tenant,
+            "recovered a session whose run was cut off by a crash"
+        );
+        state.inner.metrics.inc(
+            "agentry_recovered_runs_total",
+            &[("tenant", &record.tenant)],
+        );
+    }
 }
 
 /// Whether `{}` (continue) can run on this history: it must end with what the model answers

@@ -310,10 +310,9 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         meter.install(&mut options);
     }
     // Each completed turn is in the store as it completes (crash recovery).
-    let store = &state.inner.store;
     crate::checkpoint::install(
         &mut options,
-        store,
+        &state,
         &record,
         &input,
         &holder,

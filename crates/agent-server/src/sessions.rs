@@ -394,7 +394,7 @@ pub(crate) async fn execute(
             }
         };
         // A run cut off by a crash: its checkpoint becomes a consistent session first.
-        crate::checkpoint::recover(&mut record);
+        crate::checkpoint::recover_for_run(state, &mut record);
         if matches!(input, SessionInput::Continue) && !crate::checkpoint::can_continue(&record) {
             return Err(leased
                 .give_back(ApiError::bad_request(format!(

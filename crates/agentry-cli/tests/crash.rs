@@ -103,8 +103,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// How many calculator calls `/metrics` of this process counts.
-async fn calculator_calls(url: &str) -> f64 {
+/// The sum of the series of `/metrics` of this process named `name` whose labels hold `label`.
+async fn metric(url: &str, name: &str, label: &str) -> f64 {
     let text = reqwest::get(format!("{url}/metrics"))
         .await
         .unwrap()
@@ -112,11 +112,14 @@ async fn calculator_calls(url: &str) -> f64 {
         .await
         .unwrap();
     text.lines()
-        .filter(|line| {
-            line.starts_with("agentry_tool_calls_total") && line.contains("tool=\"calculator\"")
-        })
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(label))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// How many calculator calls `/metrics` of this process counts.
+async fn calculator_calls(url: &str) -> f64 {
+    metric(url, "agentry_tool_calls_total", "tool=\"calculator\"").await
 }
 
 async fn session(url: &str, id: &str) -> Value {
@@ -197,6 +200,15 @@ api_keys = ["{KEY}"]
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(client.block_on(calculator_calls(&first.url)), 1.0);
+    // The call turn, then its result.
+    assert_eq!(
+        client.block_on(metric(
+            &first.url,
+            "agentry_checkpoints_total",
+            "outcome=\"ok\""
+        )),
+        2.0
+    );
     first.kill_9();
 
     let second = Served::start(&path);
@@ -240,6 +252,15 @@ api_keys = ["{KEY}"]
         assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
         // The restarted process never ran the calculator: round 1's result came from the file.
         assert_eq!(calculator_calls(&second.url).await, 0.0);
+        assert_eq!(
+            metric(
+                &second.url,
+                "agentry_recovered_runs_total",
+                "tenant=\"acme\""
+            )
+            .await,
+            1.0
+        );
 
         let stored = session(&second.url, id).await;
         let messages = stored["messages"].as_array().unwrap();
