@@ -2,10 +2,10 @@
 //! completes, and a session whose run was cut off (its instance killed) is recovered by the
 //! next request, on any instance.
 //!
-//! The loop hands each message it produces to its conversation appender and awaits it before
-//! going on ([`agent_conversation::ConversationAppender`]'s contract), so the appender here is
-//! the per-turn hook: it keeps a copy of the session as the run has made it so far and, at
-//! each turn boundary, replaces the stored session with it under the run's lease (the same
+//! The loop lends its whole history to its [`TurnCheckpoint`] after each message joins it and
+//! awaits it before going on; at each turn boundary the checkpointer moves that history into
+//! the session record (no copy: a run's history is never held twice) and replaces the stored
+//! session with it under the run's lease (the same
 //! one-statement, lease-checked write as the save at the run's end). A turn boundary is an
 //! assistant message (saved before its tools run, so a crash during them leaves calls the
 //! store knows were asked for) and the tool result that answers the last of its calls. The
@@ -20,9 +20,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_conversation::{AppendFuture, ConversationAppender, Turn};
-use agent_loop::{Options, SessionInput, SessionStatus};
-use agent_types::{Message, RateCard, ToolResult};
+use agent_loop::{CheckpointFuture, Options, SessionStatus, TurnCheckpoint};
+use agent_types::{AgentError, ErrorKind, Message, ToolResult, Usage};
 
 use crate::spend::Meter;
 use tokio_util::sync::CancellationToken;
@@ -34,39 +33,123 @@ use crate::store::SessionRecord;
 pub(crate) const INTERRUPTED: &str =
     "the server stopped before this call finished; it may or may not have run";
 
-/// What the loop writes for calls a new input leaves unanswered (kept identical, so the
-/// checkpoint and the final save agree).
-const RAN_FIRST: &str = "This call was not run: the run that made it ended first.";
+/// Above this many bytes of tool results in the history, turns are not checkpointed (the
+/// run's final save still writes them). A checkpoint encodes the whole session while the run
+/// still holds it and its round's events, so on a huge session it would add several times the
+/// session's size to the server's peak memory (measured: a 300-call round of 64 KiB results
+/// went from 111 to 161 MiB of growth). Sessions are capped at 8 MiB by default
+/// (`max_session_bytes`), so with the default caps every turn is checkpointed.
+const MAX_CHECKPOINT_RESULT_BYTES: usize = 8 * 1024 * 1024;
 
-/// The appender that checkpoints a run's turns.
+/// The bytes of tool result text in `history` (what dominates a large session).
+fn results_bytes(history: &[Message]) -> usize {
+    history
+        .iter()
+        .map(|message| match message {
+            Message::Tool(result) => result.content.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Saves a run's progress at each turn boundary, from the history the loop lends it.
 pub(crate) struct Checkpointer {
     state: AppState,
+    tenant: String,
     holder: String,
-    rate_card: Arc<RateCard>,
     meter: Option<Meter>,
-    /// The session as the run has made it so far.
+    /// The session's totals before the run.
+    usage: Usage,
+    cost_usd: Option<f64>,
+    /// The session as stored, without its history (the loop lends it at each checkpoint).
     record: tokio::sync::Mutex<SessionRecord>,
 }
 
 /// Makes the run described by `options` checkpoint each completed turn of `record` (about to
-/// run from `input` under `holder`'s lease) to `store`; the tenant's spend is flushed to its
-/// ledger with each checkpoint.
+/// run under `holder`'s lease); the tenant's spend is flushed to its ledger with each
+/// checkpoint. Nothing of the history is copied: the loop lends it at each checkpoint.
 pub(crate) fn install(
     options: &mut Options,
     state: &AppState,
-    record: &SessionRecord,
-    input: &SessionInput,
+    record: &mut SessionRecord,
     holder: &str,
     meter: Option<&Meter>,
 ) {
-    let base = started(record, input, options);
-    options.conversation = Some(Arc::new(Checkpointer {
+    let messages = std::mem::take(&mut record.session.messages);
+    let mut base = record.clone();
+    record.session.messages = messages;
+    let session = &mut base.session;
+    session.pending_tool_calls.clear();
+    session.pending_approvals.clear();
+    session.status = SessionStatus::Running;
+    options.checkpoint = Some(Arc::new(Checkpointer {
         state: state.clone(),
+        tenant: record.tenant.clone(),
         holder: holder.to_owned(),
-        rate_card: Arc::clone(&options.rate_card),
         meter: meter.cloned(),
+        usage: session.usage,
+        cost_usd: session.cost_usd,
         record: tokio::sync::Mutex::new(base),
     }));
+}
+
+impl TurnCheckpoint for Checkpointer {
+    fn checkpoint<'a>(
+        &'a self,
+        history: &'a mut Vec<Message>,
+        usage: Usage,
+        cost_usd: Option<f64>,
+    ) -> CheckpointFuture<'a> {
+        Box::pin(async move {
+            if !boundary(history) {
+                return Ok(());
+            }
+            if results_bytes(history) > MAX_CHECKPOINT_RESULT_BYTES {
+                self.state.inner.metrics.inc(
+                    "agentry_checkpoints_total",
+                    &[("tenant", &self.tenant), ("outcome", "skipped")],
+                );
+                return Ok(());
+            }
+            // The model calls the checkpoint covers are in the tenant's ledger with it.
+            if let Some(meter) = &self.meter {
+                meter.flush().await;
+            }
+            let mut record = self.record.lock().await;
+            let mut total = self.usage;
+            total += usage;
+            record.session.usage = total;
+            record.session.cost_usd = match (self.cost_usd, cost_usd) {
+                (Some(before), Some(run)) => Some(before + run),
+                (before, run) => before.or(run),
+            };
+            record.updated_at_ms = now_ms();
+            // Moved in and back out: the history is never copied.
+            std::mem::swap(&mut record.session.messages, history);
+            let saved = self
+                .state
+                .inner
+                .store
+                .save(&record, &self.holder, false)
+                .await;
+            std::mem::swap(&mut record.session.messages, history);
+            self.state.inner.metrics.inc(
+                "agentry_checkpoints_total",
+                &[
+                    ("tenant", &record.tenant),
+                    ("outcome", if saved.is_ok() { "ok" } else { "failed" }),
+                ],
+            );
+            saved.map_err(|error| {
+                // The store's message (hosts, paths) stays in the log.
+                tracing::error!(session = record.id(), %error, "a turn could not be checkpointed");
+                AgentError::new(
+                    ErrorKind::Appender,
+                    "the session checkpoint could not be saved; the server log has the cause",
+                )
+            })
+        })
+    }
 }
 
 /// Keeps `holder`'s lease on the session alive while its run goes on: renewed every third of
@@ -117,101 +200,15 @@ pub(crate) fn heartbeat(
     })
 }
 
-/// `record` as the loop has it once it took `input`: the input in the history, the pending
-/// calls consumed, status `running`. Mirrors the start of `agent_loop`'s run, which does not
-/// echo its input to the appender.
-fn started(record: &SessionRecord, input: &SessionInput, options: &Options) -> SessionRecord {
-    let mut base = record.clone();
-    let session = &mut base.session;
-    let pending = std::mem::take(&mut session.pending_tool_calls);
-    session.pending_approvals.clear();
-    match input {
-        SessionInput::User(message) => {
-            close(&mut session.messages, RAN_FIRST);
-            session.messages.push(Message::User(message.clone()));
-        }
-        SessionInput::Continue => {
-            close(&mut session.messages, RAN_FIRST);
-        }
-        SessionInput::ToolResults(results) => {
-            // In the pending calls' order, capped as the loop caps them.
-            let policy = agent_tools::TruncationPolicy::new(options.tool_result_max_bytes).ok();
-            for call in &pending {
-                let Some(result) = results.iter().find(|result| result.tool_call_id == call.id)
-                else {
-                    continue;
-                };
-                let mut result = result.clone();
-                if result.name.is_empty() {
-                    result.name.clone_from(&call.name);
-                }
-                if let Some(policy) = &policy {
-                    result.content =
-                        agent_tools::truncate(std::mem::take(&mut result.content), policy).text;
-                }
-                agent_tools::cap_binary(&mut result.blocks, options.tool_result_max_binary_bytes);
-                session.messages.push(Message::Tool(result));
-            }
-        }
-        // The approved round runs first; its results come through the appender.
-        SessionInput::Approvals(_) => {}
-    }
-    session.status = SessionStatus::Running;
-    base
-}
-
-impl ConversationAppender for Checkpointer {
-    fn append<'a>(&'a self, turn: &'a Turn) -> AppendFuture<'a> {
-        Box::pin(async move {
-            let mut record = self.record.lock().await;
-            let session = &mut record.session;
-            if let Message::Assistant(assistant) = &turn.message
-                && let Some(usage) = assistant.usage
-            {
-                session.usage += usage;
-                if let Some(cost) = self.rate_card.cost(&session.model, &usage) {
-                    *session.cost_usd.get_or_insert(0.0) += cost;
-                }
-            }
-            session.messages.push(turn.message.clone());
-            if !boundary(&session.messages) {
-                return Ok(());
-            }
-            // The model calls the checkpoint covers are in the tenant's ledger with it.
-            if let Some(meter) = &self.meter {
-                meter.flush().await;
-            }
-            record.updated_at_ms = now_ms();
-            let saved = self
-                .state
-                .inner
-                .store
-                .save(&record, &self.holder, false)
-                .await;
-            self.state.inner.metrics.inc(
-                "agentry_checkpoints_total",
-                &[
-                    ("tenant", &record.tenant),
-                    ("outcome", if saved.is_ok() { "ok" } else { "failed" }),
-                ],
-            );
-            saved.map_err(|error| {
-                // The store's message (hosts, paths) stays in the log.
-                tracing::error!(session = record.id(), %error, "a turn could not be checkpointed");
-                agent_conversation::Error::TaskFailed(
-                    "the session checkpoint could not be saved; the server log has the cause"
-                        .into(),
-                )
-            })
-        })
-    }
-}
-
-/// Whether the history ends a turn: anything but a tool result that leaves calls of the last
-/// assistant message unanswered.
+/// Whether the history ends a turn worth a checkpoint: a model message asking for tools
+/// (before they run), the result that answers the last of its calls, or a message the loop
+/// adds itself (an output check's feedback). Not the model's answer: the run's final save
+/// follows it at once, and writing the whole session twice in a row would double the
+/// memory a large session's last step takes.
 fn boundary(messages: &[Message]) -> bool {
     match messages.last() {
         Some(Message::Tool(_)) => unanswered(messages).is_empty(),
+        Some(Message::Assistant(assistant)) => assistant.tool_calls().next().is_some(),
         _ => true,
     }
 }
@@ -312,6 +309,9 @@ mod tests {
     fn a_round_is_a_boundary_once_every_call_is_answered() {
         let mut messages = vec![Message::user("q"), calls(&["a", "b"])];
         assert!(boundary(&messages));
+        assert!(!boundary(&[Message::Assistant(AssistantMessage::text(
+            "answer"
+        ))]));
         messages.push(Message::Tool(ToolResult::ok("b", "calculator", "1")));
         assert!(!boundary(&messages));
         messages.push(Message::Tool(ToolResult::ok("a", "calculator", "2")));

@@ -310,14 +310,7 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         meter.install(&mut options);
     }
     // Each completed turn is in the store as it completes (crash recovery).
-    crate::checkpoint::install(
-        &mut options,
-        &state,
-        &record,
-        &input,
-        &holder,
-        meter.as_ref(),
-    );
+    crate::checkpoint::install(&mut options, &state, &mut record, &holder, meter.as_ref());
     let heartbeat =
         crate::checkpoint::heartbeat(&state, &tenant.name, record.id(), &holder, cancel.clone());
     let metrics = &state.inner.metrics;
