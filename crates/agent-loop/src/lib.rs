@@ -78,6 +78,7 @@
 mod agent;
 mod approval;
 pub mod audit;
+mod checkpoint;
 mod dispatch;
 mod estimate;
 mod events;
@@ -100,6 +101,7 @@ pub use audit::{
     AccountingConfig, AccountingQueue, AccountingReceiver, AccountingRow, AccountingStats,
     ModelCallRow, QueueFull, RowWriter, RunContext, ToolCallRow, WriteError, WriteFuture,
 };
+pub use checkpoint::{CheckpointFuture, TurnCheckpoint};
 pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use history::{HistoryPolicy, HistorySummary};

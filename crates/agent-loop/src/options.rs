@@ -197,6 +197,9 @@ pub struct Options {
     /// Also append the caller's input (the user message or remote tool results) and count it
     /// among the run's new messages.
     pub echo_input: bool,
+    /// Lent the run's whole history after each message joins it, awaited
+    /// ([`TurnCheckpoint`](crate::TurnCheckpoint)).
+    pub checkpoint: Option<Arc<dyn crate::TurnCheckpoint>>,
     /// Cancels the run: the model call in flight and every running handler.
     pub cancellation: CancellationToken,
     /// How long a cancelled handler may take to wind down before it is dropped.
@@ -263,6 +266,7 @@ impl Default for Options {
             trace_content: false,
             conversation: None,
             echo_input: false,
+            checkpoint: None,
             cancellation: CancellationToken::new(),
             cancel_grace: Duration::from_secs(1),
             model_call_timeout: None,
@@ -514,6 +518,7 @@ impl fmt::Debug for Options {
             .field("include_tool_trace", &self.include_tool_trace)
             .field("conversation", &self.conversation.is_some())
             .field("echo_input", &self.echo_input)
+            .field("checkpoint", &self.checkpoint.is_some())
             .field("cancelled", &self.cancellation.is_cancelled())
             .field("cancel_grace", &self.cancel_grace)
             .field("model_call_timeout", &self.model_call_timeout)

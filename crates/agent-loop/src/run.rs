@@ -1520,7 +1520,16 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 .await;
         }
         self.request.messages.push(message);
-        self.append_new().await
+        self.append_new().await?;
+        // The full history only: a shaped request is never lent.
+        if let Some(checkpoint) = &self.options.checkpoint
+            && self.shaped.is_none()
+        {
+            checkpoint
+                .checkpoint(&mut self.request.messages, self.usage, self.cost_usd)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Hands every message not yet stored to the appender, in order.

@@ -309,6 +309,10 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     if let Some(meter) = &meter {
         meter.install(&mut options);
     }
+    // Each completed turn is in the store as it completes (crash recovery).
+    crate::checkpoint::install(&mut options, &state, &mut record, &holder, meter.as_ref());
+    let heartbeat =
+        crate::checkpoint::heartbeat(&state, &tenant.name, record.id(), &holder, cancel.clone());
     let metrics = &state.inner.metrics;
     let mut client = true;
     let session_id = record.id().to_owned();
@@ -356,6 +360,7 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         result
     });
     watcher.abort();
+    heartbeat.abort();
     settle_metrics(metrics, &tenant.name, &record.session.status, &outcome);
     // The run's spend is in the ledger before the client hears the run ended.
     if let Some(meter) = &meter {

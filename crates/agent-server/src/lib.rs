@@ -32,6 +32,7 @@
 
 mod approval;
 mod auth;
+mod checkpoint;
 mod config;
 mod connections;
 mod error;

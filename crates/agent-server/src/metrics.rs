@@ -72,6 +72,16 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Requests refused for a missing or unknown key.",
     ),
+    (
+        "agentry_checkpoints_total",
+        "counter",
+        "Completed turns saved mid-run, by tenant and outcome (ok, failed).",
+    ),
+    (
+        "agentry_recovered_runs_total",
+        "counter",
+        "Runs cut off by a crash and recovered from their last checkpoint, by tenant.",
+    ),
 ];
 
 /// The `tool` label of a name the registry does not know.

@@ -145,6 +145,10 @@ pub(crate) async fn get(
         // While an execute holds the lease, the stored status is the one before it.
         let running = stored.lease_until_ms.is_some_and(|until| until > now_ms());
         let mut record = stored.record;
+        // A crashed run's checkpoint reads as the next execute will recover it.
+        if !running {
+            crate::checkpoint::recover(&mut record);
+        }
         let expired = !running && expire(state, &mut record);
         let session = &record.session;
         let status = if running {
@@ -221,9 +225,16 @@ pub(crate) async fn list(
             .iter()
             .map(|row| {
                 let running = row.lease_until_ms.is_some_and(|until| until > now);
+                // A stored `running` without a live lease is a run cut off by a crash: the
+                // next request recovers it as `aborted` (checkpoint.rs).
+                let status = match row.status.as_str() {
+                    _ if running => "running",
+                    "running" => "aborted",
+                    stored => stored,
+                };
                 json!({
                     "id": row.id,
-                    "status": if running { "running" } else { row.status.as_str() },
+                    "status": status,
                     "created_at_ms": row.created_at_ms,
                     "updated_at_ms": row.updated_at_ms,
                     "size_bytes": row.size_bytes,
@@ -309,9 +320,12 @@ pub(crate) async fn execute(
             (Some(UserInput::Message(message)), None, None) => SessionInput::User(message),
             (None, Some(results), None) => SessionInput::ToolResults(results),
             (None, None, Some(decisions)) => SessionInput::Approvals(decisions),
+            // `{}`: go on from the history (a run cut off by a crash).
+            (None, None, None) => SessionInput::Continue,
             _ => {
                 return Err(ApiError::bad_request(
-                    "send exactly one of `message` (a user turn), `tool_results` and `approvals`",
+                    "send exactly one of `message` (a user turn), `tool_results` and `approvals` \
+                     (or none, to continue an interrupted run)",
                 ));
             }
         };
@@ -379,6 +393,16 @@ pub(crate) async fn execute(
                 record
             }
         };
+        // A run cut off by a crash: its checkpoint becomes a consistent session first.
+        crate::checkpoint::recover_for_run(state, &mut record);
+        if matches!(input, SessionInput::Continue) && !crate::checkpoint::can_continue(&record) {
+            return Err(leased
+                .give_back(ApiError::bad_request(format!(
+                    "session {id} has nothing to continue: its history ends with the model's \
+                     message; send a `message` (or the `tool_results` it waits for)"
+                )))
+                .await);
+        }
         // An expired session goes on from a user message (its calls now have error
         // results); late results are refused.
         if expire(state, &mut record) && matches!(input, SessionInput::ToolResults(_)) {

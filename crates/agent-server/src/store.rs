@@ -322,6 +322,17 @@ pub trait SessionStore: Send + Sync + 'static {
         release: bool,
     ) -> StoreFuture<'a, ()>;
 
+    /// Extends `holder`'s lease on `id` to `until_ms` while it still holds it (a running
+    /// execute's heartbeat); `false` when it does not (the lease was taken over or released,
+    /// or the session is gone): nothing is written then.
+    fn renew<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        holder: &'a str,
+        until_ms: u64,
+    ) -> StoreFuture<'a, bool>;
+
     /// Ends `holder`'s lease on `id` without writing the session (an execute that failed
     /// before it changed anything). Does nothing if `holder` does not hold it.
     fn release<'a>(&'a self, tenant: &'a str, id: &'a str, holder: &'a str) -> StoreFuture<'a, ()>;

@@ -12,6 +12,7 @@ mod agents;
 mod approval;
 mod budgets;
 mod cancellation;
+mod checkpoint;
 mod conversation;
 mod fallback;
 mod history;

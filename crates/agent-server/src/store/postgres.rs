@@ -114,6 +114,8 @@ const SAVE: &str = "UPDATE agentry_sessions
          lease_holder = CASE WHEN $7 THEN NULL ELSE lease_holder END,
          lease_until_ms = CASE WHEN $7 THEN NULL ELSE lease_until_ms END
      WHERE id = $1 AND tenant = $2 AND lease_holder = $3";
+const RENEW: &str = "UPDATE agentry_sessions SET lease_until_ms = $4
+     WHERE id = $1 AND tenant = $2 AND lease_holder = $3";
 const RELEASE: &str = "UPDATE agentry_sessions SET lease_holder = NULL, lease_until_ms = NULL
      WHERE id = $1 AND tenant = $2 AND lease_holder = $3";
 
@@ -155,6 +157,7 @@ struct Conn {
     expire: Statement,
     acquire: Statement,
     save: Statement,
+    renew: Statement,
     release: Statement,
 }
 
@@ -169,6 +172,7 @@ enum Op {
     Expire,
     Acquire,
     Save,
+    Renew,
     Release,
 }
 
@@ -263,6 +267,11 @@ impl Conn {
                 ],
             )
             .await?,
+            renew: prepare(
+                RENEW,
+                vec![text.clone(), text.clone(), text.clone(), Type::INT8],
+            )
+            .await?,
             release: prepare(RELEASE, vec![text.clone(), text.clone(), text]).await?,
             client,
         })
@@ -278,6 +287,7 @@ impl Conn {
             Op::Expire => &self.expire,
             Op::Acquire => &self.acquire,
             Op::Save => &self.save,
+            Op::Renew => &self.renew,
             Op::Release => &self.release,
         }
     }
@@ -595,6 +605,23 @@ impl SessionStore for PostgresStore {
                 return Err(StoreError::LeaseLost(record.id().to_owned()));
             }
             Ok(())
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        holder: &'a str,
+        until_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let until = millis(until_ms);
+            let renewed = self
+                .execute(Op::Renew, &[&id, &tenant, &holder, &until])
+                .await?
+                .map_err(|err| database(&err))?;
+            Ok(renewed > 0)
         })
     }
 

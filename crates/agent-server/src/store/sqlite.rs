@@ -111,6 +111,8 @@ const SAVE: &str = "UPDATE sessions
          lease_holder = CASE WHEN ?7 THEN NULL ELSE lease_holder END,
          lease_until_ms = CASE WHEN ?7 THEN NULL ELSE lease_until_ms END
      WHERE id = ?1 AND tenant = ?2 AND lease_holder = ?3";
+const RENEW: &str = "UPDATE sessions SET lease_until_ms = ?4
+     WHERE id = ?1 AND tenant = ?2 AND lease_holder = ?3";
 const RELEASE: &str = "UPDATE sessions SET lease_holder = NULL, lease_until_ms = NULL
      WHERE id = ?1 AND tenant = ?2 AND lease_holder = ?3";
 
@@ -699,6 +701,24 @@ impl SessionStore for SqliteStore {
             })
             .await
         })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        holder: &'a str,
+        until_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        let (owner, key, holder) = (tenant.to_owned(), id.to_owned(), holder.to_owned());
+        let until = millis(until_ms);
+        Box::pin(self.call(tenant, SMALL, move |conn| {
+            let renewed = conn
+                .prepare_cached(RENEW)
+                .and_then(|mut statement| statement.execute(params![key, owner, holder, until]))
+                .map_err(database)?;
+            Ok(renewed > 0)
+        }))
     }
 
     fn release<'a>(&'a self, tenant: &'a str, id: &'a str, holder: &'a str) -> StoreFuture<'a, ()> {

@@ -1,0 +1,293 @@
+//! `agentry serve` killed with SIGKILL in the middle of a run: the turns completed before the
+//! kill are in the SQLite file, and the restarted process continues the run from there
+//! without running round 1's tool again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_backends::replay::{Cassette, Chunking, ReplayServer};
+use serde_json::{Value, json};
+
+const KEY: &str = "key-acme-test-0001";
+
+/// A server process and its base URL.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(config: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args([
+                "serve",
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, stderr) = std::sync::mpsc::channel();
+        let pipe = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in pipe.lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let url = loop {
+            let line = stderr
+                .recv_timeout(Duration::from_secs(60))
+                .expect("agentry serve did not say where it listens");
+            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
+                break url.to_owned();
+            }
+        };
+        Self { child, url }
+    }
+
+    /// `kill -9`: no drain, no final save, no lease release.
+    fn kill_9(mut self) {
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill -9 {}", self.child.id())])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let status = self.child.wait().unwrap();
+        assert!(status.code().is_none(), "killed by a signal: {status:?}");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An OpenAI chat-completions stream asking for the calculator (call `call_1`).
+fn call_stream() -> String {
+    let call = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+        {"index": 0, "id": "call_1", "type": "function",
+         "function": {"name": "calculator", "arguments": "{\"expression\": \"6 * 7\"}"}}
+    ]}, "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}});
+    format!("data: {call}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+fn answer_stream(text: &str) -> String {
+    let delta = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
+        "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 70, "completion_tokens": 5, "total_tokens": 75}});
+    format!("data: {delta}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+fn sse(body: String) -> Cassette {
+    Cassette::new(200, "text/event-stream", body)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The sum of the series of `/metrics` of this process named `name` whose labels hold `label`.
+async fn metric(url: &str, name: &str, label: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// How many calculator calls `/metrics` of this process counts.
+async fn calculator_calls(url: &str) -> f64 {
+    metric(url, "agentry_tool_calls_total", "tool=\"calculator\"").await
+}
+
+async fn session(url: &str, id: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{url}/v1/sessions/{id}"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[test]
+fn a_run_killed_with_sigkill_continues_from_its_last_turn_after_a_restart() {
+    let upstream_runtime = runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(call_stream()),
+            // The second model call sends a few bytes and stalls.
+            sse(answer_stream("too late"))
+                .with_chunking(Chunking::Every(40))
+                .with_chunk_delay(Duration::from_secs(600)),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agentry.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+tools = ["calculator"]
+execute_lease_secs = 2
+
+[server.store]
+kind = "sqlite"
+path = "{}"
+
+[[server.models]]
+name = "up"
+provider = "openai-compatible"
+base_url = "{}/v1"
+
+[[server.tenants]]
+name = "acme"
+api_keys = ["{KEY}"]
+"#,
+            dir.path().join("sessions.db").display(),
+            upstream.url()
+        ),
+    )
+    .unwrap();
+    let first = Served::start(&path);
+    let client = runtime();
+    let (url, id) = (first.url.clone(), "crashed-run");
+    client.spawn(async move {
+        let body = json!({"message": "what is 6 * 7?",
+            "context": {"model": "up", "tools": ["calculator"]}});
+        if let Ok(response) = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/{id}/execute"))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+        {
+            let _ = response.text().await;
+        }
+    });
+    // The second model call starts only once round 1 is checkpointed.
+    let started = Instant::now();
+    while upstream.requests().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second model call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(client.block_on(calculator_calls(&first.url)), 1.0);
+    // The call turn, then its result.
+    assert_eq!(
+        client.block_on(metric(
+            &first.url,
+            "agentry_checkpoints_total",
+            "outcome=\"ok\""
+        )),
+        2.0
+    );
+    first.kill_9();
+
+    let second = Served::start(&path);
+    client.block_on(async {
+        // Round 1 survived the kill; the session reads `running` until the lease expires.
+        let stored = session(&second.url, id).await;
+        let roles: Vec<&str> = stored["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|message| message["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["user", "assistant", "tool"], "{stored}");
+
+        upstream.push(sse(answer_stream("42")));
+        let started = Instant::now();
+        let events = loop {
+            let response = reqwest::Client::new()
+                .post(format!("{}/v1/sessions/{id}/execute", second.url))
+                .bearer_auth(KEY)
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            if response.status() == 409 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the lease stayed"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+            let text = response.text().await.unwrap();
+            break text
+                .split("\n\n")
+                .filter_map(|frame| frame.strip_prefix("data: "))
+                .map(|data| serde_json::from_str::<Value>(data).unwrap())
+                .collect::<Vec<_>>();
+        };
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+        // The restarted process never ran the calculator: round 1's result came from the file.
+        assert_eq!(calculator_calls(&second.url).await, 0.0);
+        assert_eq!(
+            metric(
+                &second.url,
+                "agentry_recovered_runs_total",
+                "tenant=\"acme\""
+            )
+            .await,
+            1.0
+        );
+
+        let stored = session(&second.url, id).await;
+        let messages = stored["messages"].as_array().unwrap();
+        let roles: Vec<&str> = messages
+            .iter()
+            .map(|message| message["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "tool", "assistant"],
+            "{stored}"
+        );
+        assert!(
+            messages[2]["content"].to_string().contains("42"),
+            "{stored}"
+        );
+        assert_eq!(stored["status"], "completed");
+    });
+    // Three model calls in all: round 1 was not asked again, and the third carried its result.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 3);
+    let sent = requests[2].json().unwrap();
+    let results = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .count();
+    assert_eq!(results, 1, "{sent}");
+}
