@@ -23,8 +23,8 @@
 //! - the next request succeeds: a new message on the same session completes (on a restarted
 //!   server where the fault killed one).
 //!
-//! Fault classes that need features not on main yet are their own `#[ignore]`d tests (the
-//! lead enables them after merging), run by `cargo xtask chaos --all`.
+//! Every class runs in the one seeded campaign (`chaos`): `cargo xtask chaos --runs N` for a
+//! long one, two runs per class inside `cargo xtask ci`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
@@ -83,13 +83,13 @@ enum Fault {
     /// The client disconnects mid-stream.
     ClientDisconnect,
     /// kill -9 while a run is between rounds; the next request continues from the last
-    /// completed turn (needs per-turn checkpoints).
+    /// completed turn.
     Kill9MidRun,
     /// The client drops its connection after sending `execute` with an `Idempotency-Key` and
-    /// retries with the same key: the run happens once (needs Idempotency-Key).
+    /// retries with the same key: the run happens once.
     IdempotentRetry,
     /// A client sends half a request head and stops: it is cut off and others are served
-    /// meanwhile (needs connection timeouts).
+    /// meanwhile.
     SlowClient,
     /// Every PostgreSQL connection of the server is terminated mid-run (as a database
     /// restart does): the store reconnects.
@@ -100,7 +100,7 @@ enum Fault {
 }
 
 /// The classes today's code supports.
-const TODAY: [Fault; 10] = [
+const ALL: [Fault; 13] = [
     Fault::Provider500,
     Fault::Provider429,
     Fault::OverloadedMidStream,
@@ -111,6 +111,9 @@ const TODAY: [Fault; 10] = [
     Fault::ClientDisconnect,
     Fault::CliKill9MidRun,
     Fault::PostgresDropped,
+    Fault::Kill9MidRun,
+    Fault::IdempotentRetry,
+    Fault::SlowClient,
 ];
 
 impl Fault {
@@ -1519,26 +1522,7 @@ fn campaign(classes: &[Fault], default_runs: u64) {
 /// runs; `cargo xtask chaos --runs N` for a longer campaign).
 #[test]
 fn chaos() {
-    campaign(&TODAY, 2 * TODAY.len() as u64);
-}
-
-/// kill -9 mid-run against the server: the completed turns survive (per-turn checkpoints).
-#[test]
-#[ignore = "needs per-turn checkpoints with crash recovery on the server (issue 17, checkpoint)"]
-fn chaos_kill_9_mid_run() {
-    campaign(&[Fault::Kill9MidRun], 4);
-}
-
-/// A retried execute with the same `Idempotency-Key` never runs twice.
-#[test]
-fn chaos_idempotent_retry() {
-    campaign(&[Fault::IdempotentRetry], 4);
-}
-
-/// A client stalled in its request head is cut off while others are served.
-#[test]
-fn chaos_slow_client() {
-    campaign(&[Fault::SlowClient], 2);
+    campaign(&ALL, 2 * ALL.len() as u64);
 }
 
 /// The checks can fail: a session with a round stored twice, a call left unanswered, a word
