@@ -13,7 +13,8 @@ use std::sync::OnceLock;
 
 use agent_backends::Provider;
 use agent_backends::framing::{JsonArrayParser, NdjsonParser, SseParser};
-use agent_backends::replay::{self, Cassette, RecordedConversation, ReplayBackend};
+use agent_backends::http::{HttpOptions, RetryPolicy};
+use agent_backends::replay::{self, Cassette, RecordedConversation, ReplayServer};
 use agent_types::{Backend, Message, ModelRequest};
 use futures_util::StreamExt;
 use proptest::prelude::*;
@@ -98,10 +99,28 @@ fn json_value() -> impl Strategy<Value = Value> {
         ]),
         any::<i64>().prop_map(Value::from),
         prop::sample::select(vec![
-            "", "text", "tool_use", "function", "message_start", "content_block_start",
-            "content_block_delta", "content_block_stop", "message_delta", "message_stop",
-            "error", "response.completed", "response.output_item.added", "STOP",
-            "MAX_TOKENS", "tool_calls", "stop", "length", "{", "{\"a\":", "é", "\u{0}",
+            "",
+            "text",
+            "tool_use",
+            "function",
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+            "error",
+            "response.completed",
+            "response.output_item.added",
+            "STOP",
+            "MAX_TOKENS",
+            "tool_calls",
+            "stop",
+            "length",
+            "{",
+            "{\"a\":",
+            "é",
+            "\u{0}",
         ])
         .prop_map(|text| Value::String(text.to_owned())),
         ".{0,12}".prop_map(Value::String),
@@ -129,10 +148,34 @@ enum JsonEdit {
 fn json_edit() -> impl Strategy<Value = JsonEdit> {
     let key = prop_oneof![
         prop::sample::select(vec![
-            "index", "type", "delta", "id", "name", "arguments", "input", "text", "usage",
-            "content", "choices", "candidates", "parts", "tool_calls", "output", "item",
-            "output_index", "content_index", "finish_reason", "stop_reason", "error", "message",
-            "partial_json", "thinking", "signature", "functionCall", "done", "done_reason",
+            "index",
+            "type",
+            "delta",
+            "id",
+            "name",
+            "arguments",
+            "input",
+            "text",
+            "usage",
+            "content",
+            "choices",
+            "candidates",
+            "parts",
+            "tool_calls",
+            "output",
+            "item",
+            "output_index",
+            "content_index",
+            "finish_reason",
+            "stop_reason",
+            "error",
+            "message",
+            "partial_json",
+            "thinking",
+            "signature",
+            "functionCall",
+            "done",
+            "done_reason",
         ])
         .prop_map(str::to_owned),
         "[a-z_]{1,8}",
@@ -239,7 +282,9 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 
 /// Splits into lines keeping each terminator.
 fn lines(body: &[u8]) -> Vec<Vec<u8>> {
-    body.split_inclusive(|&b| b == b'\n').map(<[u8]>::to_vec).collect()
+    body.split_inclusive(|&b| b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect()
 }
 
 fn mutate(body: &[u8], mutation: &Mutation) -> Vec<u8> {
@@ -462,7 +507,8 @@ proptest! {
 fn scratch_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("agentry-fuzz-cassettes-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("agentry-fuzz-cassettes-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     })
@@ -494,13 +540,15 @@ proptest! {
             }),
         ],
     ) {
-        let runtime = runtime();
-        let outcome = runtime.block_on(async {
-            let backend = ReplayBackend::start(provider, [Cassette::new(status, "application/json", body.clone())]).await.unwrap();
+        let replay = replay_fixture();
+        let outcome = replay.runtime.block_on(async {
+            replay.server.push(Cassette::new(status, "application/json", body.clone()));
+            let backend = &replay.backends[PROVIDERS.iter().position(|(p, _)| *p == provider).unwrap()];
             let request = request();
             let events: Vec<_> = backend.stream(&request).collect().await;
             events
         });
+        prop_assert_eq!(replay.server.remaining(), 0);
         let error = outcome.into_iter().find_map(Result::err);
         prop_assert!(error.is_some(), "{provider:?} {status}: no error");
         let error = error.unwrap();
@@ -508,32 +556,37 @@ proptest! {
     }
 }
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    })
+/// One loopback replay server and one adapter per provider for the whole process (a server
+/// per case would pile up sockets faster than they close).
+struct ReplayFixture {
+    runtime: tokio::runtime::Runtime,
+    server: ReplayServer,
+    backends: Vec<Box<dyn Backend>>,
 }
 
-/// Found by `fuzz_decode_arbitrary_bytes`: under `application/json`, a body whose first
-/// chunk was only whitespace was framed as one JSON document while the same body in one
-/// piece was framed as SSE (its first byte after the newline is `:`), so the outcome depended
-/// on where the network split it.
-#[test]
-fn regression_leading_whitespace_chunk_does_not_decide_the_framing() {
-    let request = request();
-    for provider in PROVIDERS.map(|(p, _)| p) {
-        for body in [&b"\n:"[..], b"\r\n data: {}\n\n", b"  [", b"\n\n{\"x\":1}"] {
-            let whole = replay::decode(provider, &request, Some("application/json"), body, 0);
-            let split = replay::decode(provider, &request, Some("application/json"), body, 1);
-            match (&whole, &split) {
-                (Ok(a), Ok(b)) => assert_eq!(a, b),
-                (Err(a), Err(b)) => assert_eq!(a.kind, b.kind, "{provider:?} {body:?}: {a} / {b}"),
-                _ => panic!("{provider:?} {body:?}: {whole:?} / {split:?}"),
-            }
+fn replay_fixture() -> &'static ReplayFixture {
+    static FIXTURE: OnceLock<ReplayFixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = runtime.block_on(ReplayServer::start([])).unwrap();
+        let backends = PROVIDERS
+            .iter()
+            .map(|(provider, _)| {
+                server
+                    .backend(
+                        *provider,
+                        HttpOptions::default().with_retry(RetryPolicy::none()),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        ReplayFixture {
+            runtime,
+            server,
+            backends,
         }
-    }
+    })
 }
