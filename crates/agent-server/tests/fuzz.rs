@@ -34,14 +34,21 @@ fn config(default: u32) -> Config {
 const ACME: &str = "key-acme-test-0001";
 const GLOBEX: &str = "key-globex-test-01";
 
-/// The demo model, two tenants, the calculator and clock; a rate limit no fuzz run reaches,
-/// so the cases test the handlers rather than the limiter.
+/// The demo model, two tenants, the calculator and clock; a rate limit, a session quota and a
+/// failed-authentication limit no fuzz run reaches, so the cases test the handlers rather than
+/// the limiters (which have tests of their own).
 const SERVER: &str = r#"
 [server]
 tools = ["calculator", "clock"]
 
 [server.limits]
 requests_per_minute = 100000000
+
+[server.quotas]
+max_sessions = 100000000
+
+[server.auth]
+max_failures = 100000000
 
 [[server.models]]
 name = "demo"
@@ -62,6 +69,10 @@ struct Fixture {
     runtime: tokio::runtime::Runtime,
     url: String,
     client: reqwest::Client,
+    /// A client without a connection pool: each health check is a new connection, so it
+    /// proves the server still accepts and serves (and never inherits a connection the
+    /// server closed after answering before reading a body).
+    fresh: reqwest::Client,
     _dir: tempfile::TempDir,
 }
 
@@ -93,10 +104,16 @@ fn fixture() -> &'static Fixture {
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap();
+        let fresh = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
         Fixture {
             runtime,
             url,
             client,
+            fresh,
             _dir: dir,
         }
     })
@@ -521,11 +538,11 @@ fn check(request: &Request) -> Result<(), TestCaseError> {
             .await
             .map_err(|e| format!("body cut ({status}): {e}"))?;
         let health = fixture
-            .client
+            .fresh
             .get(format!("{}/healthz", fixture.url))
             .send()
             .await
-            .map_err(|e| format!("healthz: {e}"))?
+            .map_err(|e| format!("healthz after {status}: {e:?}"))?
             .status()
             .as_u16();
         Ok::<_, String>((status, content_type, text, health))
@@ -758,3 +775,4 @@ fn regression_non_utf8_path_id_is_a_json_error() {
         assert_eq!(status, 400, "{path}");
     }
 }
+
