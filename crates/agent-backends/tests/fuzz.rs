@@ -114,6 +114,11 @@ fn json_value() -> impl Strategy<Value = Value> {
             "response.output_item.added",
             "STOP",
             "MAX_TOKENS",
+            "1e30s",
+            "18446744073709551616s",
+            "-1s",
+            "0.5s",
+            "type.googleapis.com/google.rpc.RetryInfo",
             "tool_calls",
             "stop",
             "length",
@@ -176,6 +181,13 @@ fn json_edit() -> impl Strategy<Value = JsonEdit> {
             "functionCall",
             "done",
             "done_reason",
+            "details",
+            "@type",
+            "retryDelay",
+            "seconds",
+            "nanos",
+            "code",
+            "status",
         ])
         .prop_map(str::to_owned),
         "[a-z_]{1,8}",
@@ -539,10 +551,18 @@ proptest! {
                 serde_json::to_vec(&value).unwrap()
             }),
         ],
+        retry_after in prop::option::of((
+            prop::sample::select(vec!["retry-after", "retry-after-ms"]),
+            prop::sample::select(vec!["0", "1", "0.5", "-1", "1e30", "1e400", "NaN", "inf", "18446744073709551616", "x", ""]),
+        )),
     ) {
         let replay = replay_fixture();
+        let mut cassette = Cassette::new(status, "application/json", body.clone());
+        if let Some((name, value)) = retry_after {
+            cassette = cassette.with_header(name, value);
+        }
         let outcome = replay.runtime.block_on(async {
-            replay.server.push(Cassette::new(status, "application/json", body.clone()));
+            replay.server.push(cassette);
             let backend = &replay.backends[PROVIDERS.iter().position(|(p, _)| *p == provider).unwrap()];
             let request = request();
             let events: Vec<_> = backend.stream(&request).collect().await;
