@@ -61,6 +61,8 @@ pub(crate) fn run() -> Result<(), String> {
         ])
     };
     references.configure(&mut tests);
+    // The fuzz properties run a short campaign here; `cargo xtask fuzz` runs the long one.
+    tests.env("AGENTRY_FUZZ_CASES", crate::fuzz::CI_CASES);
     step::run("tests", &mut tests)?;
 
     let mut doc_tests =

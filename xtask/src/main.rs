@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod ci;
+mod fuzz;
 mod layering;
 mod snapshots;
 mod step;
@@ -26,6 +27,8 @@ commands:
              process, over MCP stdio and HTTP: to server-everything and to our own
              server) and agent-otel (the loop with the OpenTelemetry layer against
              without); each reports ratios to a baseline measured in the same run
+  fuzz       a long fuzzing campaign: [--cases N] per property (default 100000),
+             [--target backends|conversation|loop|server|cli] (docs/reliability.md)
 ";
 
 fn main() -> ExitCode {
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
                 "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
             ],
         ),
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
