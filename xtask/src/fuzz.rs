@@ -1,7 +1,7 @@
 //! `cargo xtask fuzz [--cases N] [--target NAME]`: a long fuzzing campaign.
 //!
-//! Every target is a set of proptest properties (`tests/fuzz.rs` of a crate, or the CLI's
-//! `config_fuzz` module) whose case count comes from `AGENTRY_FUZZ_CASES`. A plain test run
+//! Every target is a set of proptest properties (`tests/fuzz.rs` of a crate; the CLI's
+//! `config_fuzz` module and `agentry replay` run as a process) whose case count comes from `AGENTRY_FUZZ_CASES`. A plain test run
 //! (and `cargo xtask ci`) runs a few hundred cases per property; this runs as many as asked,
 //! outside CI. A failure is shrunk and saved by proptest in the crate's
 //! `*.proptest-regressions` file, which is replayed first on every later run: commit it with
@@ -48,7 +48,10 @@ const TARGETS: [(&str, &[&str]); 5] = [
             "--all-features",
             "--bin",
             "agentry",
-            "config_fuzz",
+            "--test",
+            "fuzz",
+            // Selects `config_fuzz::*` in the binary and every test of `tests/fuzz.rs`.
+            "fuzz",
         ],
     ),
 ];

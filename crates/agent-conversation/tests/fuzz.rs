@@ -41,13 +41,20 @@ enum JsonEdit {
     Insert(prop::sample::Index, String, Value),
 }
 
-fn json_edit(keys: Vec<&'static str>, strings: Vec<&'static str>) -> impl Strategy<Value = JsonEdit> {
-    let key = prop_oneof![prop::sample::select(keys).prop_map(str::to_owned), "[a-z_]{1,10}"];
+fn json_edit(
+    keys: Vec<&'static str>,
+    strings: Vec<&'static str>,
+) -> impl Strategy<Value = JsonEdit> {
+    let key = prop_oneof![
+        prop::sample::select(keys).prop_map(str::to_owned),
+        "[a-z_]{1,10}"
+    ];
     let value = json_value(strings);
     prop_oneof![
         (any::<prop::sample::Index>(), value.clone()).prop_map(|(at, v)| JsonEdit::Replace(at, v)),
         any::<prop::sample::Index>().prop_map(JsonEdit::Remove),
-        (any::<prop::sample::Index>(), key, value).prop_map(|(at, k, v)| JsonEdit::Insert(at, k, v)),
+        (any::<prop::sample::Index>(), key, value)
+            .prop_map(|(at, k, v)| JsonEdit::Insert(at, k, v)),
     ]
 }
 
@@ -137,17 +144,37 @@ fn apply(value: &mut Value, edit: &JsonEdit) {
 }
 
 const KEYS: [&str; 12] = [
-    "seq", "at_unix_ms", "message", "role", "content", "type", "text", "tool_call_id", "name",
-    "arguments", "usage", "stop_reason",
+    "seq",
+    "at_unix_ms",
+    "message",
+    "role",
+    "content",
+    "type",
+    "text",
+    "tool_call_id",
+    "name",
+    "arguments",
+    "usage",
+    "stop_reason",
 ];
 
 const STRINGS: [&str; 10] = [
-    "", "user", "assistant", "tool", "text", "tool_call", "call_w", "get_weather", "tool_calls",
+    "",
+    "user",
+    "assistant",
+    "tool",
+    "text",
+    "tool_call",
+    "call_w",
+    "get_weather",
+    "tool_calls",
     "\u{0}",
 ];
 
 fn v1(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/sessions/v1").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sessions/v1")
+        .join(name)
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -180,7 +207,11 @@ fn check_jsonl(bytes: &[u8]) -> Result<(), TestCaseError> {
     runtime().block_on(async {
         let Ok(loaded) = load_jsonl(&path).await else {
             // Refused: reopening for appending must refuse too, not glue turns onto garbage.
-            prop_assert!(JsonlAppender::open(&path).await.is_err(), "{:?}", String::from_utf8_lossy(bytes));
+            prop_assert!(
+                JsonlAppender::open(&path).await.is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
             return Ok(());
         };
         let appender = JsonlAppender::open(&path)
@@ -228,7 +259,10 @@ fn line_edit() -> impl Strategy<Value = LineEdit> {
 }
 
 fn edit_log(bytes: &[u8], edit: &LineEdit) -> Vec<u8> {
-    let mut lines: Vec<Vec<u8>> = bytes.split_inclusive(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
+    let mut lines: Vec<Vec<u8>> = bytes
+        .split_inclusive(|&b| b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect();
     match edit {
         LineEdit::Json(at, edits) => {
             if lines.is_empty() {

@@ -40,13 +40,20 @@ enum JsonEdit {
     Insert(prop::sample::Index, String, Value),
 }
 
-fn json_edit(keys: Vec<&'static str>, strings: Vec<&'static str>) -> impl Strategy<Value = JsonEdit> {
-    let key = prop_oneof![prop::sample::select(keys).prop_map(str::to_owned), "[a-z_]{1,10}"];
+fn json_edit(
+    keys: Vec<&'static str>,
+    strings: Vec<&'static str>,
+) -> impl Strategy<Value = JsonEdit> {
+    let key = prop_oneof![
+        prop::sample::select(keys).prop_map(str::to_owned),
+        "[a-z_]{1,10}"
+    ];
     let value = json_value(strings);
     prop_oneof![
         (any::<prop::sample::Index>(), value.clone()).prop_map(|(at, v)| JsonEdit::Replace(at, v)),
         any::<prop::sample::Index>().prop_map(JsonEdit::Remove),
-        (any::<prop::sample::Index>(), key, value).prop_map(|(at, k, v)| JsonEdit::Insert(at, k, v)),
+        (any::<prop::sample::Index>(), key, value)
+            .prop_map(|(at, k, v)| JsonEdit::Insert(at, k, v)),
     ]
 }
 
@@ -136,15 +143,53 @@ fn apply(value: &mut Value, edit: &JsonEdit) {
 }
 
 const KEYS: [&str; 24] = [
-    "format", "id", "status", "model", "system", "messages", "role", "content", "type", "text",
-    "tool_call_id", "name", "arguments", "pending_tool_calls", "suspended", "iterations",
-    "tokens", "cost_usd", "last_call", "times", "usage", "approval", "remote_tools", "blocks",
+    "format",
+    "id",
+    "status",
+    "model",
+    "system",
+    "messages",
+    "role",
+    "content",
+    "type",
+    "text",
+    "tool_call_id",
+    "name",
+    "arguments",
+    "pending_tool_calls",
+    "suspended",
+    "iterations",
+    "tokens",
+    "cost_usd",
+    "last_call",
+    "times",
+    "usage",
+    "approval",
+    "remote_tools",
+    "blocks",
 ];
 
 const STRINGS: [&str; 20] = [
-    "", "idle", "completed", "awaiting_tool_execution", "awaiting_approval", "failed",
-    "user", "assistant", "tool", "system", "text", "tool_call", "image", "thinking", "call_p",
-    "call_w", "approve_payment", "get_weather", "base64", "\u{0}",
+    "",
+    "idle",
+    "completed",
+    "awaiting_tool_execution",
+    "awaiting_approval",
+    "failed",
+    "user",
+    "assistant",
+    "tool",
+    "system",
+    "text",
+    "tool_call",
+    "image",
+    "thinking",
+    "call_p",
+    "call_w",
+    "approve_payment",
+    "get_weather",
+    "base64",
+    "\u{0}",
 ];
 
 /// The stored v1 session and its format-2 rewrite.
@@ -193,9 +238,12 @@ fn check(text: &str) -> Result<(), TestCaseError> {
     let Ok(session) = Session::from_json(text) else {
         return Ok(());
     };
-    let written = session.to_json().map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let again = Session::from_json(&written)
-        .map_err(|e| TestCaseError::fail(format!("a loaded session does not reload: {e}\n{written}")))?;
+    let written = session
+        .to_json()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let again = Session::from_json(&written).map_err(|e| {
+        TestCaseError::fail(format!("a loaded session does not reload: {e}\n{written}"))
+    })?;
     prop_assert_eq!(&again.to_json().unwrap(), &written);
     let results: Vec<ToolResult> = session
         .pending_tool_calls
@@ -207,7 +255,9 @@ fn check(text: &str) -> Result<(), TestCaseError> {
         let backend = ScriptedBackend::new([ScriptedTurn::text("Done.")]);
         let _ = runtime().block_on(execute(&mut session, input, &backend, &options()));
         // Whatever happened, the session is still one that saves and reloads.
-        let written = session.to_json().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let written = session
+            .to_json()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert!(Session::from_json(&written).is_ok(), "{}", written);
     }
     Ok(())

@@ -745,7 +745,11 @@ proptest! {
 #[test]
 fn regression_non_utf8_path_id_is_a_json_error() {
     let requests = [
-        (reqwest::Method::POST, "/v1/sessions/%FF%FE/execute", Some(br#"{"message":"hi"}"#.to_vec())),
+        (
+            reqwest::Method::POST,
+            "/v1/sessions/%FF%FE/execute",
+            Some(br#"{"message":"hi"}"#.to_vec()),
+        ),
         (reqwest::Method::GET, "/v1/sessions/%FF", None),
         (reqwest::Method::DELETE, "/v1/sessions/a%C3", None),
         (reqwest::Method::GET, "/v1/models/%FF%FE", None),
@@ -775,4 +779,3 @@ fn regression_non_utf8_path_id_is_a_json_error() {
         assert_eq!(status, 400, "{path}");
     }
 }
-
