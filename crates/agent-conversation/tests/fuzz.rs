@@ -188,11 +188,16 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// A fresh file path in a directory of this process's own.
+/// A fresh file path in a directory of this process's own, for this test thread.
 fn scratch(name: &str) -> PathBuf {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
-    let path = dir.path().join(name);
+    // One file per test thread: `cargo test` runs the properties of this file in parallel.
+    let thread = std::thread::current();
+    let path = dir.path().join(format!(
+        "{}-{name}",
+        thread.name().unwrap_or("main").replace("::", "-")
+    ));
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }

@@ -122,7 +122,9 @@ fn mutate(body: &[u8], mutation: &Mutation) -> Vec<u8> {
 
 /// Runs `agentry replay` on `body` and checks how it ends.
 fn check(provider: &str, status: Option<u16>, body: &[u8]) -> Result<(), TestCaseError> {
-    let file = scratch().join("body");
+    // One file per test thread: `cargo test` runs the properties of this file in parallel.
+    let thread = std::thread::current();
+    let file = scratch().join(thread.name().unwrap_or("main").replace("::", "-"));
     std::fs::write(&file, body).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
     command.args(["replay", "--provider", provider]);
