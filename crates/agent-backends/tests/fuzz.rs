@@ -610,3 +610,23 @@ fn replay_fixture() -> &'static ReplayFixture {
         }
     })
 }
+
+/// Found by `fuzz_decode_arbitrary_bytes`: under `application/json`, a body whose first
+/// chunk was only whitespace was framed as one JSON document while the same body in one
+/// piece was framed as SSE (its first byte after the newline is `:`), so the outcome depended
+/// on where the network split it.
+#[test]
+fn regression_leading_whitespace_chunk_does_not_decide_the_framing() {
+    let request = request();
+    for provider in PROVIDERS.map(|(p, _)| p) {
+        for body in [&b"\n:"[..], b"\r\n data: {}\n\n", b"  [", b"\n\n{\"x\":1}"] {
+            let whole = replay::decode(provider, &request, Some("application/json"), body, 0);
+            let split = replay::decode(provider, &request, Some("application/json"), body, 1);
+            match (&whole, &split) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b),
+                (Err(a), Err(b)) => assert_eq!(a.kind, b.kind, "{provider:?} {body:?}: {a} / {b}"),
+                _ => panic!("{provider:?} {body:?}: {whole:?} / {split:?}"),
+            }
+        }
+    }
+}
