@@ -241,10 +241,10 @@ fn apply(value: &mut Value, edit: &JsonEdit) {
                     map.remove(&last.replace("~1", "/").replace("~0", "~"));
                 }
                 Some(Value::Array(items)) => {
-                    if let Ok(i) = last.parse::<usize>() {
-                        if i < items.len() {
-                            items.remove(i);
-                        }
+                    if let Ok(i) = last.parse::<usize>()
+                        && i < items.len()
+                    {
+                        items.remove(i);
                     }
                 }
                 _ => {}
