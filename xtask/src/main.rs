@@ -1,7 +1,7 @@
 //! Project automation for agentry, run as `cargo xtask <command>`.
 //!
 //! `ci` runs everything CI runs, in the order that fails fastest; `layering` checks only the
-//! dependency rules; `bench` runs the benchmarks. Plain std and `cargo` subprocesses, so the
+//! dependency rules; `bench` runs the benchmarks; `fuzz` runs a long fuzzing campaign. Plain std and `cargo` subprocesses, so the
 //! xtask builds in seconds on a cold machine.
 
 // xtask is a command-line program: printing is its job.
