@@ -63,6 +63,8 @@ pub(crate) fn run() -> Result<(), String> {
     references.configure(&mut tests);
     // The tests include the fault suite's bounded form (agentry-cli's tests/chaos.rs).
     chaos::configure_ci(&mut tests);
+    // The fuzz properties run a short campaign here; `cargo xtask fuzz` runs the long one.
+    tests.env("AGENTRY_FUZZ_CASES", crate::fuzz::CI_CASES);
     step::run("tests", &mut tests)?;
 
     let mut doc_tests =

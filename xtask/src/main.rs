@@ -1,7 +1,7 @@
 //! Project automation for agentry, run as `cargo xtask <command>`.
 //!
 //! `ci` runs everything CI runs, in the order that fails fastest; `layering` checks only the
-//! dependency rules; `bench` runs the benchmarks. Plain std and `cargo` subprocesses, so the
+//! dependency rules; `bench` runs the benchmarks; `fuzz` runs a long fuzzing campaign. Plain std and `cargo` subprocesses, so the
 //! xtask builds in seconds on a cold machine.
 
 // xtask is a command-line program: printing is its job.
@@ -9,6 +9,7 @@
 
 mod chaos;
 mod ci;
+mod fuzz;
 mod layering;
 mod snapshots;
 mod step;
@@ -30,6 +31,8 @@ commands:
              process, over MCP stdio and HTTP: to server-everything and to our own
              server) and agent-otel (the loop with the OpenTelemetry layer against
              without); each reports ratios to a baseline measured in the same run
+  fuzz       a long fuzzing campaign: [--cases N] per property (default 100000),
+             [--target backends|conversation|loop|server|cli] (docs/reliability.md)
 ";
 
 fn main() -> ExitCode {
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
                 "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
             ],
         ),
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

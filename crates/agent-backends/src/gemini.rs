@@ -349,5 +349,7 @@ fn parse_duration(value: &Value) -> Option<Duration> {
         }
         _ => return None,
     };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    // `try_`: `from_secs_f64` panics on a finite value too large for a `Duration`
+    // (`"retryDelay": "1e30s"`, found by fuzzing); it also refuses negatives and NaN.
+    Duration::try_from_secs_f64(seconds).ok()
 }

@@ -44,6 +44,7 @@ mod limits;
 mod mcp;
 mod metrics;
 mod openai;
+mod path_id;
 mod quota;
 mod sessions;
 pub mod spend;

@@ -6,7 +6,7 @@ use agent_loop::{Session, SessionInput, SessionStatus};
 use agent_types::{GenerationSettings, Message, ToolResult, ToolSpec, UserMessage};
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -15,6 +15,7 @@ use serde_json::json;
 use crate::error::ApiError;
 use crate::execute::{self, Execute};
 use crate::http::{admit, json_body, tagged};
+use crate::path_id::PathId;
 use crate::quota;
 use crate::state::{AppState, Tenant, now_ms};
 use crate::store::{Removal, SessionOptions, SessionRecord, StoreError};
@@ -132,7 +133,7 @@ pub(crate) async fn create(
 pub(crate) async fn get(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Response {
     let (state, headers) = (&state, &headers);
     respond(state, headers, |tenant| async move {
@@ -181,7 +182,7 @@ pub(crate) async fn get(
 pub(crate) async fn delete(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Response {
     let (state, headers) = (&state, &headers);
     respond(state, headers, |tenant| async move {
@@ -306,7 +307,7 @@ fn percent_decode(text: &str) -> Option<String> {
 pub(crate) async fn execute(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     body: Body,
 ) -> Response {
     let (state, headers) = (&state, &headers);

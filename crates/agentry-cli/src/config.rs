@@ -289,13 +289,19 @@ impl LoopSettings {
                 "--max-cost-usd must be a dollar amount of zero or more, not {usd}"
             )));
         }
+        // `try_`: a finite number of seconds can still be too large for a `Duration`, where
+        // `from_secs_f64` panics (found by fuzzing: `tool_timeout_secs = 1e30`).
         let tool_timeout = match file.tool_timeout_secs {
-            Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
-            Some(secs) => {
-                return Err(Error::Usage(format!(
-                    "tool_timeout_secs must be a positive number of seconds, not {secs}"
-                )));
-            }
+            Some(secs) => Some(
+                Duration::try_from_secs_f64(secs)
+                    .ok()
+                    .filter(|_| secs > 0.0)
+                    .ok_or_else(|| {
+                        Error::Usage(format!(
+                            "tool_timeout_secs must be a positive number of seconds, not {secs}"
+                        ))
+                    })?,
+            ),
             None => None,
         };
         let repeated = flags.max_repeated_calls.or(file.max_repeated_calls);

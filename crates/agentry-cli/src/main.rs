@@ -20,6 +20,8 @@ mod approval;
 mod args;
 mod attach;
 mod config;
+#[cfg(test)]
+mod config_fuzz;
 mod demo;
 mod endpoint;
 mod error;

@@ -231,13 +231,17 @@ pub(crate) fn from_entry(entry: &McpEntry) -> Result<ServerConfig, Error> {
     }
     config = config.deny(entry.deny.iter().cloned());
     if let Some(secs) = entry.timeout_secs {
-        if !(secs.is_finite() && secs > 0.0) {
+        // `try_`: `from_secs_f64` panics on a finite value too large for a `Duration`.
+        let timeout = Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|_| secs > 0.0);
+        let Some(timeout) = timeout else {
             return Err(Error::Usage(format!(
                 "[[mcp]] {}: timeout_secs must be a positive number of seconds",
                 config.name()
             )));
-        }
-        config = config.call_timeout(Duration::from_secs_f64(secs));
+        };
+        config = config.call_timeout(timeout);
     }
     Ok(config)
 }

@@ -560,6 +560,26 @@ fn error_kinds_from_the_status_name() {
     assert!(html.message.contains("HTML page"), "{html}");
 }
 
+/// Found by fuzzing (`tests/fuzz.rs`): a `retryDelay` too long for a `Duration` panicked in
+/// `Duration::from_secs_f64`; it is now no delay at all, like a malformed one.
+#[test]
+fn a_retry_delay_too_long_for_a_duration_is_ignored() {
+    for delay in [
+        json!("1e30s"),
+        json!("18446744073709551616s"),
+        json!({"seconds": 1e300}),
+    ] {
+        let body = format!(
+            r#"{{"error": {{"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED",
+                "details": [{{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                             "retryDelay": {delay}}}]}}}}"#
+        );
+        let error = http_error(429, body.as_bytes());
+        assert_eq!(error.kind, BackendErrorKind::RateLimited, "{delay}");
+        assert_eq!(error.retry_after, None, "{delay}");
+    }
+}
+
 #[test]
 fn an_error_inside_a_stream_is_returned_with_its_kind() {
     let body = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Par\"}]}}]}\r\n\r\n\

@@ -375,6 +375,17 @@ enum Framer {
     Whole(Vec<u8>),
 }
 
+/// Whether the content type alone picks the framing (SSE or NDJSON), whatever the body starts with.
+fn media_decides(content_type: Option<&str>) -> bool {
+    let media = content_type
+        .map(|value| value.split(';').next().unwrap_or("").trim())
+        .unwrap_or("");
+    matches!(
+        media,
+        "text/event-stream" | "application/x-ndjson" | "application/jsonl" | "application/ndjson"
+    )
+}
+
 impl Framer {
     fn decide(content_type: Option<&str>, first: &[u8]) -> Result<Self, BackendError> {
         let media = content_type
@@ -410,7 +421,11 @@ impl Framer {
         out: &mut Vec<StreamEvent>,
     ) -> Result<(), BackendError> {
         if let Self::Undecided(content_type) = self {
-            if chunk.iter().all(u8::is_ascii_whitespace) && content_type.is_none() {
+            // The first bytes decide the framing unless the media type does, so leading
+            // whitespace waits for the next chunk: the choice must not depend on where the
+            // body was split (found by fuzzing: `\n` then `:` under `application/json`).
+            if chunk.iter().all(u8::is_ascii_whitespace) && !media_decides(content_type.as_deref())
+            {
                 return Ok(());
             }
             *self = Self::decide(content_type.as_deref(), chunk)?;

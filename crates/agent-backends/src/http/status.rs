@@ -126,10 +126,12 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .ok()
             .filter(|value| value.is_finite() && *value >= 0.0)
     };
+    // `try_`: a finite wait too long for a `Duration` (`Retry-After: 1e30`) made
+    // `from_secs_f64` panic (found by fuzzing); such a wait is no wait we can honour: ignored.
     if let Some(ms) = number("retry-after-ms") {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
-    number("retry-after").map(Duration::from_secs_f64)
+    number("retry-after").and_then(|secs| Duration::try_from_secs_f64(secs).ok())
 }
 
 /// The `error` member's `message` (and `type`/`code`) in the common `{"error": {...}}` shape.
@@ -191,5 +193,20 @@ mod tests {
             "Wed, 21 Oct 2026 07:28:00 GMT".parse().unwrap(),
         );
         assert_eq!(retry_after(&headers), None);
+    }
+
+    /// Found by fuzzing (`tests/fuzz.rs`): `Retry-After: 1e30` panicked in
+    /// `Duration::from_secs_f64`; a wait too long for a `Duration` is ignored like a malformed one.
+    #[test]
+    fn retry_after_too_long_for_a_duration_is_ignored() {
+        for (name, value) in [
+            ("retry-after", "1e30"),
+            ("retry-after", "18446744073709551616"),
+            ("retry-after-ms", "1e300"),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(name, value.parse().unwrap());
+            assert_eq!(retry_after(&headers), None, "{name}: {value}");
+        }
     }
 }

@@ -9,13 +9,15 @@ use std::sync::LazyLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::OpenAiError;
+use crate::error::ApiError;
 use crate::http::{admit, tagged};
+use crate::path_id::PathId;
 use crate::state::AppState;
 
 /// Unix seconds when the routes were built: the `created` of every model.
@@ -56,12 +58,16 @@ pub(crate) async fn list(State(state): State<AppState>, headers: HeaderMap) -> R
 /// `GET /v1/models/{id}`.
 pub(crate) async fn retrieve(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<PathId, ApiError>,
     headers: HeaderMap,
 ) -> Response {
     let tenant = match admit(&state, &headers) {
         Ok(tenant) => tenant,
         Err(error) => return OpenAiError::from(error).into_response(),
+    };
+    let id = match id {
+        Ok(PathId(id)) => id,
+        Err(error) => return tagged(OpenAiError::from(error).into_response(), &tenant),
     };
     let response = if state.inner.models.contains_key(&id) {
         Json(model(&id)).into_response()
