@@ -16,24 +16,10 @@ use agent_backends::framing::{JsonArrayParser, NdjsonParser, SseParser};
 use agent_backends::http::{HttpOptions, RetryPolicy};
 use agent_backends::replay::{self, Cassette, RecordedConversation, ReplayServer};
 use agent_types::{Backend, Message, ModelRequest};
+use agentry_fuzz_support::{JsonEdit, apply, config, edge_numbers};
 use futures_util::StreamExt;
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::Value;
-
-/// The cases per property: `AGENTRY_FUZZ_CASES`, or a short default for a plain `cargo test`.
-fn config(default: u32) -> Config {
-    let cases = std::env::var("AGENTRY_FUZZ_CASES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default);
-    Config {
-        cases,
-        // Shrinking a large campaign's failure can take long; the regression file keeps it.
-        max_shrink_iters: 4096,
-        ..Config::default()
-    }
-}
 
 const PROVIDERS: [(Provider, &str); 5] = [
     (Provider::OpenAiChat, "openai-chat"),
@@ -83,22 +69,10 @@ fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// A random JSON value, small, with the edge cases decoders trip on.
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        prop::sample::select(vec![
-            serde_json::json!(0),
-            serde_json::json!(-1),
-            serde_json::json!(1),
-            serde_json::json!(u64::MAX),
-            serde_json::json!(i64::MIN),
-            serde_json::json!(1e308),
-            serde_json::json!(-0.5),
-            serde_json::json!(4_294_967_296_u64),
-        ]),
-        any::<i64>().prop_map(Value::from),
-        prop::sample::select(vec![
+fn json_value() -> BoxedStrategy<Value> {
+    agentry_fuzz_support::json_value(
+        edge_numbers(),
+        vec![
             "",
             "text",
             "tool_use",
@@ -126,33 +100,15 @@ fn json_value() -> impl Strategy<Value = Value> {
             "{\"a\":",
             "é",
             "\u{0}",
-        ])
-        .prop_map(|text| Value::String(text.to_owned())),
-        ".{0,12}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(3, 16, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::vec(("[a-z_]{1,8}", inner), 0..4)
-                .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
-        ]
-    })
+        ],
+        ".{0,12}",
+        "[a-z_]{1,8}",
+    )
 }
 
-/// One edit of a JSON document at a random place in it.
-#[derive(Debug, Clone)]
-enum JsonEdit {
-    /// Replace the value at the n-th node with another value.
-    Replace(prop::sample::Index, Value),
-    /// Remove the n-th node from its parent.
-    Remove(prop::sample::Index),
-    /// Put a (possibly known) key with a value into the n-th object.
-    Insert(prop::sample::Index, String, Value),
-}
-
-fn json_edit() -> impl Strategy<Value = JsonEdit> {
-    let key = prop_oneof![
-        prop::sample::select(vec![
+fn json_edit() -> BoxedStrategy<JsonEdit> {
+    agentry_fuzz_support::json_edit(
+        vec![
             "index",
             "type",
             "delta",
@@ -188,74 +144,10 @@ fn json_edit() -> impl Strategy<Value = JsonEdit> {
             "nanos",
             "code",
             "status",
-        ])
-        .prop_map(str::to_owned),
+        ],
         "[a-z_]{1,8}",
-    ];
-    prop_oneof![
-        (any::<prop::sample::Index>(), json_value()).prop_map(|(at, v)| JsonEdit::Replace(at, v)),
-        any::<prop::sample::Index>().prop_map(JsonEdit::Remove),
-        (any::<prop::sample::Index>(), key, json_value())
-            .prop_map(|(at, k, v)| JsonEdit::Insert(at, k, v)),
-    ]
-}
-
-/// JSON pointers of every node of `value`, the root first.
-fn pointers(value: &Value, at: String, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, child) in map {
-                let key = key.replace('~', "~0").replace('/', "~1");
-                let path = format!("{at}/{key}");
-                out.push(path.clone());
-                pointers(child, path, out);
-            }
-        }
-        Value::Array(items) => {
-            for (i, child) in items.iter().enumerate() {
-                let path = format!("{at}/{i}");
-                out.push(path.clone());
-                pointers(child, path, out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn apply(value: &mut Value, edit: &JsonEdit) {
-    let mut all = vec![String::new()];
-    pointers(value, String::new(), &mut all);
-    match edit {
-        JsonEdit::Replace(at, with) => {
-            if let Some(node) = value.pointer_mut(at.get(all.as_slice()).as_str()) {
-                *node = with.clone();
-            }
-        }
-        JsonEdit::Remove(at) => {
-            let path = at.get(all.as_slice()).as_str();
-            let Some((parent, last)) = path.rsplit_once('/') else {
-                return;
-            };
-            match value.pointer_mut(parent) {
-                Some(Value::Object(map)) => {
-                    map.remove(&last.replace("~1", "/").replace("~0", "~"));
-                }
-                Some(Value::Array(items)) => {
-                    if let Ok(i) = last.parse::<usize>()
-                        && i < items.len()
-                    {
-                        items.remove(i);
-                    }
-                }
-                _ => {}
-            }
-        }
-        JsonEdit::Insert(at, key, with) => {
-            if let Some(Value::Object(map)) = value.pointer_mut(at.get(all.as_slice()).as_str()) {
-                map.insert(key.clone(), with.clone());
-            }
-        }
-    }
+        json_value(),
+    )
 }
 
 /// One mutation of a recorded body: structure-aware edits of its JSON frames, reordering of

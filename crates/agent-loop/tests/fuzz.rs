@@ -12,134 +12,18 @@ use agent_backends::{ScriptedBackend, ScriptedTurn};
 use agent_loop::{Options, Session, SessionInput, execute};
 use agent_tools::{Registry, Tool};
 use agent_types::ToolResult;
+use agentry_fuzz_support::{JsonEdit, apply, config, edge_numbers};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{Value, json};
 
-/// The cases per property: `AGENTRY_FUZZ_CASES`, or a short default for a plain `cargo test`.
-fn config(default: u32) -> Config {
-    let cases = std::env::var("AGENTRY_FUZZ_CASES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default);
-    Config {
-        cases,
-        max_shrink_iters: 2048,
-        ..Config::default()
-    }
-}
-
-/// One edit of a JSON document at a random node.
-#[derive(Debug, Clone)]
-enum JsonEdit {
-    /// Replace the n-th node with another value.
-    Replace(prop::sample::Index, Value),
-    /// Remove the n-th node from its parent.
-    Remove(prop::sample::Index),
-    /// Put a key (often a known one) with a value into the n-th node, if an object.
-    Insert(prop::sample::Index, String, Value),
-}
-
+/// Edits drawing keys from `keys` and strings from `strings`.
 fn json_edit(
     keys: Vec<&'static str>,
     strings: Vec<&'static str>,
 ) -> impl Strategy<Value = JsonEdit> {
-    let key = prop_oneof![
-        prop::sample::select(keys).prop_map(str::to_owned),
-        "[a-z_]{1,10}"
-    ];
-    let value = json_value(strings);
-    prop_oneof![
-        (any::<prop::sample::Index>(), value.clone()).prop_map(|(at, v)| JsonEdit::Replace(at, v)),
-        any::<prop::sample::Index>().prop_map(JsonEdit::Remove),
-        (any::<prop::sample::Index>(), key, value)
-            .prop_map(|(at, k, v)| JsonEdit::Insert(at, k, v)),
-    ]
-}
-
-/// A random JSON value, small, with the edge cases decoders trip on.
-fn json_value(strings: Vec<&'static str>) -> BoxedStrategy<Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        prop::sample::select(vec![
-            json!(0),
-            json!(-1),
-            json!(1),
-            json!(u64::MAX),
-            json!(i64::MIN),
-            json!(1e308),
-            json!(-0.5),
-            json!(4_294_967_296_u64),
-        ]),
-        any::<i64>().prop_map(Value::from),
-        prop::sample::select(strings).prop_map(|text| Value::String(text.to_owned())),
-        ".{0,12}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(3, 16, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::vec(("[a-z_]{1,10}", inner), 0..4)
-                .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
-        ]
-    })
-    .boxed()
-}
-
-fn pointers(value: &Value, at: &str, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, child) in map {
-                let path = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
-                out.push(path.clone());
-                pointers(child, &path, out);
-            }
-        }
-        Value::Array(items) => {
-            for (i, child) in items.iter().enumerate() {
-                let path = format!("{at}/{i}");
-                out.push(path.clone());
-                pointers(child, &path, out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn apply(value: &mut Value, edit: &JsonEdit) {
-    let mut all = vec![String::new()];
-    pointers(value, "", &mut all);
-    match edit {
-        JsonEdit::Replace(at, with) => {
-            if let Some(node) = value.pointer_mut(at.get(all.as_slice()).as_str()) {
-                *node = with.clone();
-            }
-        }
-        JsonEdit::Remove(at) => {
-            let path = at.get(all.as_slice()).as_str();
-            let Some((parent, last)) = path.rsplit_once('/') else {
-                return;
-            };
-            match value.pointer_mut(parent) {
-                Some(Value::Object(map)) => {
-                    map.remove(&last.replace("~1", "/").replace("~0", "~"));
-                }
-                Some(Value::Array(items)) => {
-                    if let Ok(i) = last.parse::<usize>()
-                        && i < items.len()
-                    {
-                        items.remove(i);
-                    }
-                }
-                _ => {}
-            }
-        }
-        JsonEdit::Insert(at, key, with) => {
-            if let Some(Value::Object(map)) = value.pointer_mut(at.get(all.as_slice()).as_str()) {
-                map.insert(key.clone(), with.clone());
-            }
-        }
-    }
+    let value =
+        agentry_fuzz_support::json_value(edge_numbers(), strings, ".{0,12}", "[a-z_]{1,10}");
+    agentry_fuzz_support::json_edit(keys, "[a-z_]{1,10}", value)
 }
 
 const KEYS: [&str; 24] = [

@@ -14,22 +14,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use agent_server::{ServerBuilder, ServerConfig, StoreConfig, serve};
+use agentry_fuzz_support::{JsonEdit, apply, config, edge_numbers};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{Value, json};
-
-/// The cases per property: `AGENTRY_FUZZ_CASES`, or a short default for a plain `cargo test`.
-fn config(default: u32) -> Config {
-    let cases = std::env::var("AGENTRY_FUZZ_CASES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default);
-    Config {
-        cases,
-        max_shrink_iters: 2048,
-        ..Config::default()
-    }
-}
 
 const ACME: &str = "key-acme-test-0001";
 const GLOBEX: &str = "key-globex-test-01";
@@ -120,23 +107,14 @@ fn fixture() -> &'static Fixture {
 }
 
 /// A random JSON value, small, with the edge cases handlers trip on.
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        prop::sample::select(vec![
-            json!(0),
-            json!(-1),
-            json!(1),
-            json!(u64::MAX),
-            json!(i64::MIN),
-            json!(1e308),
-            json!(-0.5),
-            json!(4_294_967_296_u64),
-            json!(1_000_000_000),
-        ]),
-        any::<i64>().prop_map(Value::from),
-        prop::sample::select(vec![
+fn json_value() -> BoxedStrategy<Value> {
+    agentry_fuzz_support::json_value(
+        {
+            let mut numbers = edge_numbers();
+            numbers.push(json!(1_000_000_000));
+            numbers
+        },
+        vec![
             "",
             " ",
             "demo",
@@ -163,30 +141,15 @@ fn json_value() -> impl Strategy<Value = Value> {
             "\u{0}",
             "é",
             "\u{202e}",
-        ])
-        .prop_map(|text| Value::String(text.to_owned())),
-        ".{0,16}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(3, 16, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::vec(("[a-z_]{1,10}", inner), 0..4)
-                .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
-        ]
-    })
+        ],
+        ".{0,16}",
+        "[a-z_]{1,10}",
+    )
 }
 
-/// One edit of a JSON document at a random node.
-#[derive(Debug, Clone)]
-enum JsonEdit {
-    Replace(prop::sample::Index, Value),
-    Remove(prop::sample::Index),
-    Insert(prop::sample::Index, String, Value),
-}
-
-fn json_edit() -> impl Strategy<Value = JsonEdit> {
-    let key = prop_oneof![
-        prop::sample::select(vec![
+fn json_edit() -> BoxedStrategy<JsonEdit> {
+    agentry_fuzz_support::json_edit(
+        vec![
             "model",
             "messages",
             "message",
@@ -231,72 +194,10 @@ fn json_edit() -> impl Strategy<Value = JsonEdit> {
             "image_url",
             "url",
             "detail",
-        ])
-        .prop_map(str::to_owned),
+        ],
         "[a-z_]{1,10}",
-    ];
-    prop_oneof![
-        (any::<prop::sample::Index>(), json_value()).prop_map(|(at, v)| JsonEdit::Replace(at, v)),
-        any::<prop::sample::Index>().prop_map(JsonEdit::Remove),
-        (any::<prop::sample::Index>(), key, json_value())
-            .prop_map(|(at, k, v)| JsonEdit::Insert(at, k, v)),
-    ]
-}
-
-fn pointers(value: &Value, at: &str, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, child) in map {
-                let path = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
-                out.push(path.clone());
-                pointers(child, &path, out);
-            }
-        }
-        Value::Array(items) => {
-            for (i, child) in items.iter().enumerate() {
-                let path = format!("{at}/{i}");
-                out.push(path.clone());
-                pointers(child, &path, out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn apply(value: &mut Value, edit: &JsonEdit) {
-    let mut all = vec![String::new()];
-    pointers(value, "", &mut all);
-    match edit {
-        JsonEdit::Replace(at, with) => {
-            if let Some(node) = value.pointer_mut(at.get(all.as_slice()).as_str()) {
-                *node = with.clone();
-            }
-        }
-        JsonEdit::Remove(at) => {
-            let path = at.get(all.as_slice()).as_str();
-            let Some((parent, last)) = path.rsplit_once('/') else {
-                return;
-            };
-            match value.pointer_mut(parent) {
-                Some(Value::Object(map)) => {
-                    map.remove(&last.replace("~1", "/").replace("~0", "~"));
-                }
-                Some(Value::Array(items)) => {
-                    if let Ok(i) = last.parse::<usize>()
-                        && i < items.len()
-                    {
-                        items.remove(i);
-                    }
-                }
-                _ => {}
-            }
-        }
-        JsonEdit::Insert(at, key, with) => {
-            if let Some(Value::Object(map)) = value.pointer_mut(at.get(all.as_slice()).as_str()) {
-                map.insert(key.clone(), with.clone());
-            }
-        }
-    }
+        json_value(),
+    )
 }
 
 /// What a request is aimed at.

@@ -6,24 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use agentry_fuzz_support::config;
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 
 use crate::args::LoopArgs;
 use crate::config::{FileConfig, LoopSettings, rate_card};
-
-/// The cases per property: `AGENTRY_FUZZ_CASES`, or a short default for a plain `cargo test`.
-fn config(default: u32) -> Config {
-    let cases = std::env::var("AGENTRY_FUZZ_CASES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default);
-    Config {
-        cases,
-        max_shrink_iters: 2048,
-        ..Config::default()
-    }
-}
 
 /// Every key of the file (docs/cli.md), `[[mcp]]` entries of both kinds and a `[server]` table.
 const SEED: &str = r#"provider = "anthropic"
