@@ -1192,12 +1192,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let cap = self.options.max_tool_calls_per_round;
         let asked = calls.len();
         let mut jobs = Vec::with_capacity(asked.min(cap.saturating_add(1)));
-        // A round the preparation narrowed runs against its own tools: a call to a tool
-        // removed for the round gets the unknown-tool result.
-        let tools: &Registry = match self.prepared.as_ref().and_then(|p| p.round_tools()) {
-            Some(round) => round,
-            None => &self.tools,
-        };
+        let tools = self.round_tools();
         for (at, mut call) in calls.into_iter().enumerate() {
             if at >= cap {
                 let refused = format!(
@@ -1256,6 +1251,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         self.run_jobs(jobs, pending).await
     }
 
+    /// The tools this round's calls run against: the preparation's narrowed registry when it
+    /// set one (a call to a tool removed for the round gets the unknown-tool result), else the
+    /// run's. A round resumed after approval runs against the run's: its preparation ran in
+    /// the run that asked.
+    fn round_tools(&self) -> &Registry {
+        match self.prepared.as_ref().and_then(|p| p.round_tools()) {
+            Some(round) => round,
+            None => &self.tools,
+        }
+    }
+
     /// Runs a round's local `jobs` in call order; `pending` remote calls then wait for the
     /// caller.
     async fn run_jobs(
@@ -1263,12 +1269,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         jobs: Vec<Job>,
         pending: Vec<ToolCall>,
     ) -> Result<Option<End>, AgentError> {
-        // A round the preparation narrowed runs against its own tools (a round resumed after
-        // approval runs against the run's: its preparation ran in the run that asked).
-        let tools: &Registry = match self.prepared.as_ref().and_then(|p| p.round_tools()) {
-            Some(round) => round,
-            None => &self.tools,
-        };
+        let tools = self.round_tools();
         let outcomes = crate::dispatch::run_batch(
             &jobs,
             tools,
