@@ -8,6 +8,7 @@
 //! stream breaks, returns an error carrying the message assembled so far.
 
 // With `http` alone (no adapter, no replay) nothing drives the driver yet.
+mod auth;
 #[cfg_attr(
     not(any(
         feature = "openai",
@@ -36,6 +37,7 @@ mod options;
 )]
 pub(crate) mod status;
 
+pub use auth::{AuthFuture, RequestAuth};
 pub use options::{HttpClient, HttpOptions, RetryPolicy, Timeouts};
 
 use agent_types::{BackendError, BackendErrorKind};

@@ -201,15 +201,22 @@ async fn open<P: Protocol>(
     prepared: &Prepared,
     limits: &Limits,
 ) -> Result<reqwest::Response, BackendError> {
-    let send = http
-        .client
-        .reqwest()
+    let client = http.client.reqwest();
+    let builder = client
         .post(&prepared.url)
         .headers(prepared.headers.clone())
         .headers(http.headers.clone())
-        .body(prepared.body.clone())
-        .send();
-    let response = limits.within(send).await?.map_err(transport_error)?;
+        .body(prepared.body.clone());
+    let response = match &http.auth {
+        None => limits.within(builder.send()).await?,
+        Some(auth) => {
+            let mut request = builder.build().map_err(transport_error)?;
+            // Inside the limits: fetching a token is part of the call's time.
+            limits.within(auth.authorize(&mut request)).await??;
+            limits.within(client.execute(request)).await?
+        }
+    }
+    .map_err(transport_error)?;
     if response.status().is_success() {
         return Ok(response);
     }

@@ -201,6 +201,8 @@ pub struct HttpOptions {
     pub timeouts: Timeouts,
     /// Headers added to every request (after the adapter's own, so they can override them).
     pub headers: HeaderMap,
+    /// Signs or authorizes every attempt just before it is sent (cloud credentials).
+    pub auth: Option<std::sync::Arc<dyn super::RequestAuth>>,
 }
 
 impl HttpOptions {
@@ -222,6 +224,13 @@ impl HttpOptions {
     #[must_use]
     pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
+        self
+    }
+
+    /// With this authentication step, run for every attempt (retries are signed again).
+    #[must_use]
+    pub fn with_auth(mut self, auth: std::sync::Arc<dyn super::RequestAuth>) -> Self {
+        self.auth = Some(auth);
         self
     }
 

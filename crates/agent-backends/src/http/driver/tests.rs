@@ -414,3 +414,56 @@ async fn a_transport_error_never_names_the_url_whose_path_or_query_may_hold_a_se
     assert!(!text.contains("SECRET"), "{text}");
     assert!(!text.contains("127.0.0.1"), "{text}");
 }
+
+/// Counts its calls and stamps each attempt, like a signer whose signature carries the time.
+#[derive(Debug, Default)]
+struct Stamp {
+    calls: std::sync::atomic::AtomicU32,
+    fail: bool,
+}
+
+impl crate::http::RequestAuth for Stamp {
+    fn authorize<'a>(&'a self, request: &'a mut reqwest::Request) -> crate::http::AuthFuture<'a> {
+        Box::pin(async move {
+            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            if self.fail {
+                return Err(BackendError::new(
+                    BackendErrorKind::Authentication,
+                    "no credentials: set AWS_ACCESS_KEY_ID",
+                ));
+            }
+            assert_eq!(request.body().and_then(|b| b.as_bytes()), Some(&b"{}"[..]));
+            request
+                .headers_mut()
+                .insert("x-attempt", n.to_string().parse().unwrap());
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_auth_step_runs_for_every_attempt_so_retries_are_signed_again() {
+    let server = ReplayServer::start([status(503), sse(OK)]).await.unwrap();
+    let stamp = std::sync::Arc::new(Stamp::default());
+    let mut backend = toy(&server, retries(2), Timeouts::none());
+    backend.http = backend.http.with_auth(stamp.clone());
+    let (events, error) = run(&backend).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text(&events), "Hello world");
+    let attempts: Vec<_> = server
+        .requests()
+        .iter()
+        .map(|r| r.header("x-attempt").unwrap().to_owned())
+        .collect();
+    assert_eq!(attempts, ["1", "2"]);
+
+    let server = ReplayServer::start([sse(OK)]).await.unwrap();
+    let mut backend = toy(&server, retries(2), Timeouts::none());
+    backend.http = backend.http.with_auth(std::sync::Arc::new(Stamp {
+        fail: true,
+        ..Stamp::default()
+    }));
+    let (_, error) = run(&backend).await;
+    assert_eq!(error.unwrap().kind, BackendErrorKind::Authentication);
+    assert!(server.requests().is_empty(), "nothing unsigned is sent");
+}
