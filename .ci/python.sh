@@ -39,6 +39,10 @@ LITELLM_VERSION=1.100.5
 # The official MCP Python SDK, the client agent-mcp's server tests run against (its own venv:
 # its pins must not fight the OpenAI clients').
 MCP_VERSION=2.3.0
+# Frontend peers of the server's Responses and AG-UI endpoints (same venv as `openai`: they
+# accept its pin): the OpenAI Agents SDK and the AG-UI protocol's Pydantic models.
+OPENAI_AGENTS_VERSION=0.24.0
+AG_UI_PROTOCOL_VERSION=1.0.0
 # The official OTLP protobuf bindings (with the protobuf runtime they pin), which decode what
 # the exporter sends in the CLI's OpenTelemetry tests.
 OTEL_PROTO_VERSION=1.45.2
@@ -94,6 +98,10 @@ venv "$VENV" langchain-openai "$LANGCHAIN_OPENAI_VERSION" \
     "langchain-core==$LANGCHAIN_CORE_VERSION"
 "$VENV/bin/python" -c 'import openai, langchain_openai' || die "the venv's clients do not import"
 log "openai $OPENAI_VERSION and langchain-openai $LANGCHAIN_OPENAI_VERSION ready in $VENV"
+venv "$VENV" openai-agents "$OPENAI_AGENTS_VERSION" "openai==$OPENAI_VERSION" \
+    "openai-agents==$OPENAI_AGENTS_VERSION" "ag-ui-protocol==$AG_UI_PROTOCOL_VERSION"
+"$VENV/bin/python" -c 'import agents, ag_ui.core' || die "the venv's frontend peers do not import"
+log "openai-agents $OPENAI_AGENTS_VERSION and ag-ui-protocol $AG_UI_PROTOCOL_VERSION ready in $VENV"
 
 venv "$LITELLM_VENV" litellm "$LITELLM_VERSION" "litellm==$LITELLM_VERSION"
 LITELLM_LOCAL_MODEL_COST_MAP=True "$LITELLM_VENV/bin/python" -c 'import litellm' || die "the litellm venv's client does not import"
