@@ -36,6 +36,8 @@ pub(crate) fn run() -> Result<(), String> {
             "agent-accounting",
             "-p",
             "agentry",
+            "-p",
+            "agent-server",
             "--no-default-features",
         ],
     )?;

@@ -468,15 +468,18 @@ CREATE INDEX IF NOT EXISTS agentry_idempotency_keys_by_age
     ON agentry_idempotency_keys (tenant, created_at_ms);
 ";
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn headers_json(headers: &[(String, String)]) -> String {
     serde_json::to_string(headers).unwrap_or_else(|_| "[]".to_owned())
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn headers_from(text: Option<&str>) -> Vec<(String, String)> {
     text.and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default()
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn i64_of(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
