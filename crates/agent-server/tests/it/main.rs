@@ -20,4 +20,5 @@ mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;
+mod ui_stream;
 mod usage;
