@@ -9,6 +9,7 @@
 //! | `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}` | read or remove it (409 while it executes) |
 //! | `POST /v1/chat/completions` | OpenAI-compatible; server tools run in the loop, client tools come back as `tool_calls` |
 //! | `POST /v1/ui/chat` | the AI SDK's UI message stream (`useChat`) over a session named by the chat's id |
+//! | `POST /v1/ag-ui` | AG-UI (`HttpAgent`, CopilotKit) over a session named by the thread id |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the allow-list, as OpenAI lists models |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
 //!
@@ -31,6 +32,7 @@
 //! # }
 //! ```
 
+mod ag_ui;
 mod approval;
 mod auth;
 mod checkpoint;
@@ -105,6 +107,7 @@ pub fn router(state: AppState) -> Router {
             )),
         )
         .route("/v1/ui/chat", post(ui_stream::chat))
+        .route("/v1/ag-ui", post(ag_ui::run))
         .route("/v1/usage", get(usage::usage))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod ag_ui;
 mod approval;
 mod checkpoint;
 mod connections;
