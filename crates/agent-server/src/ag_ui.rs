@@ -39,8 +39,9 @@ use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::encode::{Encoder, End, write_json, write_str, write_u64};
 use crate::error::ApiError;
-use crate::frontend::{self, Encoder, End, write_json, write_str, write_u64};
+use crate::frontend;
 use crate::http::json_body;
 use crate::sessions::{NewSession, respond};
 use crate::state::AppState;
@@ -275,8 +276,9 @@ fn text_of(content: Option<&Value>) -> String {
     }
 }
 
-/// The AG-UI event encoder.
-pub(crate) struct AgUiEncoder {
+/// AG-UI events (`data: {json}` per event, camelCase), from `RUN_STARTED` to `RUN_FINISHED`
+/// or `RUN_ERROR`, as `@ag-ui/core` 1.0 declares them.
+pub struct AgUiEncoder {
     /// `"threadId":"…","runId":"…"`, escaped once.
     ids: String,
     /// The run id as JSON text without its closing quote: message ids are `<runId>:<n>`.
@@ -295,7 +297,7 @@ pub(crate) struct AgUiEncoder {
 
 impl AgUiEncoder {
     /// An encoder for run `run_id` of thread `thread_id`.
-    pub(crate) fn new(thread_id: &str, run_id: &str) -> Self {
+    pub fn new(thread_id: &str, run_id: &str) -> Self {
         let thread = Value::from(thread_id).to_string();
         let run = Value::from(run_id).to_string();
         let prefix = run[..run.len() - 1].to_owned();

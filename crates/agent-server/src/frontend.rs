@@ -11,7 +11,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use agent_loop::{Session, SessionInput, SessionStatus};
+use agent_loop::{SessionInput, SessionStatus};
 use agent_types::{AgentError, AgentEvent, Usage};
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode};
@@ -21,6 +21,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::encode::{Encoder, End};
 use crate::error::{ApiError, redact_agent_error};
 use crate::execute::{self, Execute, OpenStream, deliver};
 use crate::quota;
@@ -33,28 +34,6 @@ const CHANNEL_DEPTH: usize = 64;
 
 /// The longest session id a frontend may name.
 pub(crate) const MAX_ID_CHARS: usize = 128;
-
-/// How a run's events become a protocol's bytes.
-pub(crate) trait Encoder: Send + 'static {
-    /// The frames before the first event.
-    fn open(&mut self, out: &mut BytesMut);
-    /// One loop event (errors already redacted).
-    fn event(&mut self, event: &AgentEvent, out: &mut BytesMut);
-    /// The last frames, once the session is saved.
-    fn close(&mut self, end: &End<'_>, out: &mut BytesMut);
-}
-
-/// How a run ended, for [`Encoder::close`].
-pub(crate) struct End<'a> {
-    /// The session as saved (status, pending calls and approvals).
-    pub(crate) session: &'a Session,
-    /// What this run spent.
-    pub(crate) usage: Usage,
-    /// What this run cost, when priced.
-    pub(crate) cost_usd: Option<f64>,
-    /// Why the run failed (redacted).
-    pub(crate) error: Option<&'a AgentError>,
-}
 
 /// Checks a client-chosen session id: 1 to [`MAX_ID_CHARS`] of `A-Z a-z 0-9 _ - . :`.
 ///
@@ -398,81 +377,9 @@ async fn run<E: Encoder>(
     }
 }
 
-/// JSON text for a tool's output as a protocol carries it: the text itself when it is one
-/// line of valid JSON (the usual case: a handler's serialized result), else a JSON string
-/// of it. Writes into `out` without allocating in the usual case.
-pub(crate) fn write_output(output: &str, out: &mut BytesMut) {
-    use bytes::BufMut;
-    let one_line = !output.bytes().any(|byte| byte == b'\n' || byte == b'\r');
-    if one_line && serde_json::from_str::<serde::de::IgnoredAny>(output).is_ok() {
-        out.extend_from_slice(output.trim().as_bytes());
-        return;
-    }
-    if !one_line && let Ok(value) = serde_json::from_str::<serde_json::Value>(output) {
-        // Pretty JSON would break the SSE line: compacted (rare; allocates).
-        let _ = serde_json::to_writer(out.writer(), &value);
-        return;
-    }
-    let _ = serde_json::to_writer(out.writer(), output);
-}
-
-/// `s` as a JSON string into `out`.
-pub(crate) fn write_str(s: &str, out: &mut BytesMut) {
-    use bytes::BufMut;
-    let _ = serde_json::to_writer(out.writer(), s);
-}
-
-/// `value` as JSON into `out`.
-pub(crate) fn write_json<T: serde::Serialize + ?Sized>(value: &T, out: &mut BytesMut) {
-    use bytes::BufMut;
-    let _ = serde_json::to_writer(out.writer(), value);
-}
-
-/// A decimal number into `out` without allocating.
-pub(crate) fn write_u64(mut n: u64, out: &mut BytesMut) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        #[allow(clippy::cast_possible_truncation)]
-        {
-            digits[at] = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn outputs_are_json_as_they_are_or_strings() {
-        let cases = [
-            (r#"{"temp_c":19}"#, r#"{"temp_c":19}"#),
-            ("{\n  \"a\": 1\n}", r#"{"a":1}"#),
-            ("not json", r#""not json""#),
-            ("line\nbreak", r#""line\nbreak""#),
-        ];
-        for (output, written) in cases {
-            let mut out = BytesMut::new();
-            write_output(output, &mut out);
-            assert_eq!(std::str::from_utf8(&out).unwrap(), written);
-        }
-    }
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 12345, u64::MAX] {
-            let mut out = BytesMut::new();
-            write_u64(n, &mut out);
-            assert_eq!(std::str::from_utf8(&out).unwrap(), n.to_string());
-        }
-    }
 
     #[test]
     fn session_ids_are_checked() {

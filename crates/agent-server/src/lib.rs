@@ -38,6 +38,7 @@ mod auth;
 mod checkpoint;
 mod config;
 mod connections;
+pub mod encode;
 mod error;
 mod execute;
 mod frontend;

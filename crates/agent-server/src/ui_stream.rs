@@ -46,8 +46,9 @@ use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::encode::{Encoder, End, write_json, write_output, write_str, write_u64};
 use crate::error::ApiError;
-use crate::frontend::{self, Encoder, End, write_json, write_output, write_str, write_u64};
+use crate::frontend;
 use crate::http::json_body;
 use crate::sessions::{NewSession, respond};
 use crate::state::AppState;
@@ -256,8 +257,10 @@ fn no_answer(id: &str, what: &str) -> ApiError {
     ))
 }
 
-/// The UI message stream encoder.
-pub(crate) struct UiEncoder {
+/// The AI SDK's UI message stream (`x-vercel-ai-ui-message-stream: v1`): one chunk per
+/// `data:` line in the shapes of the `ai` package's `uiMessageChunkSchema`, `data: [DONE]`
+/// last. Re-exported as [`crate::encode::UiMessageEncoder`].
+pub struct UiEncoder {
     /// Text and reasoning parts so far (their ids: `text-N`, `reasoning-N`).
     parts: u64,
     /// A step (model call and its tools) is open.
@@ -271,8 +274,9 @@ pub(crate) struct UiEncoder {
 }
 
 impl UiEncoder {
-    /// An encoder for a run whose input denies `denied`.
-    pub(crate) fn new(denied: Vec<String>) -> Self {
+    /// An encoder for one run; `denied` are the calls whose approval the run's input
+    /// denies (their results go out as `tool-output-denied`).
+    pub fn new(denied: Vec<String>) -> Self {
         Self {
             parts: 0,
             step: false,
