@@ -316,3 +316,40 @@ async fn the_ai_sdk_ui_chat_works_unchanged() {
     approving.shutdown().await;
     client_tools.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_chat_id_names_a_session_in_the_callers_tenant_only() {
+    let server = TestServer::start().await;
+    let session = json!({"model": "demo", "tools": ["calculator", "clock"], "remote_tools": [
+        {"name": "get_weather", "description": "Weather for a city.",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    ]});
+    let (status, _, chunks) = post(
+        &server,
+        &json!({"id": "shared", "messages": [user(USER)], "session": session}),
+    )
+    .await;
+    assert_eq!(status, 200, "{chunks:#?}");
+    // globex names the same chat: a session of its own, from the server's defaults (no
+    // remote tools), not acme's waiting one.
+    let response = server
+        .post("/v1/ui/chat", "key-globex-test-01")
+        .json(&json!({"id": "shared", "messages": [user(USER)]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.contains(r#""status":"completed""#), "{text}");
+    let acme: Value = server
+        .get("/v1/sessions/shared", KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(acme["status"], "awaiting_tool_execution", "{acme}");
+    assert_eq!(acme["pending_tool_calls"].as_array().unwrap().len(), 2);
+    server.shutdown().await;
+}
