@@ -460,8 +460,15 @@ impl Encoder for AgUiEncoder {
         if let Some(error) = end.error {
             out.extend_from_slice(b"data: {\"type\":\"RUN_ERROR\",\"message\":");
             write_str(&error.message, out);
+            // AG-UI's `code` is a string: the kind's tag (`budget_exceeded`, `backend`…).
+            let kind = serde_json::to_value(&error.kind).ok();
+            let code = kind
+                .as_ref()
+                .and_then(|kind| kind.get("kind").or(Some(kind)))
+                .and_then(Value::as_str)
+                .unwrap_or("error");
             out.extend_from_slice(b",\"code\":");
-            write_json(&error.kind, out);
+            write_str(code, out);
             out.extend_from_slice(b",\"usage\":");
             write_json(&token_usage, out);
             out.extend_from_slice(b"}\n\n");

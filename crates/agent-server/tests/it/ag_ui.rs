@@ -173,6 +173,33 @@ async fn every_event_of_the_three_kinds_of_run_is_valid_ag_ui() {
     recorded.0.push(text);
     approving.shutdown().await;
 
+    // A run that fails (one tool round allowed; the demo needs two): RUN_ERROR, last.
+    let capped = TestServer::with(
+        &format!(
+            "{}\n[server.caps]\nmax_iterations = 1\n",
+            crate::support::CONFIG
+        ),
+        vec![crate::ui_stream::weather_tool()],
+    )
+    .await;
+    let (status, text, events) = post(&capped, &input("thread_4", "run_1", &user())).await;
+    assert_eq!(status, 200, "{text}");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{text}");
+    assert!(
+        last["message"].as_str().unwrap().contains("iteration"),
+        "{last}"
+    );
+    assert_eq!(
+        types(&events)
+            .iter()
+            .filter(|k| k.starts_with("RUN_"))
+            .count(),
+        2
+    );
+    recorded.0.push(text);
+    capped.shutdown().await;
+
     recorded.validate().await;
 }
 

@@ -353,3 +353,69 @@ async fn a_chat_id_names_a_session_in_the_callers_tenant_only() {
     assert_eq!(acme["pending_tool_calls"].as_array().unwrap().len(), 2);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn regenerate_answers_the_last_user_turn_again() {
+    let server = server(&[]).await;
+    let body = json!({"id": "chat_regen", "messages": [user(USER)]});
+    let (status, _, first) = post(&server, &body).await;
+    assert_eq!(status, 200);
+    let stored = |server: &TestServer| {
+        let request = server.get("/v1/sessions/chat_regen", KEY);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let before = stored(&server).await;
+    let (status, _, again) = post(
+        &server,
+        &json!({"id": "chat_regen", "messages": [user(USER)], "trigger": "regenerate-message"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{again:#?}");
+    // The same three rounds from the same user turn, not a fourth answer appended.
+    assert_eq!(kinds(&again), kinds(&first));
+    let after = stored(&server).await;
+    assert_eq!(
+        after["messages"].as_array().unwrap().len(),
+        before["messages"].as_array().unwrap().len()
+    );
+    assert_eq!(after["status"], "completed");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failed_run_ends_with_an_error_chunk_and_an_error_finish() {
+    // One tool round allowed; the demo needs two.
+    let server = TestServer::with(
+        &format!("{CONFIG}\n[server.caps]\nmax_iterations = 1\n"),
+        vec![weather_tool()],
+    )
+    .await;
+    let (status, _, chunks) = post(
+        &server,
+        &json!({"id": "chat_fail", "messages": [user(USER)]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let kinds = kinds(&chunks);
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "error").count(),
+        1,
+        "{chunks:#?}"
+    );
+    assert_eq!(&kinds[kinds.len() - 2..], ["finish", "[DONE]"]);
+    let error = chunks.iter().find(|c| c["type"] == "error").unwrap();
+    assert!(
+        error["errorText"].as_str().unwrap().contains("iteration"),
+        "{error}"
+    );
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["finishReason"], "error");
+    assert_eq!(finish["messageMetadata"]["status"], "error");
+    assert!(
+        finish["messageMetadata"]["usage"]["inputTokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    server.shutdown().await;
+}
