@@ -275,3 +275,97 @@ async fn the_official_ag_ui_http_agent_works_unchanged() {
     tools.shutdown().await;
     plain.shutdown().await;
 }
+
+/// A scripted model that thinks before a clock call and before its answer: reasoning in both
+/// streams, and the AG-UI events valid for the Python models.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_streams_as_reasoning_in_both_protocols() {
+    use agent_backends::{ScriptedBackend, ScriptedTurn};
+    use std::sync::Arc;
+    let turns = [
+        ScriptedTurn::tool_call("call_1", "clock", json!({}))
+            .with_thinking("The user wants the time.", Some("sig".into())),
+        ScriptedTurn::text("It is noon.").with_thinking("Now answer.", None),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = agent_server::ServerConfig::from_toml(crate::support::CONFIG).unwrap();
+    config.store = agent_server::StoreConfig::Sqlite {
+        path: dir.path().join("sessions.db"),
+    };
+    let state = agent_server::ServerBuilder::new(config)
+        .with_model(
+            "thinker",
+            "scripted",
+            Arc::new(ScriptedBackend::cycle(turns)),
+        )
+        .build()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(agent_server::serve(listener, state, std::future::pending()));
+    let client = reqwest::Client::new();
+    let session = json!({"model": "thinker", "tools": ["clock"]});
+
+    let text = client
+        .post(format!("{url}/v1/ui/chat"))
+        .bearer_auth(KEY)
+        .json(&json!({"id": "think_ui", "session": session, "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Time?"}]}]}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let reasoning: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["type"].as_str().unwrap().starts_with("reasoning-"))
+        .collect();
+    assert_eq!(reasoning.len(), 6, "{text}");
+    assert_eq!(reasoning[1]["delta"], "The user wants the time.");
+    assert_eq!(reasoning[0]["id"], reasoning[2]["id"]);
+    assert_ne!(reasoning[0]["id"], reasoning[3]["id"]);
+
+    let text = client
+        .post(format!("{url}/v1/ag-ui"))
+        .bearer_auth(KEY)
+        .json(
+            &json!({"threadId": "think_ag", "runId": "r1", "forwardedProps": {"session": session},
+                      "messages": [{"id": "u1", "role": "user", "content": "Time?"}]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let kinds: Vec<&str> = types(&events)
+        .into_iter()
+        .filter(|k| k.starts_with("REASONING"))
+        .collect();
+    assert_eq!(
+        kinds[..5],
+        [
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END"
+        ],
+        "{text}"
+    );
+    assert_eq!(kinds.len(), 10);
+    Recorded(vec![text]).validate().await;
+}
