@@ -146,6 +146,11 @@ where
             return Err(error);
         }
     };
+    if !created && let Err(error) = quota::check_stored_bytes(state, tenant).await {
+        // Over the tenant's byte quota: nothing more is spent on it.
+        release(state, tenant, id, &holder).await;
+        return Err(error);
+    }
     if created {
         match state
             .inner
@@ -301,6 +306,7 @@ async fn run<E: Encoder>(
         crate::checkpoint::heartbeat(&state, &tenant.name, record.id(), &holder, cancel.clone());
     let metrics = &state.inner.metrics;
     let mut client = true;
+    let session_id = record.id().to_owned();
     encoder.open(&mut out);
     let outcome = {
         let agent = execute::agent_for(&model, options);
@@ -313,6 +319,7 @@ async fn run<E: Encoder>(
             match &event {
                 AgentEvent::Error { error } => {
                     tracing::warn!(
+                        session = %session_id,
                         tenant = %tenant.name,
                         error = %error.message,
                         "the run failed"

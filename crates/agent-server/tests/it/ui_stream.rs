@@ -419,3 +419,48 @@ async fn a_failed_run_ends_with_an_error_chunk_and_an_error_finish() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_tenant_over_its_stored_bytes_quota_cannot_go_on_with_a_chat() {
+    let server = TestServer::with(
+        &format!("{CONFIG}\n[server.quotas]\nmax_stored_bytes = 2000\n"),
+        vec![weather_tool()],
+    )
+    .await;
+    let (status, _, chunks) = post(
+        &server,
+        &json!({"id": "chat_big", "messages": [user(USER)]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{chunks:#?}");
+    let list: Value = server
+        .get("/v1/sessions", KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        list["data"][0]["size_bytes"].as_u64().unwrap() > 2000,
+        "{list}"
+    );
+    // The three rounds' history is over 2,000 bytes: the next turn is refused before a model
+    // call, and the session stays as it was.
+    let (status, _, chunks) = post(
+        &server,
+        &json!({"id": "chat_big", "messages": [user(USER), user("And Paris?")]}),
+    )
+    .await;
+    assert_eq!(status, 413, "{chunks:#?}");
+    let stored: Value = server
+        .get("/v1/sessions/chat_big", KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stored["status"], "completed", "{stored}");
+    server.shutdown().await;
+}
