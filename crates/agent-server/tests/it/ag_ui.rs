@@ -247,7 +247,8 @@ async fn bad_inputs_are_refused_before_any_run() {
     server.shutdown().await;
 }
 
-/// `ag_ui.mjs` with the official `@ag-ui/client` HttpAgent, which verifies the events.
+/// `ag_ui.mjs` with the official `@ag-ui/client` HttpAgent, which verifies the events: server
+/// tools, a frontend tool round trip, and an approval as an interrupt answered by `resume`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_ag_ui_http_agent_works_unchanged() {
     let Some(node) = client_program("AGENTRY_TEST_NODE", "node.sh") else {
@@ -255,6 +256,7 @@ async fn the_official_ag_ui_http_agent_works_unchanged() {
     };
     let tools = server(&[]).await;
     let plain = TestServer::start().await;
+    let approving = server(&["clock"]).await;
     let script = format!("{}/tests/node_client/ag_ui.mjs", env!("CARGO_MANIFEST_DIR"));
     let output = tokio::time::timeout(
         Duration::from_secs(120),
@@ -263,6 +265,7 @@ async fn the_official_ag_ui_http_agent_works_unchanged() {
             .arg(&tools.url)
             .arg(KEY)
             .arg(&plain.url)
+            .arg(&approving.url)
             .kill_on_drop(true)
             .output(),
     )
@@ -274,6 +277,7 @@ async fn the_official_ag_ui_http_agent_works_unchanged() {
     assert!(stderr.contains("all checks passed"), "{stderr}");
     tools.shutdown().await;
     plain.shutdown().await;
+    approving.shutdown().await;
 }
 
 /// A scripted model that thinks before a clock call and before its answer: reasoning in both

@@ -1,9 +1,10 @@
 // The official AG-UI client (`@ag-ui/client`'s HttpAgent, which verifies every event's
 // order and shape) against agentry's POST /v1/ag-ui.
 //
-// usage: node ag_ui.mjs <server_url> <api_key> <plain_server_url>
+// usage: node ag_ui.mjs <server_url> <api_key> <plain_server_url> <approval_server_url>
 // The first server has get_weather as a server tool; the second only the calculator and the
-// clock, so get_weather is the frontend's. The recorded demo model answers round 1 with
+// clock, so get_weather is the frontend's; the third is the first with the clock needing
+// approval. The recorded demo model answers round 1 with
 // get_weather(Lisbon), get_weather(Oslo) and clock, round 2 with calculator("19 - 4"),
 // round 3 with the answer.
 
@@ -11,9 +12,11 @@ import assert from 'node:assert/strict';
 import { HttpAgent } from '@ag-ui/client';
 import { ANSWER_END, ANSWER_START, USER, WEATHER, log } from './common.mjs';
 
-const [url, key, plainURL] = process.argv.slice(2);
-if (!url || !key || !plainURL) {
-  throw new Error('usage: node ag_ui.mjs <server_url> <api_key> <plain_server_url>');
+const [url, key, plainURL, approvalURL] = process.argv.slice(2);
+if (!url || !key || !plainURL || !approvalURL) {
+  throw new Error(
+    'usage: node ag_ui.mjs <server_url> <api_key> <plain_server_url> <approval_server_url>',
+  );
 }
 const endpoint = (base) => `${base.replace(/\/$/, '')}/v1/ag-ui`;
 const headers = { authorization: `Bearer ${key}` };
@@ -105,7 +108,36 @@ async function frontendTool() {
   log('ag-ui: frontend tool ok');
 }
 
-// 3. A refused request comes back as the HTTP error.
+// 3. Approval as an AG-UI interrupt: the run finishes interrupted, the client's `resume`
+// denies the clock, and the next run answers.
+async function approval() {
+  const agent = new HttpAgent({
+    url: endpoint(approvalURL),
+    headers,
+    threadId: `agui_approval_${Date.now()}`,
+  });
+  agent.addMessage({ id: 'u1', role: 'user', content: USER });
+  let finished;
+  await agent.runAgent({}, { onRunFinishedEvent: (params) => { finished = params; } });
+  assert.equal(finished.outcome, 'interrupt');
+  assert.equal(finished.interrupts.length, 1);
+  const [interrupt] = finished.interrupts;
+  assert.equal(interrupt.reason, 'tool_approval');
+  // The client itself refuses to go on without answering the interrupt.
+  await assert.rejects(agent.runAgent({}), /pending interrupt/);
+  const { result } = await agent.runAgent({
+    resume: [{ interruptId: interrupt.id, status: 'cancelled', payload: { reason: 'no clocks' } }],
+  });
+  assert.equal(result.status, 'completed');
+  answerOf(agent.messages);
+  const denied = agent.messages.find(
+    (message) => message.role === 'tool' && message.toolCallId === interrupt.toolCallId,
+  );
+  assert.ok(denied.content.includes('no clocks'), denied.content);
+  log('ag-ui: approval interrupt ok');
+}
+
+// 4. A refused request comes back as the HTTP error.
 async function refused() {
   const agent = new HttpAgent({ url: endpoint(url), headers, threadId: 'a b' });
   agent.addMessage({ id: 'u1', role: 'user', content: 'hi' });
@@ -115,5 +147,6 @@ async function refused() {
 
 await serverTools();
 await frontendTool();
+await approval();
 await refused();
 log('all checks passed');
