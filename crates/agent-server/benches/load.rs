@@ -22,6 +22,10 @@
 //! - **C, steady load:** on the same server, twice as many sessions arriving at a steady
 //!   rate that keeps about 1,000 streams open; the time to the first event of the second
 //!   half is the latency a client sees under that load.
+//! - **D, encoders:** on a fresh server, the same session through the native stream, the AI
+//!   SDK's UI message stream (`/v1/ui/chat`) and AG-UI (`/v1/ag-ui`), in interleaved
+//!   batches: the server's CPU per session and per agent event, and what each frontend
+//!   encoder adds over the native stream (issue 21: at most 5%).
 //!
 //! Targets (issue 6): ≥ 2,000 completed rounds/s on 2 cores, p99 first event ≤ 50 ms, ≤ 64
 //! KiB RSS per open stream. The ratios printed are against those targets (above 1.00x: met).
@@ -62,6 +66,8 @@ const DELAY_VAR: &str = "AGENTRY_LOAD_EVENT_DELAY_MS";
 /// A command to run the server child under (a profiler); the memory numbers are then the
 /// wrapper's, unless it execs the server.
 const WRAPPER_VAR: &str = "AGENTRY_LOAD_SERVER_WRAPPER";
+/// The phases to run, by letter (all unless set).
+const PHASES_VAR: &str = "AGENTRY_LOAD_PHASES";
 /// What the server child prints before its port.
 const PORT_LINE: &str = "agentry-load-port ";
 /// Concurrent sessions per phase.
@@ -87,7 +93,7 @@ const SESSION_DEADLINE: Duration = Duration::from_secs(30);
 /// One phase, all of its sessions.
 const PHASE_DEADLINE: Duration = Duration::from_secs(45);
 /// The whole run; the parent exits (and the child with it) past this.
-const RUN_DEADLINE: Duration = Duration::from_secs(150);
+const RUN_DEADLINE: Duration = Duration::from_secs(200);
 /// The child serves at most this long, whatever happens to the parent.
 const CHILD_DEADLINE: Duration = Duration::from_secs(180);
 
@@ -121,6 +127,10 @@ max_connections_per_address = 4096
 [server.limits]
 requests_per_minute = 1000000
 concurrent_executes = 2000
+
+# Phase D creates over 3,000 sessions on one server.
+[server.quotas]
+max_sessions = 0
 
 [[server.models]]
 name = "demo"
@@ -391,6 +401,85 @@ fn execute_request(id: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Which endpoint a session runs through: the native execute stream, or one of the web
+/// frontends' protocols over the same run (phase D compares their CPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// `POST /v1/sessions/{id}/execute`, the native SSE events.
+    Execute,
+    /// `POST /v1/ui/chat`, the AI SDK's UI message stream.
+    UiChat,
+    /// `POST /v1/ag-ui`, AG-UI.
+    AgUi,
+}
+
+impl Protocol {
+    const ALL: [Self; 3] = [Self::Execute, Self::UiChat, Self::AgUi];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Execute => "native SSE (/v1/sessions/{id}/execute)",
+            Self::UiChat => "AI SDK UI stream (/v1/ui/chat)",
+            Self::AgUi => "AG-UI (/v1/ag-ui)",
+        }
+    }
+
+    fn request(self, id: &str) -> Vec<u8> {
+        let session = json!({
+            "model": "bench",
+            "system": SYSTEM,
+            "tools": ["get_weather", "calculator", "clock"],
+        });
+        let (path, body) = match self {
+            Self::Execute => return execute_request(id),
+            Self::UiChat => (
+                "/v1/ui/chat",
+                json!({"id": id, "trigger": "submit-message", "session": session,
+                       "messages": [{"id": "u1", "role": "user",
+                                     "parts": [{"type": "text", "text": USER}]}]}),
+            ),
+            Self::AgUi => (
+                "/v1/ag-ui",
+                json!({"threadId": id, "runId": "run_1", "forwardedProps": {"session": session},
+                       "messages": [{"id": "u1", "role": "user", "content": USER}]}),
+            ),
+        };
+        let body = body.to_string();
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: \
+             {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    /// The marker of the stream's last event that says how the run ended.
+    fn end(self) -> &'static [u8] {
+        match self {
+            Self::Execute => br#""type":"execute_complete""#,
+            Self::UiChat => br#""type":"finish""#,
+            Self::AgUi => br#""type":"RUN_FINISHED""#,
+        }
+    }
+
+    fn error(self) -> &'static [u8] {
+        match self {
+            Self::Execute | Self::UiChat => br#""type":"error""#,
+            Self::AgUi => br#""type":"RUN_ERROR""#,
+        }
+    }
+
+    /// The session's status in the last event.
+    fn status(self, event: &Value) -> &Value {
+        match self {
+            Self::Execute => &event["status"],
+            Self::UiChat => &event["messageMetadata"]["status"],
+            Self::AgUi => &event["result"]["status"],
+        }
+    }
+}
+
 /// Connects, retrying refused or reset connects (a full accept queue) for up to 5 s.
 async fn connect(port: u16) -> Result<TcpStream, String> {
     let mut backoff = Duration::from_millis(5);
@@ -420,12 +509,18 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Runs one session; `Err` says what went wrong.
-async fn session(port: u16, n: usize, id: String, open: &OpenStreams) -> Result<Sample, String> {
+async fn session(
+    port: u16,
+    n: usize,
+    id: String,
+    open: &OpenStreams,
+    protocol: Protocol,
+) -> Result<Sample, String> {
     let start = Instant::now();
     let mut stream = connect(port).await?;
     let connected = start.elapsed();
     stream
-        .write_all(&execute_request(&id))
+        .write_all(&protocol.request(&id))
         .await
         .map_err(|error| format!("write: {error}"))?;
 
@@ -498,12 +593,12 @@ async fn session(port: u16, n: usize, id: String, open: &OpenStreams) -> Result<
                 first_event = Some(start.elapsed());
                 open.opened();
             }
-            if find(data, br#""type":"execute_complete""#).is_some() {
+            if find(data, protocol.end()).is_some() {
                 let complete = start.elapsed();
                 open.closed();
                 let event: Value = serde_json::from_slice(data)
-                    .map_err(|error| format!("execute_complete is not JSON: {error}"))?;
-                if event["status"] != "completed" {
+                    .map_err(|error| format!("the last event is not JSON: {error}"))?;
+                if protocol.status(&event) != "completed" {
                     return Err(format!("the session ended {event}"));
                 }
                 return Ok(Sample {
@@ -515,7 +610,7 @@ async fn session(port: u16, n: usize, id: String, open: &OpenStreams) -> Result<
                     complete,
                 });
             }
-            if find(data, br#""type":"error""#).is_some() {
+            if find(data, protocol.error()).is_some() {
                 return Err(String::from_utf8_lossy(data).into_owned());
             }
         }
@@ -570,6 +665,7 @@ async fn batch(
     count: usize,
     spacing: Duration,
     open: &Arc<OpenStreams>,
+    protocol: Protocol,
 ) -> Batch {
     let start = Instant::now();
     let origin = tokio::time::Instant::now();
@@ -580,7 +676,8 @@ async fn batch(
             let at = origin + spacing * u32::try_from(n).unwrap_or(u32::MAX);
             tokio::spawn(async move {
                 tokio::time::sleep_until(at).await;
-                match tokio::time::timeout(SESSION_DEADLINE, session(port, n, id, &open)).await {
+                let run = session(port, n, id, &open, protocol);
+                match tokio::time::timeout(SESSION_DEADLINE, run).await {
                     Ok(result) => result,
                     Err(_) => Err(format!(
                         "no execute_complete within {} s",
@@ -821,10 +918,24 @@ fn phase_a(client: &tokio::runtime::Runtime) -> Result<(), String> {
     let server = ServerProcess::start(0);
     let (port, pid) = (server.port, server.pid());
     let open = Arc::new(OpenStreams::default());
-    let warm = client.block_on(batch(port, "warm", WARM_UP, Duration::ZERO, &open));
+    let warm = client.block_on(batch(
+        port,
+        "warm",
+        WARM_UP,
+        Duration::ZERO,
+        &open,
+        Protocol::Execute,
+    ));
     check("A (warm-up)", &warm)?;
     let (run, cpu) = with_cpu(pid, || {
-        client.block_on(batch(port, "a", SESSIONS, Duration::ZERO, &open))
+        client.block_on(batch(
+            port,
+            "a",
+            SESSIONS,
+            Duration::ZERO,
+            &open,
+            Protocol::Execute,
+        ))
     });
     server.stop();
     check("A", &run)?;
@@ -864,7 +975,14 @@ fn phases_b_c(client: &tokio::runtime::Runtime) -> Result<(), String> {
     let server = ServerProcess::start(EVENT_DELAY_MS);
     let (port, pid) = (server.port, server.pid());
     let open = Arc::new(OpenStreams::default());
-    let warm = client.block_on(batch(port, "warm", 20, Duration::ZERO, &open));
+    let warm = client.block_on(batch(
+        port,
+        "warm",
+        20,
+        Duration::ZERO,
+        &open,
+        Protocol::Execute,
+    ));
     check("B (warm-up)", &warm)?;
     std::thread::sleep(Duration::from_millis(300));
     let idle = proc_bytes(pid, "VmRSS:").ok_or("cannot read the child's /proc status")?;
@@ -876,7 +994,14 @@ fn phases_b_c(client: &tokio::runtime::Runtime) -> Result<(), String> {
         pid,
         port,
         &open,
-        batch(port, "b", SESSIONS, Duration::ZERO, &open),
+        batch(
+            port,
+            "b",
+            SESSIONS,
+            Duration::ZERO,
+            &open,
+            Protocol::Execute,
+        ),
     ));
     let hwm = proc_bytes(pid, "VmHWM:").ok_or("cannot read the child's /proc status")?;
     if let Err(message) = check("B", &run) {
@@ -928,7 +1053,7 @@ fn phases_b_c(client: &tokio::runtime::Runtime) -> Result<(), String> {
             pid,
             port,
             &open,
-            batch(port, "c", 2 * SESSIONS, spacing, &open),
+            batch(port, "c", 2 * SESSIONS, spacing, &open, Protocol::Execute),
         ))
     });
     server.stop();
@@ -955,6 +1080,73 @@ fn phases_b_c(client: &tokio::runtime::Runtime) -> Result<(), String> {
     println!("  the last {SESSIONS} sessions:");
     print_latency(&steady);
     print_cpu(cpu, 2 * SESSIONS, run.wall);
+    Ok(())
+}
+
+/// Phase D: sessions per protocol in each batch, and batches per protocol, interleaved so
+/// that drift (caches, the store's size) spreads over all three.
+const PROTOCOL_SESSIONS: usize = 250;
+const PROTOCOL_REPEATS: usize = 4;
+/// The issue's bound on what a frontend encoder may add over the native stream.
+const TARGET_ENCODER_OVERHEAD_PCT: f64 = 5.0;
+
+/// D: the same run through the three streams, the server's CPU per session and per agent
+/// event compared.
+fn phase_d(client: &tokio::runtime::Runtime) -> Result<(), String> {
+    let server = ServerProcess::start(0);
+    let (port, pid) = (server.port, server.pid());
+    let open = Arc::new(OpenStreams::default());
+    for protocol in Protocol::ALL {
+        let prefix = format!("warm-{protocol:?}");
+        let warm = client.block_on(batch(port, &prefix, 50, Duration::ZERO, &open, protocol));
+        check("D (warm-up)", &warm)?;
+    }
+    let mut cpu = [Duration::ZERO; 3];
+    let mut frames = [0_usize; 3];
+    for repeat in 0..PROTOCOL_REPEATS {
+        for (k, protocol) in Protocol::ALL.into_iter().enumerate() {
+            let prefix = format!("d{repeat}-{protocol:?}");
+            let (run, used) = with_cpu(pid, || {
+                client.block_on(batch(
+                    port,
+                    &prefix,
+                    PROTOCOL_SESSIONS,
+                    Duration::ZERO,
+                    &open,
+                    protocol,
+                ))
+            });
+            check("D", &run)?;
+            let (server_cpu, _) = used.ok_or("cannot read the child's CPU time")?;
+            cpu[k] += server_cpu;
+            frames[k] = run.samples.first().map_or(0, |s| s.events);
+        }
+    }
+    server.stop();
+    let sessions = (PROTOCOL_SESSIONS * PROTOCOL_REPEATS) as f64;
+    // The native stream has one frame per agent event: the events every stream encodes.
+    let events = frames[0].max(1) as f64;
+    println!(
+        "\nD. encoders: the same session ({MODEL_CALLS} model calls, {TOOL_CALLS} tool calls, \
+         {events} agent events) through each stream, {PROTOCOL_REPEATS} interleaved batches of \
+         {PROTOCOL_SESSIONS} at once per stream; the server's CPU (target: at most \
+         +{TARGET_ENCODER_OVERHEAD_PCT}% per event over the native stream)"
+    );
+    for (k, protocol) in Protocol::ALL.into_iter().enumerate() {
+        let per_session = cpu[k].as_secs_f64() * 1e6 / sessions;
+        let over = 100.0 * (cpu[k].as_secs_f64() / cpu[0].as_secs_f64() - 1.0);
+        let verdict = match protocol {
+            Protocol::Execute => String::new(),
+            _ if over <= TARGET_ENCODER_OVERHEAD_PCT => format!(", {over:+.1}% (met)"),
+            _ => format!(", {over:+.1}% (over the target)"),
+        };
+        println!(
+            "  {:<40} {per_session:>6.0} µs/session, {:>5.2} µs/event, {} frames/session{verdict}",
+            protocol.name(),
+            per_session / events,
+            frames[k],
+        );
+    }
     Ok(())
 }
 
@@ -992,7 +1184,30 @@ fn parent() {
         .enable_all()
         .build()
         .unwrap();
-    let outcome = phase_a(&client).and_then(|()| phases_b_c(&client));
+    // `AGENTRY_LOAD_PHASES=D` runs the encoder comparison alone (letters of the phases).
+    let phases = std::env::var(PHASES_VAR).unwrap_or_else(|_| "ABCD".into());
+    let outcome = Ok(())
+        .and_then(|()| {
+            if phases.contains('A') {
+                phase_a(&client)
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| {
+            if phases.contains('B') || phases.contains('C') {
+                phases_b_c(&client)
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| {
+            if phases.contains('D') {
+                phase_d(&client)
+            } else {
+                Ok(())
+            }
+        });
     println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
     if let Err(message) = outcome {
         eprintln!("load: {message}");

@@ -8,6 +8,8 @@
 //! | `GET /v1/sessions` | the caller's sessions, paginated |
 //! | `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}` | read or remove it (409 while it executes) |
 //! | `POST /v1/chat/completions` | OpenAI-compatible; server tools run in the loop, client tools come back as `tool_calls` |
+//! | `POST /v1/ui/chat` | the AI SDK's UI message stream (`useChat`) over a session named by the chat's id |
+//! | `POST /v1/ag-ui` | AG-UI (`HttpAgent`, CopilotKit) over a session named by the thread id |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the allow-list, as OpenAI lists models |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
 //!
@@ -30,13 +32,16 @@
 //! # }
 //! ```
 
+mod ag_ui;
 mod approval;
 mod auth;
 mod checkpoint;
 mod config;
 mod connections;
+pub mod encode;
 mod error;
 mod execute;
+mod frontend;
 mod http;
 mod id;
 mod idempotency;
@@ -51,6 +56,7 @@ pub mod spend;
 mod state;
 pub mod store;
 mod sweeper;
+mod ui_stream;
 mod usage;
 
 use std::future::Future;
@@ -101,6 +107,8 @@ pub fn router(state: AppState) -> Router {
                 idempotency::guard,
             )),
         )
+        .route("/v1/ui/chat", post(ui_stream::chat))
+        .route("/v1/ag-ui", post(ag_ui::run))
         .route("/v1/usage", get(usage::usage))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))

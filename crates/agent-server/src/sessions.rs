@@ -475,7 +475,7 @@ impl Leased<'_> {
 }
 
 /// A new record from a request, checked against the allow-list and the caps.
-fn record(
+pub(crate) fn record(
     state: &AppState,
     tenant: &Tenant,
     mut new: NewSession,
@@ -645,7 +645,7 @@ fn check_caps(state: &AppState, options: &SessionOptions) -> Result<(), ApiError
 /// Expires the pending calls of a session that waited longer than the server allows: each
 /// gets an error result (so the history stays valid) and the status becomes `error`.
 /// Returns whether it did.
-fn expire(state: &AppState, record: &mut SessionRecord) -> bool {
+pub(crate) fn expire(state: &AppState, record: &mut SessionRecord) -> bool {
     let timeout = state.inner.config.remote_tool_timeout_secs;
     let session = &mut record.session;
     if session.status != SessionStatus::AwaitingToolExecution

@@ -206,6 +206,8 @@ enum Endpoint {
     CreateSession,
     Execute,
     ChatCompletions,
+    UiChat,
+    AgUi,
 }
 
 /// Valid bodies of each endpoint: the starting points of the mutations.
@@ -244,6 +246,25 @@ fn templates(endpoint: Endpoint) -> Vec<Value> {
                     "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
                 "temperature": 0.2, "max_tokens": 64, "tool_choice": "auto"}),
+        ],
+        Endpoint::UiChat => vec![
+            json!({"id": "chat_1", "trigger": "submit-message", "session": context,
+                "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
+            json!({"id": "chat_1", "messages": [{"id": "a1", "role": "assistant", "parts": [
+                {"type": "tool-get_weather", "toolCallId": "c1", "state": "output-available",
+                 "input": {"city": "Oslo"}, "output": {"temp_c": 4}},
+                {"type": "tool-clock", "toolCallId": "c2", "state": "approval-responded",
+                 "input": {}, "approval": {"id": "c2", "approved": false, "reason": "no"}}]}]}),
+        ],
+        Endpoint::AgUi => vec![
+            json!({"threadId": "thread_1", "runId": "run_1", "state": {}, "context": [
+                {"description": "city", "value": "Oslo"}], "forwardedProps": {"session": context},
+                "tools": [{"name": "get_weather", "description": "Weather.",
+                    "parameters": {"type": "object"}}],
+                "messages": [{"id": "u1", "role": "user", "content": "Weather?"}]}),
+            json!({"threadId": "thread_1", "runId": "run_2", "messages": [
+                {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"}],
+                "resume": [{"interruptId": "c2", "status": "cancelled", "payload": {"reason": "no"}}]}),
         ],
     }
 }
@@ -355,6 +376,8 @@ fn request() -> impl Strategy<Value = Request> {
                     Endpoint::CreateSession => "/v1/sessions".to_owned(),
                     Endpoint::Execute => format!("/v1/sessions/{id}/execute"),
                     Endpoint::ChatCompletions => "/v1/chat/completions".to_owned(),
+                    Endpoint::UiChat => "/v1/ui/chat".to_owned(),
+                    Endpoint::AgUi => "/v1/ag-ui".to_owned(),
                 };
                 Request {
                     method: reqwest::Method::POST,
@@ -401,6 +424,8 @@ fn request() -> impl Strategy<Value = Request> {
         3 => post(Endpoint::CreateSession),
         4 => post(Endpoint::Execute),
         4 => post(Endpoint::ChatCompletions),
+        2 => post(Endpoint::UiChat),
+        2 => post(Endpoint::AgUi),
         2 => get,
         1 => delete,
     ]

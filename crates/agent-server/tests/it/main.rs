@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod ag_ui;
 mod approval;
 mod checkpoint;
 mod connections;
@@ -20,4 +21,5 @@ mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;
+mod ui_stream;
 mod usage;
