@@ -8,6 +8,7 @@
 //! | `GET /v1/sessions` | the caller's sessions, paginated |
 //! | `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}` | read or remove it (409 while it executes) |
 //! | `POST /v1/chat/completions` | OpenAI-compatible; server tools run in the loop, client tools come back as `tool_calls` |
+//! | `POST /v1/responses`, `GET /v1/responses/{id}` | OpenAI Responses-compatible; `previous_response_id` continues a stored response |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the allow-list, as OpenAI lists models |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
 //!
@@ -101,6 +102,14 @@ pub fn router(state: AppState) -> Router {
                 idempotency::guard,
             )),
         )
+        .route(
+            "/v1/responses",
+            post(openai::responses::create).layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                idempotency::guard,
+            )),
+        )
+        .route("/v1/responses/{id}", get(openai::responses::retrieve))
         .route("/v1/usage", get(usage::usage))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))

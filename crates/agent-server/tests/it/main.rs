@@ -11,6 +11,7 @@ mod idempotency;
 mod lifecycle;
 mod mcp;
 mod openai;
+mod responses;
 mod sessions;
 mod settings;
 mod spend;
