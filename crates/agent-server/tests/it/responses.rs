@@ -400,6 +400,21 @@ async fn capped_server() -> TestServer {
     .await
 }
 
+/// Requests that reached `/v1/responses` on `server`, whatever their status.
+fn responses_requests(server: &TestServer) -> f64 {
+    server
+        .state
+        .metrics()
+        .render()
+        .lines()
+        .filter(|line| {
+            line.starts_with("agentry_http_requests_total{")
+                && line.contains("route=\"/v1/responses\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Runs a real client's check script against a demo server (and a budget-capped one).
 async fn run_client(program: std::ffi::OsString, script: &str) {
     let server = TestServer::start().await;
@@ -425,6 +440,15 @@ async fn run_client(program: std::ffi::OsString, script: &str) {
         "{script} failed:\n{stderr}\n{stdout}"
     );
     assert!(stderr.contains("all checks passed"), "{stderr}");
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("{stderr}");
+    }
+    assert_eq!(
+        responses_requests(&capped),
+        1.0,
+        "{script}: the budget trip reached the server once (no retry)"
+    );
     capped.shutdown().await;
     server.shutdown().await;
 }
