@@ -16,7 +16,7 @@ mod sessions;
 mod settings;
 mod spend;
 mod store;
-mod structured;
+pub(crate) mod structured;
 mod sub_agents;
 mod support;
 mod tenancy;

@@ -476,3 +476,145 @@ async fn the_openai_agents_sdk_works_unchanged() {
         run_client(python, "openai_client/test_agents.py").await;
     }
 }
+
+fn city_format() -> Value {
+    json!({"format": {"type": "json_schema", "name": "city", "strict": true,
+        "schema": {"type": "object",
+                   "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
+                   "required": ["name", "population"], "additionalProperties": false}}})
+}
+
+#[tokio::test]
+async fn text_format_json_schema_answers_with_the_validated_json() {
+    let (server, upstream) = crate::structured::server(vec![
+        json!({"content": "{\"name\":\"Lisbon\",\"population\":545923}"}),
+    ])
+    .await;
+    let (status, body) = create(
+        &server,
+        ACME,
+        json!({"model": "up", "input": "Biggest city of Portugal?", "text": city_format()}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let text = body["output"][0]["content"][0]["text"].as_str().unwrap();
+    let answer: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(answer, json!({"name": "Lisbon", "population": 545_923}));
+    assert_eq!(body["text"]["format"]["name"], "city");
+    // The provider takes schemas natively: the schema went upstream under its name.
+    let sent = upstream.bodies();
+    assert_eq!(
+        sent[0]["response_format"]["json_schema"]["name"], "city",
+        "{}",
+        sent[0]
+    );
+
+    // Streamed: the validated JSON is the text.
+    let events = stream(
+        &server,
+        json!({"model": "up", "input": "Biggest city of Portugal?", "text": city_format(),
+               "stream": true}),
+    )
+    .await;
+    let text: String = events
+        .iter()
+        .filter(|(kind, _)| kind == "response.output_text.delta")
+        .map(|(_, data)| data["delta"].as_str().unwrap())
+        .collect();
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["name"], "Lisbon");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn reasoning_comes_as_a_reasoning_item_before_the_message() {
+    let (server, _upstream) = crate::structured::server(vec![
+        json!({"reasoning_content": "Portugal's largest city is Lisbon.", "content": "Lisbon."}),
+    ])
+    .await;
+    let (status, body) = create(
+        &server,
+        ACME,
+        json!({"model": "up", "input": "Biggest city of Portugal?",
+               "reasoning": {"effort": "low", "summary": "auto"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"][0]["type"], "reasoning", "{body:#}");
+    assert_eq!(
+        body["output"][0]["summary"][0]["text"],
+        "Portugal's largest city is Lisbon."
+    );
+    assert_eq!(body["output"][1]["content"][0]["text"], "Lisbon.");
+    let events = stream(
+        &server,
+        json!({"model": "up", "input": "Biggest city of Portugal?", "stream": true}),
+    )
+    .await;
+    let kinds: Vec<&str> = events.iter().map(|(kind, _)| kind.as_str()).collect();
+    let reasoning = kinds
+        .iter()
+        .position(|kind| *kind == "response.reasoning_summary_text.delta")
+        .expect("reasoning deltas");
+    let text = kinds
+        .iter()
+        .position(|kind| *kind == "response.output_text.delta")
+        .expect("text deltas");
+    assert!(reasoning < text, "{kinds:?}");
+    let done = &events.last().unwrap().1["response"];
+    assert_eq!(done["output"][0]["type"], "reasoning");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_run_that_fails_mid_stream_ends_with_response_failed() {
+    let capped = capped_server().await;
+    let events = stream(
+        &capped,
+        json!({"model": "demo", "instructions": SYSTEM, "input": USER, "stream": true}),
+    )
+    .await;
+    let (kind, last) = events.last().unwrap();
+    assert_eq!(kind, "response.failed", "{events:#?}");
+    assert_eq!(last["response"]["status"], "failed");
+    assert_eq!(last["response"]["error"]["code"], "budget_exceeded");
+    assert!(
+        events
+            .iter()
+            .any(|(kind, _)| kind == "response.output_text.delta"),
+        "the text before the trip went out"
+    );
+    // Not streamed: the OpenAI-shaped 402, with what was spent.
+    let (status, body) = create(
+        &capped,
+        ACME,
+        json!({"model": "demo", "instructions": SYSTEM, "input": USER}),
+    )
+    .await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["error"]["code"], "budget_exceeded");
+    capped.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forced_tool_choice_forces_the_first_call_only() {
+    let server = TestServer::start().await;
+    let (status, body) = create(
+        &server,
+        ACME,
+        json!({"model": "demo", "instructions": SYSTEM, "input": USER, "tools": [weather_tool()],
+               "tool_choice": {"type": "function", "name": "get_weather"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(weather_outputs(&body).len(), 2);
+    let (status, body) = create(
+        &server,
+        ACME,
+        json!({"model": "demo", "input": "hi", "tool_choice": {"type": "function", "name": "nope"}}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "tool_choice");
+    server.shutdown().await;
+}
