@@ -771,6 +771,25 @@ async fn run(state: AppState, plan: Plan, running: Running) {
             }
         }
     }
+    // A response whose id the client never sees (it gets an error status instead) cannot be
+    // continued: keeping it would only fill the tenant's store.
+    if let Some(holder) = &holder
+        && sink.fails_unseen(&outcome)
+    {
+        let _ = state
+            .inner
+            .store
+            .release(&tenant.name, record.id(), holder)
+            .await;
+        if let Err(error) = state
+            .inner
+            .store
+            .delete(&tenant.name, record.id(), now_ms())
+            .await
+        {
+            tracing::warn!(session = record.id(), %error, "a failed response could not be removed");
+        }
+    }
     drop(permit);
     let usage: Usage = record.session.messages
         [sink.shape.start.min(record.session.messages.len())..]
@@ -904,6 +923,15 @@ impl Sink {
             _ => {}
         }
         !self.gone
+    }
+
+    /// Whether `outcome` reaches the client as an error status, before any event: then the
+    /// response's id is never seen.
+    fn fails_unseen(&self, outcome: &Result<GenerateResult, AgentError>) -> bool {
+        let refused_output = |error: &AgentError| {
+            self.refusal.is_none() && matches!(error.kind, ErrorKind::OutputRefused { .. })
+        };
+        !self.started && outcome.as_ref().is_err_and(|error| !refused_output(error))
     }
 
     /// The output index of the message item: after the reasoning item, if any.

@@ -593,6 +593,22 @@ async fn a_run_that_fails_mid_stream_ends_with_response_failed() {
     .await;
     assert_eq!(status, 402, "{body}");
     assert_eq!(body["error"]["code"], "budget_exceeded");
+    // Its id was never seen, so nothing of it is kept; the streamed one's was.
+    let sessions: Value = capped
+        .get("/v1/sessions", ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kept = sessions["data"].as_array().unwrap();
+    assert_eq!(kept.len(), 1, "{sessions:#}");
+    let streamed = last["response"]["id"]
+        .as_str()
+        .unwrap()
+        .replace("resp_", "sess_");
+    assert_eq!(kept[0]["id"], streamed.as_str());
     capped.shutdown().await;
 }
 
