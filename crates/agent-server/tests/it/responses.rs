@@ -634,3 +634,76 @@ async fn a_forced_tool_choice_forces_the_first_call_only() {
     assert_eq!(body["error"]["param"], "tool_choice");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_running_response_cannot_be_continued_and_a_client_that_hangs_up_cancels_it() {
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    // Here get_weather is a slow server tool.
+    let server = TestServer::with(
+        CONFIG,
+        vec![crate::support::slow_tool(
+            "get_weather",
+            5_000,
+            std::sync::Arc::clone(&started),
+        )],
+    )
+    .await;
+    let mut response = server
+        .post("/v1/responses", ACME)
+        .json(&json!({"model": "demo", "instructions": SYSTEM, "input": USER, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut seen = String::new();
+    while !seen.contains("\"resp_") {
+        let chunk = response.chunk().await.unwrap().unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let at = seen.find("\"resp_").unwrap();
+    let id = seen[at + 1..at + 38].to_owned();
+    tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+        .await
+        .unwrap();
+    // Running: its history is not complete, so neither a continuation nor a read.
+    let (status, body) = create(
+        &server,
+        ACME,
+        json!({"model": "demo", "previous_response_id": id, "input": "and?"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let got = server
+        .get(&format!("/v1/responses/{id}"), ACME)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 409);
+    drop(response);
+    let aborted = || {
+        server.state.metrics().value(
+            "agentry_runs_total",
+            &[("tenant", "acme"), ("status", "aborted")],
+        )
+    };
+    // Well before the tool's 5 s are up.
+    for _ in 0..60 {
+        if aborted() == 1.0 && server.state.running() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(aborted(), 1.0);
+    // Saved as it stood: the text of round 1, the response incomplete.
+    let got: Value = server
+        .get(&format!("/v1/responses/{id}"), ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["status"], "incomplete", "{got:#}");
+    assert_eq!(got["output"][0]["content"][0]["text"], ROUND_1_TEXT);
+    server.shutdown().await;
+}
