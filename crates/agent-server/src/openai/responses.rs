@@ -614,7 +614,10 @@ fn rebuilt(id: &str, record: &SessionRecord) -> Value {
             Some(json!({"code": "server_error",
                                                        "message": "the run failed"})),
         ),
-        SessionStatus::Aborted => ("incomplete", Some(json!("interrupted"))),
+        // `running` without a lease: the instance running it stopped (a crash).
+        SessionStatus::Aborted | SessionStatus::Running => {
+            ("incomplete", Some(json!("interrupted")))
+        }
         _ => ("completed", None),
     };
     let mut echo = Map::new();
