@@ -206,6 +206,7 @@ enum Endpoint {
     CreateSession,
     Execute,
     ChatCompletions,
+    Responses,
 }
 
 /// Valid bodies of each endpoint: the starting points of the mutations.
@@ -244,6 +245,20 @@ fn templates(endpoint: Endpoint) -> Vec<Value> {
                     "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
                 "temperature": 0.2, "max_tokens": 64, "tool_choice": "auto"}),
+        ],
+        Endpoint::Responses => vec![
+            json!({"model": "demo", "instructions": "Be brief.", "input": "Weather in Lisbon?",
+                "tools": [{"type": "function", "name": "get_weather",
+                    "parameters": {"type": "object"}}], "store": false}),
+            json!({"model": "demo", "stream": true, "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "x"}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "y"}]},
+                {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "sunny"}],
+                "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}},
+                "reasoning": {"effort": "low"}, "tool_choice": "auto", "include": []}),
+            json!({"model": "demo", "previous_response_id": "resp_00000000000000000000000000000000",
+                "input": [{"type": "item_reference", "id": "msg_00000000000000000000000000000000_1"}]}),
         ],
     }
 }
@@ -355,6 +370,7 @@ fn request() -> impl Strategy<Value = Request> {
                     Endpoint::CreateSession => "/v1/sessions".to_owned(),
                     Endpoint::Execute => format!("/v1/sessions/{id}/execute"),
                     Endpoint::ChatCompletions => "/v1/chat/completions".to_owned(),
+                    Endpoint::Responses => "/v1/responses".to_owned(),
                 };
                 Request {
                     method: reqwest::Method::POST,
@@ -373,6 +389,7 @@ fn request() -> impl Strategy<Value = Request> {
             "/v1/models/",
             "/v1/sessions/",
             "/v1/models?",
+            "/v1/responses/",
         ]),
         prop_oneof![
             session_id(),
@@ -401,6 +418,7 @@ fn request() -> impl Strategy<Value = Request> {
         3 => post(Endpoint::CreateSession),
         4 => post(Endpoint::Execute),
         4 => post(Endpoint::ChatCompletions),
+        3 => post(Endpoint::Responses),
         2 => get,
         1 => delete,
     ]
