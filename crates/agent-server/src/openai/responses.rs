@@ -455,6 +455,9 @@ fn echo(request: &ResponsesRequest, store: bool) -> Map<String, Value> {
     echo
 }
 
+/// The most stored responses one request's `item_reference` items may name.
+const MAX_REFERENCED: usize = 64;
+
 /// Replaces each `item_reference` of `input` by the item it names: the text of a stored
 /// response's message, one of its function calls, or nothing for its reasoning (which is
 /// not sent back to the model anyway). 404 for an item this tenant has not stored.
@@ -471,6 +474,22 @@ async fn resolve_references(
         .any(|item| item.get("type") == Some(&json!("item_reference")))
     {
         return Ok(input.clone());
+    }
+    // Each stored response referenced is one read of a whole session: bounded before any.
+    let named: HashSet<&str> = items
+        .iter()
+        .filter(|item| item.get("type") == Some(&json!("item_reference")))
+        .filter_map(|item| item.get("id")?.as_str()?.split('_').nth(1))
+        .collect();
+    if named.len() > MAX_REFERENCED {
+        return Err(OpenAiError::invalid(
+            "input",
+            format!(
+                "input references items of {} stored responses, more than {MAX_REFERENCED}; \
+                 send the items themselves or continue with previous_response_id",
+                named.len()
+            ),
+        ));
     }
     let mut sessions: HashMap<String, SessionRecord> = HashMap::new();
     let mut resolved = Vec::with_capacity(items.len());

@@ -352,6 +352,14 @@ async fn an_item_reference_stands_for_the_stored_message() {
     )
     .await;
     assert_eq!(status, 404, "{error}");
+    // Each referenced response is a read of its session: at most 64 per request.
+    let mut input: Vec<Value> = (0..65)
+        .map(|n| json!({"type": "item_reference", "id": format!("msg_{n:032x}_1")}))
+        .collect();
+    input.push(json!({"role": "user", "content": "hi"}));
+    let (status, error) = create(&server, ACME, json!({"model": "demo", "input": input})).await;
+    assert_eq!(status, 400, "refused before any is read: {error}");
+    assert_eq!(error["error"]["param"], "input");
     server.shutdown().await;
 }
 
