@@ -604,18 +604,14 @@ pub(crate) async fn retrieve(
 /// A stored response's object: the output from where its input ended.
 fn rebuilt(id: &str, record: &SessionRecord) -> Value {
     let session = &record.session;
-    let remote: HashSet<&str> = session
-        .remote_tools
-        .iter()
-        .map(|spec| spec.name.as_str())
-        .collect();
-    // The output is the trailing run of assistant turns and server tool results.
+    // The output is the trailing run of assistant turns and results of the server tools the
+    // response could call; a user message or any other result was input.
     let start = session
         .messages
         .iter()
         .rposition(|message| match message {
             Message::User(_) => true,
-            Message::Tool(result) => remote.contains(result.name.as_str()),
+            Message::Tool(result) => !record.tools.contains(&result.name),
             _ => false,
         })
         .map_or(0, |at| at + 1);

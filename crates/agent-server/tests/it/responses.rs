@@ -151,6 +151,27 @@ async fn a_client_tool_comes_back_as_function_calls_and_previous_response_id_con
     assert!(text.contains(ANSWER_START), "{text}");
     assert_eq!(second["output"].as_array().unwrap().len(), 1);
     assert_eq!(second["usage"]["input_tokens"], 545 + 603);
+    // Read back without its tools declared again: the output starts after the outputs sent.
+    let (status, bare) = create(
+        &server,
+        ACME,
+        json!({"model": "demo", "previous_response_id": id, "input": weather_outputs(&first)}),
+    )
+    .await;
+    assert_eq!(status, 200, "{bare:#}");
+    let got: Value = server
+        .get(
+            &format!("/v1/responses/{}", bare["id"].as_str().unwrap()),
+            ACME,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["output"], bare["output"], "{got:#}");
+    assert_eq!(got["usage"], bare["usage"]);
 
     // The first response can be continued again (a branch), and outputs that answer no
     // call are refused naming the field.
