@@ -136,7 +136,8 @@ pub(crate) async fn guard(State(state): State<AppState>, request: Request, next:
     let Some(value) = request.headers().get(HEADER) else {
         return next.run(request).await;
     };
-    let openai = request.uri().path().starts_with("/v1/chat/");
+    let openai = request.uri().path().starts_with("/v1/chat/")
+        || request.uri().path().starts_with("/v1/responses");
     let refuse = |error: ApiError| {
         if openai {
             crate::openai::error::OpenAiError::from(error).into_response()

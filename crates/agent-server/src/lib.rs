@@ -10,6 +10,7 @@
 //! | `POST /v1/chat/completions` | OpenAI-compatible; server tools run in the loop, client tools come back as `tool_calls` |
 //! | `POST /v1/ui/chat` | the AI SDK's UI message stream (`useChat`) over a session named by the chat's id |
 //! | `POST /v1/ag-ui` | AG-UI (`HttpAgent`, CopilotKit) over a session named by the thread id |
+//! | `POST /v1/responses`, `GET /v1/responses/{id}` | OpenAI Responses-compatible; `previous_response_id` continues a stored response |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the allow-list, as OpenAI lists models |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
 //!
@@ -109,6 +110,14 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/ui/chat", post(ui_stream::chat))
         .route("/v1/ag-ui", post(ag_ui::run))
+        .route(
+            "/v1/responses",
+            post(openai::responses::create).layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                idempotency::guard,
+            )),
+        )
+        .route("/v1/responses/{id}", get(openai::responses::retrieve))
         .route("/v1/usage", get(usage::usage))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))

@@ -97,6 +97,7 @@ pub(crate) mod error;
 pub(crate) mod models;
 mod request;
 mod response;
+pub(crate) mod responses;
 
 use std::collections::HashSet;
 use std::convert::Infallible;

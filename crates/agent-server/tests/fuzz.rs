@@ -208,6 +208,7 @@ enum Endpoint {
     ChatCompletions,
     UiChat,
     AgUi,
+    Responses,
 }
 
 /// Valid bodies of each endpoint: the starting points of the mutations.
@@ -265,6 +266,20 @@ fn templates(endpoint: Endpoint) -> Vec<Value> {
             json!({"threadId": "thread_1", "runId": "run_2", "messages": [
                 {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"}],
                 "resume": [{"interruptId": "c2", "status": "cancelled", "payload": {"reason": "no"}}]}),
+        ],
+        Endpoint::Responses => vec![
+            json!({"model": "demo", "instructions": "Be brief.", "input": "Weather in Lisbon?",
+                "tools": [{"type": "function", "name": "get_weather",
+                    "parameters": {"type": "object"}}], "store": false}),
+            json!({"model": "demo", "stream": true, "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "x"}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "y"}]},
+                {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "sunny"}],
+                "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}},
+                "reasoning": {"effort": "low"}, "tool_choice": "auto", "include": []}),
+            json!({"model": "demo", "previous_response_id": "resp_00000000000000000000000000000000",
+                "input": [{"type": "item_reference", "id": "msg_00000000000000000000000000000000_1"}]}),
         ],
     }
 }
@@ -378,6 +393,7 @@ fn request() -> impl Strategy<Value = Request> {
                     Endpoint::ChatCompletions => "/v1/chat/completions".to_owned(),
                     Endpoint::UiChat => "/v1/ui/chat".to_owned(),
                     Endpoint::AgUi => "/v1/ag-ui".to_owned(),
+                    Endpoint::Responses => "/v1/responses".to_owned(),
                 };
                 Request {
                     method: reqwest::Method::POST,
@@ -396,6 +412,7 @@ fn request() -> impl Strategy<Value = Request> {
             "/v1/models/",
             "/v1/sessions/",
             "/v1/models?",
+            "/v1/responses/",
         ]),
         prop_oneof![
             session_id(),
@@ -426,6 +443,7 @@ fn request() -> impl Strategy<Value = Request> {
         4 => post(Endpoint::ChatCompletions),
         2 => post(Endpoint::UiChat),
         2 => post(Endpoint::AgUi),
+        3 => post(Endpoint::Responses),
         2 => get,
         1 => delete,
     ]

@@ -159,6 +159,11 @@ impl OpenAiError {
         }
     }
 
+    /// Names the request field at fault (`previous_response_id`) on an error made elsewhere.
+    pub(crate) fn set_param(&mut self, param: &str) {
+        self.param = Some(param.to_owned());
+    }
+
     /// Adds what the request spent before this error ended its run. OpenAI's clients read
     /// only the fields they know from `error`, so the extra two reach those who look.
     #[must_use]

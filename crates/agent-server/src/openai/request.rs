@@ -288,7 +288,7 @@ fn answered(open: &[(String, String)], param: &str) -> Result<(), OpenAiError> {
 }
 
 /// Text content: a string, or a list of `text` parts (joined by newlines). `null` is empty.
-fn text(content: &Value, param: &str) -> Result<String, OpenAiError> {
+pub(crate) fn text(content: &Value, param: &str) -> Result<String, OpenAiError> {
     match content {
         Value::Null => Ok(String::new()),
         Value::String(text) => Ok(text.clone()),
@@ -310,7 +310,7 @@ fn text(content: &Value, param: &str) -> Result<String, OpenAiError> {
 }
 
 /// A user turn: a string, or `text`, `image_url`, `file` and `input_audio` parts in order.
-fn user(content: &Value, param: &str) -> Result<UserMessage, OpenAiError> {
+pub(crate) fn user(content: &Value, param: &str) -> Result<UserMessage, OpenAiError> {
     let empty = || {
         OpenAiError::invalid(
             param,
@@ -381,7 +381,7 @@ fn image(part: &Value, param: &str) -> Result<ImageSource, OpenAiError> {
 
 /// A tool message: a string, or `text`, `image_url` and `file` parts (a provider that
 /// cannot take a kind in a tool result refuses it before sending, naming it).
-fn tool_result(
+pub(crate) fn tool_result(
     id: String,
     name: String,
     content: &Value,
@@ -491,7 +491,7 @@ fn data_url_parts(url: &str) -> Option<(&str, &str)> {
 }
 
 /// Bounds a caller's schema before it is compiled: a 400 naming the limit.
-fn bounded_schema(schema: &Value, param: &str) -> Result<(), OpenAiError> {
+pub(crate) fn bounded_schema(schema: &Value, param: &str) -> Result<(), OpenAiError> {
     match crate::limits::schema_problem(schema) {
         Some(problem) => Err(OpenAiError::invalid(param, format!("{param} {problem}"))),
         None => Ok(()),
@@ -635,7 +635,7 @@ fn assistant(
 
 /// A call from the history; its arguments arrive as JSON text, which the model may have
 /// garbled: then the text is kept as is, flagged, rather than replaced by `{}`.
-fn tool_call(id: String, name: String, arguments: String) -> ToolCall {
+pub(crate) fn tool_call(id: String, name: String, arguments: String) -> ToolCall {
     if arguments.trim().is_empty() {
         return ToolCall::new(id, name, json!({}));
     }

@@ -22,13 +22,13 @@ const KEY: &str = "key-acme-test-0001";
 
 /// The answers to give and the request bodies seen.
 #[derive(Clone, Default)]
-struct Upstream {
+pub(crate) struct Upstream {
     answers: Arc<Mutex<VecDeque<Value>>>,
     bodies: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Upstream {
-    fn bodies(&self) -> Vec<Value> {
+    pub(crate) fn bodies(&self) -> Vec<Value> {
         self.bodies.lock().unwrap().clone()
     }
 }
@@ -83,7 +83,7 @@ async fn completions(
 
 /// A loopback upstream answering `answers`, and a server whose model `up` goes to it (and
 /// whose model `llama` is an Ollama model on a closed port: it must refuse before sending).
-async fn server(answers: Vec<Value>) -> (TestServer, Upstream) {
+pub(crate) async fn server(answers: Vec<Value>) -> (TestServer, Upstream) {
     let upstream = Upstream::default();
     upstream.answers.lock().unwrap().extend(answers);
     let app = Router::new()
