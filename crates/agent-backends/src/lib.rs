@@ -87,6 +87,8 @@
 
 #[cfg(feature = "providers")]
 mod api;
+#[cfg(feature = "cloud-auth")]
+pub mod cloud;
 #[cfg(feature = "http")]
 mod content;
 #[cfg(all(test, feature = "providers"))]
