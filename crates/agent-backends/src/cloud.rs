@@ -5,6 +5,8 @@
 //! refresh at a time, run by the HTTP driver before every attempt
 //! ([`RequestAuth`](crate::http::RequestAuth)).
 
+#[cfg(feature = "vertex")]
+pub mod google;
 pub mod token;
 
 #[cfg(test)]

@@ -39,6 +39,15 @@ pub enum Error {
         /// The environment variable to set.
         variable: &'static str,
     },
+    /// A cloud API's credentials (or its project, region, endpoint) were not found or cannot
+    /// be used; the message names what to set.
+    #[error("no usable credentials for {api}: {message}")]
+    MissingCredentials {
+        /// The API or cloud (`vertex-gemini`, `azure-openai`, `Google Cloud`…).
+        api: &'static str,
+        /// What is missing and what to set; never a secret.
+        message: String,
+    },
     /// The API has no default address and none was given.
     #[error("{api} needs a base URL (e.g. http://localhost:8000/v1)")]
     MissingBaseUrl {
