@@ -27,6 +27,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde::Deserialize;
 
+use super::env;
 use super::token::{FetchFuture, TokenFetcher, TokenSource, form_post, request_token};
 use crate::error::Error;
 
@@ -374,14 +375,6 @@ fn rsa_key(pem: &str) -> Result<ring::rsa::KeyPair, String> {
         .map_err(|_| "`private_key` is not valid PEM (base64)".to_owned())?;
     ring::rsa::KeyPair::from_pkcs8(&der)
         .map_err(|error| format!("`private_key` is not a usable RSA key ({error})"))
-}
-
-/// A variable's value, when set and not blank.
-pub(crate) fn env(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .map(|value| value.trim().to_owned())
-        .filter(|value| !value.is_empty())
 }
 
 /// Where `gcloud auth application-default login` writes its file.
