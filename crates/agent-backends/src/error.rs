@@ -28,7 +28,7 @@ pub enum Error {
     },
     /// An API name that is not one of the known APIs.
     #[error(
-        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible"
+        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible, vertex-gemini, vertex-anthropic, azure-openai, azure-openai-responses"
     )]
     UnknownApi(String),
     /// A hosted API needs a key and none was given or found in the environment.

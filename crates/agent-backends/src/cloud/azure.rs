@@ -102,6 +102,16 @@ impl AzureOpenAi {
     /// [`Error::MissingCredentials`] naming what to set when the endpoint or the credentials
     /// are missing.
     pub fn from_env(endpoint: Option<&str>) -> Result<Self, Error> {
+        Self::from_env_with(endpoint, None)
+    }
+
+    /// As [`from_env`](Self::from_env), with `key` (when given) as the `api-key` instead of
+    /// the credentials from the environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_env`](Self::from_env).
+    pub fn from_env_with(endpoint: Option<&str>, key: Option<String>) -> Result<Self, Error> {
         let endpoint = endpoint
             .map(str::to_owned)
             .or_else(|| env("AZURE_OPENAI_ENDPOINT"))
@@ -111,7 +121,7 @@ impl AzureOpenAi {
                           (https://<resource>.openai.azure.com)"
                     .into(),
             })?;
-        let auth = match env("AZURE_OPENAI_API_KEY") {
+        let auth = match key.or_else(|| env("AZURE_OPENAI_API_KEY")) {
             Some(key) => AzureAuth::ApiKey(key),
             None => AzureAuth::Entra(Arc::new(EntraCredentials::from_env()?.into_source())),
         };
