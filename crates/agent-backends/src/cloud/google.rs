@@ -45,7 +45,7 @@ const HINT: &str = "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key 
 /// Where Google credentials come from; see the [module documentation](self).
 pub enum GoogleCredentials {
     /// A service account's key (`"type": "service_account"`).
-    ServiceAccount(ServiceAccount),
+    ServiceAccount(Box<ServiceAccount>),
     /// A user's refresh token (`"type": "authorized_user"`).
     AuthorizedUser(AuthorizedUser),
     /// The metadata server at this host (`host[:port]`).
@@ -205,13 +205,13 @@ impl GoogleCredentials {
         match file.kind.as_str() {
             "service_account" => {
                 let pem = field(file.private_key.clone(), "private_key")?;
-                Ok(Self::ServiceAccount(ServiceAccount {
+                Ok(Self::ServiceAccount(Box::new(ServiceAccount {
                     client_email: field(file.client_email.clone(), "client_email")?,
                     project_id: file.project_id.clone(),
                     token_uri,
                     key_id: file.private_key_id.clone(),
                     key: rsa_key(&pem)?,
-                }))
+                })))
             }
             "authorized_user" => Ok(Self::AuthorizedUser(AuthorizedUser {
                 client_id: field(file.client_id.clone(), "client_id")?,
