@@ -241,3 +241,40 @@ async fn cloud_recordings_replay_through_the_cloud_configurations_with_their_req
     assert_eq!(streamed_calls, [true; 4], "streamed tool calls per route");
     assert_eq!(whole_calls, [true; 4], "non-streamed tool calls per route");
 }
+
+/// The driver asks the token source before every attempt: a token that is due between two
+/// calls is refreshed, and the second call carries the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_due_between_two_calls_is_refreshed_before_the_second() {
+    let token = |value: &str, lifetime: u64| {
+        Cassette::new(
+            200,
+            "application/json",
+            format!(r#"{{"access_token":"{value}","expires_in":{lifetime}}}"#),
+        )
+    };
+    let tokens = ReplayServer::start([token("token-a", 2), token("token-b", 3600)])
+        .await
+        .unwrap();
+    let recorded = table()
+        .into_iter()
+        .find(|row| row.file == "gemini/vertex-tool-call.json")
+        .unwrap();
+    let server = ReplayServer::start([cassette(&recorded), cassette(&recorded)])
+        .await
+        .unwrap();
+    let backend = backend(Route::VertexGemini, &server.url(), &tokens.url()).await;
+    let request = request("gemini-2.5-flash", false);
+    for pause in [0, 1100] {
+        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+        let events: Vec<_> = backend.stream(&request).collect().await;
+        assert!(events.iter().all(Result::is_ok), "{events:?}");
+    }
+    let sent: Vec<_> = server
+        .requests()
+        .iter()
+        .map(|request| request.header("authorization").unwrap().to_owned())
+        .collect();
+    assert_eq!(sent, ["Bearer token-a", "Bearer token-b"]);
+    assert_eq!(tokens.requests().len(), 2);
+}
