@@ -88,7 +88,9 @@ fn missing_cloud_credentials_exit_2_naming_what_to_set() {
         .to_string(),
     )
     .unwrap();
-    let cases: [(&str, &[(&str, &str)], &str); 5] = [
+    /// The provider, the variables set, and what the message must name.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 5] = [
         ("vertex-gemini", &[], "GOOGLE_APPLICATION_CREDENTIALS"),
         ("vertex-anthropic", &[], "GOOGLE_APPLICATION_CREDENTIALS"),
         (
