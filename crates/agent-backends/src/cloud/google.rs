@@ -11,7 +11,7 @@
 //!    Run…): when `GCE_METADATA_HOST` names it, or the machine says it is a Google Compute
 //!    Engine one (`/sys/class/dmi/id/product_name`).
 //!
-//! Nothing found is [`Error::MissingCredentials`](crate::Error::MissingCredentials), naming
+//! Nothing found is [`Error::MissingCredentials`], naming
 //! what to set. The tokens are scoped to `https://www.googleapis.com/auth/cloud-platform` and
 //! cached by a [`TokenSource`].
 //!
