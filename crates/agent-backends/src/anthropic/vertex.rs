@@ -51,6 +51,18 @@ pub(super) fn prepare(
             format!("`{model}` is not a Vertex AI model id (e.g. `claude-sonnet-4-5@20250929`)"),
         ));
     }
+    if let Some(field) = ["anthropic_version", "anthropic_beta"]
+        .into_iter()
+        .find(|field| request.extras.contains_key(*field))
+    {
+        return Err(BackendError::new(
+            BackendErrorKind::InvalidRequest,
+            format!(
+                "the request extras set `{field}`, which the Vertex AI form of the Anthropic \
+                 adapter sends itself; use Anthropic::with_beta for beta flags"
+            ),
+        ));
+    }
     let method = if request.stream {
         ":streamRawPredict"
     } else {

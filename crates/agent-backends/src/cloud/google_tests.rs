@@ -179,3 +179,25 @@ fn unusable_key_files_are_named_without_their_secrets() {
         "{missing_file}"
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+    /// Any text, or a key file with any value in any field, is a typed error or credentials,
+    /// never a panic, and an error never repeats a private key's text.
+    #[test]
+    fn any_key_file_is_read_without_panicking_or_echoing_secrets(
+        text in ".{0,200}",
+        field in proptest::sample::select(vec!["type", "client_email", "private_key", "token_uri", "refresh_token"]),
+        value in "[A-Za-z0-9+/=_-]{0,60}",
+    ) {
+        let _ = GoogleCredentials::from_json(&text);
+        let mut file: Value = serde_json::from_str(KEY_FILE).unwrap();
+        let secret = format!("-----BEGIN PRIVATE KEY-----\nSECRET{value}\n-----END PRIVATE KEY-----\n");
+        file["private_key"] = json!(secret);
+        file[field] = json!(if field == "private_key" { secret.clone() } else { value.clone() });
+        if let Err(message) = GoogleCredentials::from_json(&file.to_string()) {
+            proptest::prop_assert!(!message.contains("SECRET"), "{}", message);
+        }
+    }
+}

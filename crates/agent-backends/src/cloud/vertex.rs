@@ -144,3 +144,67 @@ impl Vertex {
             .for_vertex()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use agent_types::{BackendErrorKind, Message, ModelRequest};
+
+    use super::*;
+    use crate::http::driver::Protocol;
+
+    #[derive(Debug)]
+    struct NoAuth;
+
+    impl RequestAuth for NoAuth {
+        fn authorize<'a>(
+            &'a self,
+            _request: &'a mut reqwest::Request,
+        ) -> crate::http::AuthFuture<'a> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn the_host_is_regional_except_for_the_global_location() {
+        let regional = Vertex::new("p", "europe-west4", Arc::new(NoAuth));
+        assert_eq!(
+            regional.base_url(),
+            "https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4"
+        );
+        let global = Vertex::new("p", "global", Arc::new(NoAuth));
+        assert_eq!(
+            global.base_url(),
+            "https://aiplatform.googleapis.com/v1/projects/p/locations/global"
+        );
+        let mut request = ModelRequest::new("gemini-2.5-pro", vec![Message::user("hi")]);
+        request.stream = true;
+        let prepared = global.gemini().prepare(&request).unwrap();
+        assert_eq!(
+            prepared.url,
+            "https://aiplatform.googleapis.com/v1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+        );
+        assert!(prepared.headers.get("x-goog-api-key").is_none());
+        assert!(global.gemini().http().auth.is_some());
+    }
+
+    #[test]
+    fn anthropic_on_vertex_refuses_a_model_id_that_would_change_the_path_and_its_own_body_fields() {
+        let vertex = Vertex::new("p", "us-east5", Arc::new(NoAuth));
+        let anthropic = vertex.anthropic();
+        let request = ModelRequest::new("../../other:rawPredict", vec![Message::user("hi")]);
+        let error = anthropic.prepare(&request).unwrap_err();
+        assert_eq!(error.kind, BackendErrorKind::InvalidRequest);
+        let mut request = ModelRequest::new("claude-opus-4-1@20250805", vec![Message::user("hi")]);
+        request
+            .extras
+            .insert("anthropic_version".into(), "2023-06-01".into());
+        let error = anthropic.prepare(&request).unwrap_err();
+        assert!(
+            error.message.contains("anthropic_version"),
+            "{}",
+            error.message
+        );
+        assert!(anthropic.http().auth.is_some());
+    }
+}
