@@ -211,3 +211,55 @@ fn azure_openai_runs_against_a_deployment_with_its_api_version() {
     // The key is never echoed.
     assert!(!stderr.contains("azure-test-key") && !stdout.contains("azure-test-key"));
 }
+
+#[test]
+fn azure_openai_responses_runs_with_an_entra_id_token_on_the_v1_api() {
+    let runtime = runtime();
+    let tokens = runtime
+        .block_on(ReplayServer::start([Cassette::new(
+            200,
+            "application/json",
+            r#"{"token_type":"Bearer","expires_in":3599,"ext_expires_in":3599,"access_token":"eyJ0eXAi.entra-test"}"#,
+        )]))
+        .unwrap();
+    let model = runtime
+        .block_on(ReplayServer::start([Cassette::from_file(fixture(
+            "providers/openai-responses/stream-text.sse",
+        ))
+        .unwrap()]))
+        .unwrap();
+    let (code, stdout, stderr) = run(agentry()
+        .args([
+            "run",
+            "--provider",
+            "azure-openai-responses",
+            "--base-url",
+            &model.url(),
+            "--model",
+            "my-deployment",
+            "Say hi",
+        ])
+        .env("AZURE_TENANT_ID", "my-tenant")
+        .env("AZURE_CLIENT_ID", "my-app")
+        .env("AZURE_CLIENT_SECRET", "entra-client-secret")
+        .env("AZURE_AUTHORITY_HOST", tokens.url()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.trim().is_empty());
+    let token_request = &tokens.requests()[0];
+    assert_eq!(token_request.path, "/my-tenant/oauth2/v2.0/token");
+    let form = String::from_utf8_lossy(&token_request.body).into_owned();
+    assert!(
+        form.contains("grant_type=client_credentials")
+            && form.contains("client_id=my-app")
+            && form.contains("scope=https%3A%2F%2Fcognitiveservices.azure.com%2F.default"),
+        "{form}"
+    );
+    let request = &model.requests()[0];
+    assert_eq!(request.path, "/openai/v1/responses");
+    assert_eq!(
+        request.header("authorization"),
+        Some("Bearer eyJ0eXAi.entra-test")
+    );
+    assert_eq!(request.json().unwrap()["model"], "my-deployment");
+    assert!(!stderr.contains("entra-client-secret"));
+}
