@@ -263,3 +263,94 @@ fn azure_openai_responses_runs_with_an_entra_id_token_on_the_v1_api() {
     assert_eq!(request.json().unwrap()["model"], "my-deployment");
     assert!(!stderr.contains("entra-client-secret"));
 }
+
+#[test]
+fn gclouds_adc_file_and_the_metadata_server_are_found_without_a_key_file() {
+    let runtime = runtime();
+    let token = || {
+        Cassette::new(
+            200,
+            "application/json",
+            r#"{"access_token":"ya29.adc","expires_in":3599,"token_type":"Bearer"}"#,
+        )
+    };
+
+    // gcloud auth application-default login: an authorized_user file in CLOUDSDK_CONFIG.
+    let tokens = runtime.block_on(ReplayServer::start([token()])).unwrap();
+    let model = runtime
+        .block_on(ReplayServer::start([Cassette::from_file(fixture(
+            "providers/anthropic/stream-text.sse",
+        ))
+        .unwrap()]))
+        .unwrap();
+    let gcloud = home().join("gcloud");
+    std::fs::create_dir_all(&gcloud).unwrap();
+    std::fs::write(
+        gcloud.join("application_default_credentials.json"),
+        json!({"type": "authorized_user", "client_id": "cid", "client_secret": "csecret",
+               "refresh_token": "1//refresh", "quota_project_id": "quota-project",
+               "token_uri": format!("{}/token", tokens.url())})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, _, stderr) = run(agentry()
+        .args([
+            "run",
+            "--provider",
+            "vertex-anthropic",
+            "--base-url",
+            &model.url(),
+            "Say hi",
+        ])
+        .env("CLOUDSDK_CONFIG", &gcloud)
+        .env("CLOUD_ML_REGION", "us-east5"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&tokens.requests()[0].body).contains("grant_type=refresh_token")
+    );
+    let request = &model.requests()[0];
+    assert_eq!(
+        request.path,
+        "/v1/projects/quota-project/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict"
+    );
+    assert_eq!(request.header("authorization"), Some("Bearer ya29.adc"));
+    let body = request.json().unwrap();
+    assert_eq!(body["anthropic_version"], "vertex-2023-10-16");
+    assert!(body.get("model").is_none(), "{body}");
+
+    // The metadata server named by GCE_METADATA_HOST; the project must be set.
+    let metadata = runtime.block_on(ReplayServer::start([token()])).unwrap();
+    let model = runtime
+        .block_on(ReplayServer::start([Cassette::from_file(fixture(
+            "providers/gemini/stream-text.sse",
+        ))
+        .unwrap()]))
+        .unwrap();
+    let host = metadata.url().trim_start_matches("http://").to_owned();
+    let (code, _, stderr) = run(agentry()
+        .args([
+            "run",
+            "--provider",
+            "vertex-gemini",
+            "--base-url",
+            &model.url(),
+            "Say hi",
+        ])
+        .env("GCE_METADATA_HOST", &host)
+        .env("GOOGLE_CLOUD_PROJECT", "meta-project"));
+    assert_eq!(code, 0, "{stderr}");
+    let asked = &metadata.requests()[0];
+    assert!(
+        asked
+            .path
+            .starts_with("/computeMetadata/v1/instance/service-accounts/default/token"),
+        "{}",
+        asked.path
+    );
+    assert_eq!(asked.header("metadata-flavor"), Some("Google"));
+    assert!(
+        model.requests()[0]
+            .path
+            .starts_with("/v1/projects/meta-project/locations/global/")
+    );
+}
