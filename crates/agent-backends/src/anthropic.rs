@@ -93,6 +93,10 @@ mod decode;
 mod request;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "vertex")]
+mod vertex;
+#[cfg(feature = "vertex")]
+pub use vertex::VERTEX_API_VERSION;
 
 use agent_types::{BackendError, BackendErrorKind, Capabilities, ModelRequest, ReasoningEffort};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -176,6 +180,8 @@ pub struct Anthropic {
     capabilities: Capabilities,
     betas: Vec<String>,
     cache: Option<CacheLayout>,
+    #[cfg(feature = "vertex")]
+    vertex: bool,
 }
 
 impl Anthropic {
@@ -194,6 +200,8 @@ impl Anthropic {
             },
             betas: Vec::new(),
             cache: None,
+            #[cfg(feature = "vertex")]
+            vertex: false,
         }
     }
 
@@ -256,6 +264,10 @@ impl Protocol for Anthropic {
 
     fn prepare(&self, request: &ModelRequest) -> Result<Prepared, BackendError> {
         let body = request::build(request, self.cache.as_ref())?;
+        #[cfg(feature = "vertex")]
+        if self.vertex {
+            return vertex::prepare(&self.connection, &self.betas, request, body);
+        }
         Ok(Prepared {
             url: self.connection.url("/v1/messages"),
             headers: self.headers()?,

@@ -19,8 +19,8 @@ use crate::openai_chat::OpenAiChat;
 use crate::openai_responses::OpenAiResponses;
 
 /// A provider API, by the name used in configuration (`openai`, `openai-responses`,
-/// `anthropic`, `gemini`, `ollama`, `openai-compatible`; `openai-chat` is accepted for
-/// `openai`).
+/// `anthropic`, `gemini`, `ollama`, `openai-compatible`, `vertex-gemini`, `vertex-anthropic`,
+/// `azure-openai`, `azure-openai-responses`; `openai-chat` is accepted for `openai`).
 ///
 /// ```
 /// use agent_backends::Api;
@@ -48,17 +48,31 @@ pub enum Api {
     /// Any server speaking Chat Completions at a base URL you give (vLLM, llama.cpp,
     /// LM Studio, OpenRouter, Groq…); `OPENAI_API_KEY` is sent when set.
     OpenaiCompatible,
+    /// Gemini on Google Vertex AI (Application Default Credentials, `GOOGLE_CLOUD_PROJECT`,
+    /// `GOOGLE_CLOUD_LOCATION`; see [`crate::cloud::vertex`]).
+    VertexGemini,
+    /// Anthropic models on Google Vertex AI (as `vertex-gemini`).
+    VertexAnthropic,
+    /// Chat Completions on Azure OpenAI (`AZURE_OPENAI_ENDPOINT`, `AZURE_OPENAI_API_KEY` or
+    /// Microsoft Entra ID; the model is the deployment; see [`crate::cloud::azure`]).
+    AzureOpenai,
+    /// The Responses API on Azure OpenAI (as `azure-openai`).
+    AzureOpenaiResponses,
 }
 
 impl Api {
     /// Every API, in documentation order.
-    pub const ALL: [Api; 6] = [
+    pub const ALL: [Api; 10] = [
         Self::Openai,
         Self::OpenaiResponses,
         Self::Anthropic,
         Self::Gemini,
         Self::Ollama,
         Self::OpenaiCompatible,
+        Self::VertexGemini,
+        Self::VertexAnthropic,
+        Self::AzureOpenai,
+        Self::AzureOpenaiResponses,
     ];
 
     /// The configuration name.
@@ -70,6 +84,10 @@ impl Api {
             Self::Gemini => "gemini",
             Self::Ollama => "ollama",
             Self::OpenaiCompatible => "openai-compatible",
+            Self::VertexGemini => "vertex-gemini",
+            Self::VertexAnthropic => "vertex-anthropic",
+            Self::AzureOpenai => "azure-openai",
+            Self::AzureOpenaiResponses => "azure-openai-responses",
         }
     }
 
@@ -81,6 +99,10 @@ impl Api {
             Self::Anthropic => Provider::Anthropic,
             Self::Gemini => Provider::Gemini,
             Self::Ollama => Provider::Ollama,
+            Self::VertexGemini => Provider::Gemini,
+            Self::VertexAnthropic => Provider::Anthropic,
+            Self::AzureOpenai => Provider::OpenAiChat,
+            Self::AzureOpenaiResponses => Provider::OpenAiResponses,
         }
     }
 
@@ -93,6 +115,10 @@ impl Api {
             Self::Gemini => Some("gemini-2.5-flash"),
             Self::Ollama => Some("qwen3"),
             Self::OpenaiCompatible => None,
+            Self::VertexGemini => Some("gemini-2.5-flash"),
+            Self::VertexAnthropic => Some("claude-sonnet-4-5@20250929"),
+            // The model is the deployment, whose name the resource's owner chose.
+            Self::AzureOpenai | Self::AzureOpenaiResponses => None,
         }
     }
 
@@ -103,6 +129,9 @@ impl Api {
             Self::Anthropic => &["ANTHROPIC_API_KEY"],
             Self::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
             Self::Ollama => &[],
+            // OAuth2 tokens from Application Default Credentials, not a key.
+            Self::VertexGemini | Self::VertexAnthropic => &[],
+            Self::AzureOpenai | Self::AzureOpenaiResponses => &["AZURE_OPENAI_API_KEY"],
         }
     }
 
@@ -161,6 +190,33 @@ impl Api {
             Self::Ollama => boxed(Ollama::from_env(), base_url, |b: Ollama, url: &str| {
                 b.with_base_url(url)
             }),
+            Self::VertexGemini | Self::VertexAnthropic => {
+                if key.is_some() {
+                    return Err(Error::MissingCredentials {
+                        api: self.name(),
+                        message: "Vertex AI takes no API key; it uses Application Default \
+                                  Credentials (GOOGLE_APPLICATION_CREDENTIALS)"
+                            .into(),
+                    });
+                }
+                let mut vertex = crate::cloud::vertex::Vertex::from_env()?;
+                if let Some(root) = base_url {
+                    vertex = vertex.with_root(root);
+                }
+                if self == Self::VertexGemini {
+                    Box::new(vertex.gemini())
+                } else {
+                    Box::new(vertex.anthropic())
+                }
+            }
+            Self::AzureOpenai | Self::AzureOpenaiResponses => {
+                let azure = crate::cloud::azure::AzureOpenAi::from_env_with(base_url, key)?;
+                if self == Self::AzureOpenai {
+                    Box::new(azure.chat()?)
+                } else {
+                    Box::new(azure.responses()?)
+                }
+            }
             Self::OpenaiCompatible => {
                 let base_url = base_url.ok_or(Error::MissingBaseUrl { api: self.name() })?;
                 let backend = OpenAiChat::compatible(base_url);

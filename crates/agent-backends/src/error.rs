@@ -28,7 +28,7 @@ pub enum Error {
     },
     /// An API name that is not one of the known APIs.
     #[error(
-        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible"
+        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible, vertex-gemini, vertex-anthropic, azure-openai, azure-openai-responses"
     )]
     UnknownApi(String),
     /// A hosted API needs a key and none was given or found in the environment.
@@ -38,6 +38,15 @@ pub enum Error {
         api: &'static str,
         /// The environment variable to set.
         variable: &'static str,
+    },
+    /// A cloud API's credentials (or its project, region, endpoint) were not found or cannot
+    /// be used; the message names what to set.
+    #[error("no usable credentials for {api}: {message}")]
+    MissingCredentials {
+        /// The API or cloud (`vertex-gemini`, `azure-openai`, `Google Cloud`…).
+        api: &'static str,
+        /// What is missing and what to set; never a secret.
+        message: String,
     },
     /// The API has no default address and none was given.
     #[error("{api} needs a base URL (e.g. http://localhost:8000/v1)")]

@@ -32,7 +32,10 @@
 //! | `anthropic`        |         | [`anthropic::Anthropic`]                                     |
 //! | `gemini`           |         | [`gemini::Gemini`]                                           |
 //! | `ollama`           |         | [`ollama::Ollama`]                                           |
-//! | `providers`        |         | all five adapters                                            |
+//! | `vertex`           |         | [`cloud::vertex`]: Gemini and Anthropic on Google Vertex AI   |
+//! | `azure`            |         | [`cloud::azure`]: the OpenAI adapters on Azure OpenAI        |
+//! | `cloud-auth`       |         | [`cloud::token`]: cached, refreshed OAuth2 tokens (implied by the two above) |
+//! | `providers`        |         | all five adapters and the two clouds                         |
 //! | `replay`           |         | [`replay`]: cassettes, loopback server, [`replay::ReplayBackend`] |
 //! | `http`             |         | the shared driver alone (implied by every adapter)           |
 //!
@@ -87,6 +90,8 @@
 
 #[cfg(feature = "providers")]
 mod api;
+#[cfg(feature = "cloud-auth")]
+pub mod cloud;
 #[cfg(feature = "http")]
 mod content;
 #[cfg(all(test, feature = "providers"))]

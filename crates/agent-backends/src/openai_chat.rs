@@ -76,8 +76,12 @@
 //! - A [strict](agent_types::ToolSpec::strict) tool is sent with `strict: true` and its schema
 //!   in strict form ([`strict_schema`](agent_types::strict_schema)).
 
+#[cfg(feature = "azure")]
+mod azure;
 mod decode;
 mod request;
+#[cfg(feature = "azure")]
+pub(crate) use azure::query_value;
 #[cfg(test)]
 mod tests;
 
@@ -101,6 +105,9 @@ pub struct OpenAiChat {
     capabilities: Capabilities,
     prompt_cache_key: Option<String>,
     reasoning_in_history: bool,
+    /// Azure OpenAI deployment URLs: the `api-version` (see [`crate::cloud::azure`]).
+    #[cfg(feature = "azure")]
+    azure_api_version: Option<String>,
 }
 
 impl OpenAiChat {
@@ -123,6 +130,8 @@ impl OpenAiChat {
             },
             prompt_cache_key: None,
             reasoning_in_history: false,
+            #[cfg(feature = "azure")]
+            azure_api_version: None,
         }
     }
 
@@ -153,6 +162,14 @@ impl OpenAiChat {
     pub fn with_reasoning_in_history(mut self, on: bool) -> Self {
         self.reasoning_in_history = on;
         self
+    }
+
+    fn url(&self, #[allow(unused_variables)] request: &ModelRequest) -> String {
+        #[cfg(feature = "azure")]
+        if let Some(version) = &self.azure_api_version {
+            return azure::deployment_url(&self.connection, &request.model, version);
+        }
+        self.connection.url("/chat/completions")
     }
 
     fn options(&self) -> request::Options<'_> {
@@ -191,7 +208,7 @@ impl Protocol for OpenAiChat {
             reqwest::header::HeaderValue::from_static("application/json"),
         );
         Ok(Prepared {
-            url: self.connection.url("/chat/completions"),
+            url: self.url(request),
             headers,
             body: request::body(request, self.options())?,
         })

@@ -70,6 +70,9 @@ pub struct OpenAiResponses {
     store: bool,
     encrypted_reasoning: Option<bool>,
     prompt_cache_key: Option<String>,
+    /// Azure OpenAI's `api-version` query parameter (see [`crate::cloud::azure`]).
+    #[cfg(feature = "azure")]
+    api_version: Option<String>,
 }
 
 impl OpenAiResponses {
@@ -90,6 +93,8 @@ impl OpenAiResponses {
             store: false,
             encrypted_reasoning: None,
             prompt_cache_key: None,
+            #[cfg(feature = "azure")]
+            api_version: None,
         }
     }
 
@@ -122,6 +127,28 @@ impl OpenAiResponses {
 
 http_builders!(OpenAiResponses, "openai");
 
+impl OpenAiResponses {
+    /// With Azure OpenAI's `api-version` query parameter on every request (its pre-v1
+    /// Responses API, `{endpoint}/openai/responses?api-version=…`).
+    #[cfg(feature = "azure")]
+    #[must_use]
+    pub fn with_api_version(mut self, api_version: impl Into<String>) -> Self {
+        self.api_version = Some(api_version.into());
+        self
+    }
+
+    fn url(&self) -> String {
+        #[cfg(feature = "azure")]
+        if let Some(version) = &self.api_version {
+            return self.connection.url(&format!(
+                "/responses?api-version={}",
+                crate::openai_chat::query_value(version)
+            ));
+        }
+        self.connection.url("/responses")
+    }
+}
+
 impl Protocol for OpenAiResponses {
     type Decoder = WireDecoder;
 
@@ -148,7 +175,7 @@ impl Protocol for OpenAiResponses {
             headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
         }
         Ok(Prepared {
-            url: self.connection.url("/responses"),
+            url: self.url(),
             headers,
             body,
         })

@@ -887,6 +887,20 @@ mod tests {
     }
 
     #[test]
+    fn the_cloud_providers_are_model_sources() {
+        for (name, api) in [
+            ("vertex-gemini", Api::VertexGemini),
+            ("vertex-anthropic", Api::VertexAnthropic),
+            ("azure-openai", Api::AzureOpenai),
+            ("azure-openai-responses", Api::AzureOpenaiResponses),
+        ] {
+            let toml = MINIMAL.replace("provider = \"replay\"", &format!("provider = \"{name}\""));
+            let config = ServerConfig::from_toml(&toml).unwrap();
+            assert_eq!(config.models[0].source().unwrap(), ModelSource::Api(api));
+        }
+    }
+
+    #[test]
     fn the_connection_bounds_have_safe_defaults_and_a_store_is_named_by_its_kind() {
         let config = ServerConfig::from_toml(MINIMAL).unwrap();
         assert_eq!(config.header_read_timeout_secs, 10);

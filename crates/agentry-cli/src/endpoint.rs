@@ -69,6 +69,15 @@ pub(crate) fn endpoint(api: Api, base_url: Option<&str>) -> String {
             ollama.base_url()
         }
         (None, Api::OpenaiCompatible) => return "(no base URL)".into(),
+        (None, Api::VertexGemini | Api::VertexAnthropic) => {
+            return "Vertex AI (GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION)".into();
+        }
+        (None, Api::AzureOpenai | Api::AzureOpenaiResponses) => {
+            return match std::env::var("AZURE_OPENAI_ENDPOINT") {
+                Ok(url) => display(&url),
+                Err(_) => "(AZURE_OPENAI_ENDPOINT)".into(),
+            };
+        }
     };
     display(url)
 }

@@ -592,6 +592,8 @@ fn connect(api: Api, base_url: Option<&str>) -> Result<Box<dyn agent_types::Back
             provider: api,
             variable,
         },
+        // A cloud's credentials, project or endpoint: the message names what to set.
+        error @ agent_backends::Error::MissingCredentials { .. } => Error::Usage(error.to_string()),
         agent_backends::Error::MissingBaseUrl { api } => Error::Usage(format!(
             "--provider {api} needs --base-url (e.g. http://localhost:8000/v1); to see agentry \
              work without a server, run `agentry demo`"

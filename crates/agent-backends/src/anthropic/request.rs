@@ -17,7 +17,9 @@ use super::{CacheLayout, DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET, cache, thinkin
 /// prefix.
 #[derive(Debug, Serialize)]
 pub(super) struct Body<'a> {
-    model: &'a str,
+    // Empty on Vertex AI, where the model is in the URL and the body must not name it.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub(super) model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(super) tools: Vec<Tool<'a>>,

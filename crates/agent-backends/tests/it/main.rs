@@ -9,6 +9,8 @@
 
 mod backend;
 #[cfg(all(feature = "providers", feature = "replay"))]
+mod cloud;
+#[cfg(all(feature = "providers", feature = "replay"))]
 mod recordings;
 mod turns;
 
