@@ -73,13 +73,13 @@ const RULES: &[Rule] = &[
         package: "agent-otel",
         features: Features::All,
         forbidden: &[
-            "agent-loop",
             "agent-backends",
             "openssl-sys",
             "native-tls",
             "aws-lc-sys",
         ],
-        why: "the exporter reads the loop's spans through tracing only, with one reqwest over rustls",
+        why: "the exporter gets the loop's spans from its span sink (or tracing), never from a \
+              provider, with one reqwest over rustls",
     },
     Rule {
         package: "agent-accounting",

@@ -172,7 +172,17 @@ impl Round<'_> {
         let call = &job.call;
         // GenAI semantic conventions (docs/observability.md). A round's calls are siblings
         // under the run's span.
-        let span = tracing::info_span!(
+        let direct = crate::span_sink::with_run(|run| {
+            run.start_tool(&crate::span_sink::ToolStart {
+                name: &job.name,
+                call_id: call.id.as_str(),
+                iteration: job.iteration,
+            })
+        });
+        let span = if direct.is_some() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
             "execute_tool",
             otel.name = %SpanName("execute_tool", Some(&call.name)),
             otel.kind = "internal",
@@ -186,8 +196,14 @@ impl Round<'_> {
             agentry.tool.result_bytes = field::Empty,
             agentry.tool.sent_bytes = field::Empty,
             agentry.tool.truncated = field::Empty,
-        );
-        let outcome = self.run_call(job).instrument(span.clone()).await;
+        )
+        };
+        let outcome = crate::span_sink::tool_scope(direct.clone(), self.run_call(job))
+            .instrument(span.clone())
+            .await;
+        if let Some(direct) = direct {
+            direct.end(&outcome.trace);
+        }
         tracing::record_all!(
             span,
             agentry.tool.result_bytes = telemetry::int(outcome.trace.result_bytes),
@@ -451,6 +467,7 @@ impl Round<'_> {
             let span = tracing::Span::current();
             span.record("error.type", error_type);
             span.record("otel.status_code", "ERROR");
+            crate::span_sink::with_tool(|tool| tool.fail(error_type));
         }
         if self.emitter.is_on() {
             self.emitter

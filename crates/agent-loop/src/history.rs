@@ -678,6 +678,7 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         agent_types::AssistantMessage,
         crate::ModelCallRecord,
         tracing::Span,
+        Option<Box<dyn crate::span_sink::ChatSpan>>,
     ),
     AgentError,
 > {
@@ -688,7 +689,25 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
     use crate::run::{Bounded, bounded};
     use crate::telemetry::{self, SpanName};
 
-    let span = tracing::info_span!(
+    let direct = crate::span_sink::with_run(|run| {
+        run.start_chat(&crate::span_sink::ChatStart {
+            provider: backend.provider_name(),
+            model: &request.model,
+            max_tokens: request.settings.max_output_tokens,
+            temperature: None,
+            top_p: None,
+            json_output: false,
+            conversation_id: conversation,
+            iteration,
+            purpose: Some("history_summary"),
+            system_instructions: None,
+            input_messages: None,
+        })
+    });
+    let span = if direct.is_some() {
+        tracing::Span::none()
+    } else {
+        tracing::info_span!(
         "chat",
         otel.name = %SpanName("chat", Some(&request.model)),
         otel.kind = "client",
@@ -711,7 +730,8 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         agentry.cost_usd = field::Empty,
         agentry.iteration = i64::from(iteration),
         agentry.purpose = "history_summary",
-    );
+    )
+    };
     let started = tokio::time::Instant::now();
     let mut first_event = None;
     let mut assembler = MessageAssembler::new(false);
@@ -749,6 +769,13 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
     };
     if let Some(error) = failure {
         telemetry::record_error(&span, &error);
+        if let Some(direct) = direct {
+            direct.end(&crate::span_sink::ChatEnd {
+                time_to_first_event: first_event,
+                error_type: Some(telemetry::error_type(&error)),
+                ..Default::default()
+            });
+        }
         return Err(error);
     }
     let mut message = assembler.finish();
@@ -774,7 +801,7 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
         response_id,
     };
-    Ok((message, record, span))
+    Ok((message, record, span, direct))
 }
 
 #[cfg(test)]

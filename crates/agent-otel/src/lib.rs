@@ -49,6 +49,7 @@ use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
+mod run_spans;
 mod spans;
 
 /// What can go wrong setting up or flushing the export.
@@ -149,6 +150,13 @@ impl Telemetry {
     {
         let tracer = self.tracer_provider.tracer(SCOPE);
         let metrics = GenAiMetrics::new(&self.meter_provider.meter(SCOPE));
+        // The loop finds the sink in the subscriber and builds its spans through it, making
+        // no `tracing` spans; the hook's filter enables nothing, so it costs no span or event.
+        let sink = run_spans::Sink::new(tracer.clone(), metrics.clone());
+        let hook = agent_loop::span_sink::SpanHook::new(std::sync::Arc::new(sink))
+            .with_filter(tracing_subscriber::filter::LevelFilter::OFF);
+        // Loop spans made through `tracing` by hand (or by a loop built without the hook)
+        // still take the fast tracing layer.
         let loop_spans = spans::LoopSpans::new(tracer.clone(), metrics)
             .with_filter(filter_fn(spans::LoopSpans::wants));
         let other_spans = tracing_opentelemetry::layer()
@@ -165,7 +173,7 @@ impl Telemetry {
             .with_filter(filter_fn(|metadata| {
                 *metadata.level() <= Level::INFO && !spans::is_loop_span(metadata)
             }));
-        loop_spans.and_then(other_spans)
+        hook.and_then(loop_spans).and_then(other_spans)
     }
 
     /// Sends everything still batched, now.

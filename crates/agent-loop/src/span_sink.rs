@@ -1,0 +1,301 @@
+//! The loop's spans as data, for an exporter that builds them itself (agent-otel's layer).
+//!
+//! Without one, the loop emits plain `tracing` spans (`telemetry.rs`), which any subscriber
+//! sees. A `tracing` span costs a registry lookup in every layer on each enter and exit,
+//! that is on every poll of the future it instruments, and its fields go through a visitor.
+//! When the current subscriber carries a [`SpanHook`] (agent-otel's `Telemetry::layer()`
+//! does), the run asks it once, at its start, and then hands it what the loop already holds
+//! at each edge: the run's start and end, each model call's request and
+//! [`ModelCallRecord`](crate::ModelCallRecord)-like outcome, each tool call's
+//! [`TraceEntry`]. The `tracing` spans are then not created at all.
+//!
+//! Where a span is in the run: the run's span is kept in a per-thread slot while its future
+//! is polled (two thread-local swaps per poll, no registry), so the model and tool calls
+//! find it without being handed it; a tool call's span is kept the same way while the tool
+//! runs, so a sub-agent's run (`Agent::as_tool`) starts as its child.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agent_types::{TraceEntry, Usage};
+use tracing::Subscriber;
+
+/// Where the loop's spans go as data. Put in a subscriber through a [`SpanHook`] layer.
+pub trait SpanSink: Send + Sync + 'static {
+    /// A run starts. `parent` is the tool call's span when the run is a sub-agent's (the
+    /// span the calling run's sink made); `None` for a top-level run.
+    fn start_run(&self, start: &RunStart<'_>, parent: Option<&dyn ToolSpan>) -> Arc<dyn RunSpan>;
+}
+
+/// A run's span, open until [`RunSpan::end`] (or until dropped: a dropped run's span ends
+/// where it was).
+pub trait RunSpan: Send + Sync {
+    /// A model call starts, under this run.
+    fn start_chat(&self, start: &ChatStart<'_>) -> Box<dyn ChatSpan>;
+    /// A tool call starts, under this run (a round's calls are siblings).
+    fn start_tool(&self, start: &ToolStart<'_>) -> Arc<dyn ToolSpan>;
+    /// The run's totals, once it settled (before [`RunSpan::end`]).
+    fn totals(&self, totals: &RunTotals<'_>);
+    /// The run ends.
+    fn end(&self, end: &RunEnd);
+}
+
+/// A model call's span, open until [`ChatSpan::end`] (or until dropped).
+pub trait ChatSpan: Send + Sync {
+    /// The call ends.
+    fn end(self: Box<Self>, end: &ChatEnd<'_>);
+}
+
+/// A tool call's span, open until [`ToolSpan::end`] (or until dropped).
+pub trait ToolSpan: Send + Sync {
+    /// The call failed with this `error.type` (the model may still get a result).
+    fn fail(&self, error_type: &'static str);
+    /// The call ends; `trace` is its entry.
+    fn end(&self, trace: &TraceEntry);
+    /// The sink's own type, for a sub-agent's run to find its parent.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// What a run's span starts with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RunStart<'a> {
+    /// `Backend::provider_name()`.
+    pub provider: &'a str,
+    /// `Options::agent_name`.
+    pub agent_name: Option<&'a str>,
+    /// The session's model.
+    pub model: &'a str,
+    /// The session id.
+    pub conversation_id: &'a str,
+    /// `Auto` or `Return`.
+    pub tool_mode: &'static str,
+}
+
+/// What a model call's span starts with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ChatStart<'a> {
+    /// `Backend::provider_name()`.
+    pub provider: &'a str,
+    /// The model asked for.
+    pub model: &'a str,
+    /// The output limit sent, if any.
+    pub max_tokens: Option<u32>,
+    /// Sampling settings, when set.
+    pub temperature: Option<f32>,
+    /// Nucleus sampling, when set.
+    pub top_p: Option<f32>,
+    /// Whether the request asks for schema-constrained output.
+    pub json_output: bool,
+    /// The session id.
+    pub conversation_id: &'a str,
+    /// The round (0 for the first).
+    pub iteration: u32,
+    /// `history_summary` on a history policy's summary call.
+    pub purpose: Option<&'static str>,
+    /// The system prompt, with content capture on only.
+    pub system_instructions: Option<&'a str>,
+    /// The request's messages as JSON, with content capture on only.
+    pub input_messages: Option<String>,
+}
+
+/// How a model call ended.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ChatEnd<'a> {
+    /// The model the provider says answered.
+    pub response_model: Option<&'a str>,
+    /// The provider's id for the response.
+    pub response_id: Option<&'a str>,
+    /// `gen_ai.response.finish_reasons`' one value, when the call answered.
+    pub finish_reason: Option<&'static str>,
+    /// Tokens as reported.
+    pub usage: Option<&'a Usage>,
+    /// The call's cost.
+    pub cost_usd: Option<f64>,
+    /// Tool calls the answer asked for, when it answered.
+    pub tool_calls: Option<u32>,
+    /// From the request to the first stream event.
+    pub time_to_first_event: Option<Duration>,
+    /// `error.type`, when the call failed.
+    pub error_type: Option<&'static str>,
+    /// The answer as JSON, with content capture on only.
+    pub output_messages: Option<String>,
+}
+
+/// What a tool call's span starts with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ToolStart<'a> {
+    /// The tool (the run's shared name: a refcount, not a copy).
+    pub name: &'a Arc<str>,
+    /// The model's call id.
+    pub call_id: &'a str,
+    /// The round.
+    pub iteration: u32,
+}
+
+/// A run's totals.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RunTotals<'a> {
+    /// Tool rounds run.
+    pub iterations: u32,
+    /// Model calls made.
+    pub model_calls: usize,
+    /// Every model call's tokens.
+    pub usage: &'a Usage,
+    /// The run's cost.
+    pub cost_usd: Option<f64>,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RunEnd {
+    /// `stop`, `aborted`, `error`, …
+    pub finish_reason: &'static str,
+    /// `error.type`, when the run failed.
+    pub error_type: Option<&'static str>,
+    /// Which budget ended the run, when one did.
+    pub budget: Option<&'static str>,
+}
+
+/// A `tracing_subscriber` layer that does nothing but carry a [`SpanSink`], so the loop
+/// finds it in the current subscriber (once per run). Give it a per-layer filter that
+/// enables nothing (`LevelFilter::OFF`), so it takes no part in any span or event.
+#[derive(Clone)]
+pub struct SpanHook(Arc<dyn SpanSink>);
+
+impl SpanHook {
+    /// A hook for `sink`.
+    pub fn new(sink: Arc<dyn SpanSink>) -> Self {
+        Self(sink)
+    }
+}
+
+impl std::fmt::Debug for SpanHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpanHook")
+    }
+}
+
+impl<S: Subscriber> tracing_subscriber::Layer<S> for SpanHook {}
+
+/// The spans in scope on this thread: the run being polled, and the tool call being polled
+/// inside it.
+#[derive(Default)]
+struct Current {
+    run: Option<Arc<dyn RunSpan>>,
+    tool: Option<Arc<dyn ToolSpan>>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Current> = RefCell::new(Current::default());
+}
+
+/// The run's span from the current subscriber's sink, or `None` when it has none (then the
+/// loop's `tracing` spans are made as before). `start` is called only with a sink.
+pub(crate) fn start_run<'a>(start: impl FnOnce() -> RunStart<'a>) -> Option<Arc<dyn RunSpan>> {
+    let sink = tracing::dispatcher::get_default(|dispatch| {
+        dispatch.downcast_ref::<SpanHook>().map(|hook| hook.0.clone())
+    })?;
+    let parent = CURRENT
+        .try_with(|current| current.try_borrow().ok().and_then(|c| c.tool.clone()))
+        .ok()
+        .flatten();
+    Some(sink.start_run(&start(), parent.as_deref()))
+}
+
+/// Calls `f` with the run's span in scope, if any.
+pub(crate) fn with_run<T>(f: impl FnOnce(&dyn RunSpan) -> T) -> Option<T> {
+    let run = CURRENT
+        .try_with(|current| current.try_borrow().ok().and_then(|c| c.run.clone()))
+        .ok()
+        .flatten()?;
+    Some(f(&*run))
+}
+
+/// Calls `f` with the tool call's span in scope, if any.
+pub(crate) fn with_tool(f: impl FnOnce(&dyn ToolSpan)) {
+    let tool = CURRENT
+        .try_with(|current| current.try_borrow().ok().and_then(|c| c.tool.clone()))
+        .ok()
+        .flatten();
+    if let Some(tool) = tool {
+        f(&*tool);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future polled with a run's span (and no tool call's) in scope, or with a tool
+    /// call's span in scope; a plain pass-through when neither is set.
+    pub(crate) struct InScope<F> {
+        #[pin]
+        inner: F,
+        run: Option<Arc<dyn RunSpan>>,
+        tool: Option<Arc<dyn ToolSpan>>,
+        is_run: bool,
+    }
+}
+
+/// `inner` polled with `run` in scope (a sub-run's calls do not see the calling tool's span).
+pub(crate) fn run_scope<F>(run: Option<Arc<dyn RunSpan>>, inner: F) -> InScope<F> {
+    InScope {
+        inner,
+        is_run: run.is_some(),
+        run,
+        tool: None,
+    }
+}
+
+/// `inner` polled with `tool` in scope.
+pub(crate) fn tool_scope<F>(tool: Option<Arc<dyn ToolSpan>>, inner: F) -> InScope<F> {
+    InScope {
+        inner,
+        run: None,
+        is_run: false,
+        tool,
+    }
+}
+
+impl<F: Future> Future for InScope<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let is_run = *this.is_run;
+        if !is_run && this.tool.is_none() {
+            return this.inner.poll(cx);
+        }
+        // The spans move into the slot for the poll and back out after: no refcounting.
+        let swap = |run: &mut Option<Arc<dyn RunSpan>>, tool: &mut Option<Arc<dyn ToolSpan>>| {
+            let _ = CURRENT.try_with(|current| {
+                if let Ok(mut current) = current.try_borrow_mut() {
+                    if is_run {
+                        std::mem::swap(&mut current.run, run);
+                    }
+                    std::mem::swap(&mut current.tool, tool);
+                }
+            });
+        };
+        swap(this.run, this.tool);
+        let polled = this.inner.poll(cx);
+        swap(this.run, this.tool);
+        polled
+    }
+}
+
+/// `Auto` or `Return`, as the `tracing` span's `?options.mode` formats it.
+pub(crate) fn tool_mode(mode: &crate::options::ToolMode) -> &'static str {
+    match mode {
+        crate::options::ToolMode::Auto => "Auto",
+        crate::options::ToolMode::Return => "Return",
+    }
+}
