@@ -12,7 +12,10 @@
 //!   model row's tokens summed), on the runtime's thread;
 //! - main's pipeline + accounting: tracing-opentelemetry's layer and the `GenAiMetrics` layer,
 //!   as `Telemetry::layer()` was before the loop's spans got their own layer;
-//! - `Telemetry::layer()` alone, and with accounting: the layer as shipped.
+//! - main's `Telemetry::layer()` + accounting: the loop's `tracing` spans through the layer
+//!   written for them (`Telemetry::tracing_layer()`, what `layer()` was before the span sink);
+//! - `Telemetry::layer()` alone, and with accounting: the layer as shipped (the loop builds
+//!   its spans through the layer's sink, no `tracing` span).
 //!
 //! As production runs them: spans through the SDK's batch processor (exported off the loop's
 //! thread) to an exporter that counts and drops them, metrics aggregated by a periodic reader
@@ -294,6 +297,17 @@ impl Bench<'_> {
                 (wall - off_wall) / off_wall * 100.0,
             );
         }
+        // Issue 14's gate: the last variant (layer + accounting) against off, and what one
+        // exported span costs (the layer alone against off, per span).
+        let cpu = |index: usize| per_round(samples[index].iter().map(|s| s.1).collect());
+        let (on, alone) = (cpu(self.variants.len() - 1), cpu(self.variants.len() - 2));
+        let more = (on - off_cpu) / off_cpu * 100.0;
+        let per_span = (alone - off_cpu) * rounds as f64 / spans_per_run as f64;
+        println!(
+            "  gate: layer + accounting {more:+.1}% CPU/round against off (<= 5%: {}); \
+             {per_span:.2} µs CPU per exported span ({spans_per_run} spans per run, {rounds} rounds)",
+            if more <= 5.0 { "met" } else { "NOT met" },
+        );
     }
 }
 
@@ -367,6 +381,13 @@ fn main() {
             name: "main's OTel pipeline + accounting",
             subscriber: Some(tracing::Dispatch::new(
                 tracing_subscriber::registry().with(main_layer),
+            )),
+            accounting: Some(queue.clone()),
+        },
+        Variant {
+            name: "main's Telemetry::layer() + accounting",
+            subscriber: Some(tracing::Dispatch::new(
+                tracing_subscriber::registry().with(telemetry.tracing_layer()),
             )),
             accounting: Some(queue.clone()),
         },
