@@ -99,6 +99,11 @@ fn build(
 
 /// A call's (or a run's) tokens and cost under the convention's names.
 fn push_usage(attributes: &mut Vec<KeyValue>, usage: &Usage, cost_usd: Option<f64>) {
+    for_usage(usage, cost_usd, &mut |attribute| attributes.push(attribute));
+}
+
+/// Each of a usage's attributes, to `set`.
+fn for_usage(usage: &Usage, cost_usd: Option<f64>, set: &mut dyn FnMut(KeyValue)) {
     let pairs = [
         ("gen_ai.usage.input_tokens", usage.input_tokens),
         ("gen_ai.usage.output_tokens", usage.output_tokens),
@@ -125,11 +130,11 @@ fn push_usage(attributes: &mut Vec<KeyValue>, usage: &Usage, cost_usd: Option<f6
     ];
     for (key, count) in pairs {
         if let Some(count) = count {
-            attributes.push(kv(key, int(count)));
+            set(kv(key, int(count)));
         }
     }
     if let Some(cost) = cost_usd {
-        attributes.push(kv("agentry.cost_usd", cost));
+        set(kv("agentry.cost_usd", cost));
     }
 }
 
@@ -236,13 +241,15 @@ impl RunSpan for Run {
     }
 
     fn start_tool(&self, start: &ToolStart<'_>) -> Arc<dyn ToolSpan> {
-        let attributes = vec![
+        // Room for the end's attributes too: the span's list is never grown.
+        let mut attributes = Vec::with_capacity(9);
+        attributes.extend([
             kv("gen_ai.operation.name", "execute_tool"),
             kv("gen_ai.tool.name", StringValue::from(Arc::clone(start.name))),
             kv("gen_ai.tool.call.id", start.call_id.to_owned()),
             kv("gen_ai.tool.type", "function"),
             kv("agentry.iteration", int(start.iteration)),
-        ];
+        ]);
         let (span, _) = build(
             &self.shared.tracer,
             span_name("execute_tool", Some(start.name)),
@@ -298,37 +305,37 @@ impl ChatSpan for Chat {
             model,
         } = *self;
         let response_model = end.response_model.map(|answered| reuse(&model, answered));
-        let mut attributes = Vec::with_capacity(14);
+        // Straight into the span's list (sized for them at the start): no list of their own.
+        let mut set = |attribute: KeyValue| span.set_attribute(attribute);
         if let Some(answered) = &response_model {
-            attributes.push(kv("gen_ai.response.model", answered.clone()));
+            set(kv("gen_ai.response.model", answered.clone()));
         }
         if let Some(id) = end.response_id {
-            attributes.push(kv("gen_ai.response.id", id.to_owned()));
+            set(kv("gen_ai.response.id", id.to_owned()));
         }
         if let Some(reason) = end.finish_reason {
             // The convention's type: an array of strings (one reason per call).
-            attributes.push(kv(
+            set(kv(
                 "gen_ai.response.finish_reasons",
                 Value::Array(Array::String(vec![StringValue::from(reason)])),
             ));
         }
         if let Some(usage) = end.usage {
-            push_usage(&mut attributes, usage, end.cost_usd);
+            for_usage(usage, end.cost_usd, &mut set);
         }
         if let Some(first) = end.time_to_first_event {
-            attributes.push(kv("agentry.time_to_first_chunk", first.as_secs_f64()));
+            set(kv("agentry.time_to_first_chunk", first.as_secs_f64()));
         }
         if let Some(calls) = end.tool_calls {
-            attributes.push(kv("agentry.tool_calls", int(calls)));
+            set(kv("agentry.tool_calls", int(calls)));
         }
         if let Some(messages) = &end.output_messages {
-            attributes.push(kv("gen_ai.output.messages", messages.clone()));
+            set(kv("gen_ai.output.messages", messages.clone()));
         }
         if let Some(error) = end.error_type {
-            attributes.push(kv("error.type", error));
+            set(kv("error.type", error));
             span.set_status(Status::error(""));
         }
-        span.set_attributes(attributes);
         let now = opentelemetry::time::now();
         let seconds = now
             .duration_since(started)
