@@ -72,12 +72,7 @@ const RULES: &[Rule] = &[
     Rule {
         package: "agent-otel",
         features: Features::All,
-        forbidden: &[
-            "agent-backends",
-            "openssl-sys",
-            "native-tls",
-            "aws-lc-sys",
-        ],
+        forbidden: &["agent-backends", "openssl-sys", "native-tls", "aws-lc-sys"],
         why: "the exporter gets the loop's spans from its span sink (or tracing), never from a \
               provider, with one reqwest over rustls",
     },

@@ -183,20 +183,20 @@ impl Round<'_> {
             tracing::Span::none()
         } else {
             tracing::info_span!(
-            "execute_tool",
-            otel.name = %SpanName("execute_tool", Some(&call.name)),
-            otel.kind = "internal",
-            otel.status_code = field::Empty,
-            error.type = field::Empty,
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %call.name,
-            gen_ai.tool.call.id = %call.id,
-            gen_ai.tool.type = "function",
-            agentry.iteration = i64::from(job.iteration),
-            agentry.tool.result_bytes = field::Empty,
-            agentry.tool.sent_bytes = field::Empty,
-            agentry.tool.truncated = field::Empty,
-        )
+                "execute_tool",
+                otel.name = %SpanName("execute_tool", Some(&call.name)),
+                otel.kind = "internal",
+                otel.status_code = field::Empty,
+                error.type = field::Empty,
+                gen_ai.operation.name = "execute_tool",
+                gen_ai.tool.name = %call.name,
+                gen_ai.tool.call.id = %call.id,
+                gen_ai.tool.type = "function",
+                agentry.iteration = i64::from(job.iteration),
+                agentry.tool.result_bytes = field::Empty,
+                agentry.tool.sent_bytes = field::Empty,
+                agentry.tool.truncated = field::Empty,
+            )
         };
         let outcome = crate::span_sink::tool_scope(direct.clone(), self.run_call(job))
             .instrument(span.clone())

@@ -204,7 +204,9 @@ thread_local! {
 /// loop's `tracing` spans are made as before). `start` is called only with a sink.
 pub(crate) fn start_run<'a>(start: impl FnOnce() -> RunStart<'a>) -> Option<Arc<dyn RunSpan>> {
     let sink = tracing::dispatcher::get_default(|dispatch| {
-        dispatch.downcast_ref::<SpanHook>().map(|hook| hook.0.clone())
+        dispatch
+            .downcast_ref::<SpanHook>()
+            .map(|hook| hook.0.clone())
     })?;
     let parent = CURRENT
         .try_with(|current| current.try_borrow().ok().and_then(|c| c.tool.clone()))

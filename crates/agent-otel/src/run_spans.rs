@@ -107,7 +107,10 @@ fn for_usage(usage: &Usage, cost_usd: Option<f64>, set: &mut dyn FnMut(KeyValue)
     let pairs = [
         ("gen_ai.usage.input_tokens", usage.input_tokens),
         ("gen_ai.usage.output_tokens", usage.output_tokens),
-        ("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens),
+        (
+            "gen_ai.usage.cache_read.input_tokens",
+            usage.cache_read_tokens,
+        ),
         (
             "gen_ai.usage.cache_creation.input_tokens",
             (usage.cache_write_5m_tokens.is_some() || usage.cache_write_1h_tokens.is_some()).then(
@@ -245,7 +248,10 @@ impl RunSpan for Run {
         let mut attributes = Vec::with_capacity(9);
         attributes.extend([
             kv("gen_ai.operation.name", "execute_tool"),
-            kv("gen_ai.tool.name", StringValue::from(Arc::clone(start.name))),
+            kv(
+                "gen_ai.tool.name",
+                StringValue::from(Arc::clone(start.name)),
+            ),
             kv("gen_ai.tool.call.id", start.call_id.to_owned()),
             kv("gen_ai.tool.type", "function"),
             kv("agentry.iteration", int(start.iteration)),

@@ -426,7 +426,12 @@ async fn with_the_layer_the_loop_makes_no_tracing_span_and_the_sdk_still_gets_ev
     names.sort_unstable();
     assert_eq!(
         names,
-        ["chat m", "chat m", "execute_tool get_weather", "invoke_agent"]
+        [
+            "chat m",
+            "chat m",
+            "execute_tool get_weather",
+            "invoke_agent"
+        ]
     );
 
     // Without the layer, a subscriber of its own still gets the loop's `tracing` spans.
@@ -463,8 +468,12 @@ async fn a_sub_agents_run_nests_under_the_calling_tools_span() {
         ScriptedTurn::text("Sunny in Denver."),
     ]);
     let options = Options::auto().with_tools(tools);
-    let (result, exported) =
-        export(generate(&backend, Input::new("parent-model").user("?"), &options)).await;
+    let (result, exported) = export(generate(
+        &backend,
+        Input::new("parent-model").user("?"),
+        &options,
+    ))
+    .await;
     result.unwrap();
     let spans = &exported.spans;
     let parent = named(spans, "invoke_agent")[0];
