@@ -198,7 +198,7 @@ impl Round<'_> {
                 agentry.tool.truncated = field::Empty,
             )
         };
-        let outcome = crate::span_sink::tool_scope(direct.clone(), self.run_call(job))
+        let (outcome, direct) = crate::span_sink::tool_scope(direct, self.run_call(job))
             .instrument(span.clone())
             .await;
         if let Some(direct) = direct {

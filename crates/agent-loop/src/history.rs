@@ -678,7 +678,6 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         agent_types::AssistantMessage,
         crate::ModelCallRecord,
         tracing::Span,
-        Option<Box<dyn crate::span_sink::ChatSpan>>,
     ),
     AgentError,
 > {
@@ -702,9 +701,10 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
             purpose: Some("history_summary"),
             system_instructions: None,
             input_messages: None,
-        })
-    });
-    let span = if direct.is_some() {
+        });
+    })
+    .is_some();
+    let span = if direct {
         tracing::Span::none()
     } else {
         tracing::info_span!(
@@ -769,11 +769,13 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
     };
     if let Some(error) = failure {
         telemetry::record_error(&span, &error);
-        if let Some(direct) = direct {
-            direct.end(&crate::span_sink::ChatEnd {
-                time_to_first_event: first_event,
-                error_type: Some(telemetry::error_type(&error)),
-                ..Default::default()
+        if direct {
+            crate::span_sink::with_run(|run| {
+                run.end_chat(&crate::span_sink::ChatEnd {
+                    time_to_first_event: first_event,
+                    error_type: Some(telemetry::error_type(&error)),
+                    ..Default::default()
+                });
             });
         }
         return Err(error);
@@ -801,7 +803,7 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
         stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
         response_id,
     };
-    Ok((message, record, span, direct))
+    Ok((message, record, span))
 }
 
 #[cfg(test)]

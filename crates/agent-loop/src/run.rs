@@ -671,7 +671,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 .map_err(|reason| AgentError::new(ErrorKind::Refused, reason))?;
         }
         let settings = &self.request.settings;
-        let mut direct = crate::span_sink::with_run(|run| {
+        // The call's span is the run's own (one call at a time): nothing of it is kept in
+        // this future, allocated per call.
+        let direct = crate::span_sink::with_run(|run| {
             let content = self.options.trace_content;
             run.start_chat(&crate::span_sink::ChatStart {
                 provider: self.backend.provider_name(),
@@ -687,9 +689,10 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 input_messages: content
                     .then(|| serde_json::to_string(&self.request.messages).ok())
                     .flatten(),
-            })
-        });
-        let span = if direct.is_some() {
+            });
+        })
+        .is_some();
+        let span = if direct {
             tracing::Span::none()
         } else {
             tracing::info_span!(
@@ -818,11 +821,13 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
         if let Some(mut error) = failure {
             telemetry::record_error(&span, &error);
-            if let Some(direct) = direct.take() {
-                direct.end(&crate::span_sink::ChatEnd {
-                    time_to_first_event: first_event,
-                    error_type: Some(telemetry::error_type(&error)),
-                    ..Default::default()
+            if direct {
+                crate::span_sink::with_run(|run| {
+                    run.end_chat(&crate::span_sink::ChatEnd {
+                        time_to_first_event: first_event,
+                        error_type: Some(telemetry::error_type(&error)),
+                        ..Default::default()
+                    });
                 });
             }
             let reason = if error.is_aborted() {
@@ -900,8 +905,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
             response_id,
         };
-        if let Some(direct) = direct.take() {
-            direct.end(&crate::span_sink::ChatEnd {
+        if direct {
+            let end = crate::span_sink::ChatEnd {
                 response_model: message.model.as_deref(),
                 response_id: record.response_id.as_deref(),
                 finish_reason: Some(telemetry::finish_reason(record.stop_reason)),
@@ -915,7 +920,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     .trace_content
                     .then(|| serde_json::to_string(&message).ok())
                     .flatten(),
-            });
+            };
+            crate::span_sink::with_run(|run| run.end_chat(&end));
         }
         if let Some(sink) = &self.options.on_model_call {
             sink(&record);
@@ -975,7 +981,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     .await
                     .map_err(|reason| AgentError::new(ErrorKind::Refused, reason))?;
             }
-            let (message, mut record, span, direct) = crate::history::call_summary(
+            let (message, mut record, span) = crate::history::call_summary(
                 self.backend,
                 &request,
                 self.options,
@@ -988,8 +994,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             if let Some(usage) = &message.usage {
                 telemetry::record_usage(&span, usage, cost_usd);
             }
-            if let Some(direct) = direct {
-                direct.end(&crate::span_sink::ChatEnd {
+            // The summary call's span (started by call_summary) ends with its cost.
+            crate::span_sink::with_run(|run| {
+                run.end_chat(&crate::span_sink::ChatEnd {
                     response_model: message.model.as_deref(),
                     response_id: record.response_id.as_deref(),
                     finish_reason: Some(telemetry::finish_reason(record.stop_reason)),
@@ -998,7 +1005,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     time_to_first_event: Some(record.time_to_first_event),
                     ..Default::default()
                 });
-            }
+            });
             if let Some(sink) = &self.options.on_model_call {
                 sink(&record);
             }

@@ -35,20 +35,17 @@ pub trait SpanSink: Send + Sync + 'static {
 /// A run's span, open until [`RunSpan::end`] (or until dropped: a dropped run's span ends
 /// where it was).
 pub trait RunSpan: Send + Sync {
-    /// A model call starts, under this run.
-    fn start_chat(&self, start: &ChatStart<'_>) -> Box<dyn ChatSpan>;
+    /// A model call starts, under this run. A run makes one model call at a time: the
+    /// call's span is the run's until [`RunSpan::end_chat`] (or the run's drop) ends it.
+    fn start_chat(&self, start: &ChatStart<'_>);
+    /// The model call in flight ends.
+    fn end_chat(&self, end: &ChatEnd<'_>);
     /// A tool call starts, under this run (a round's calls are siblings).
     fn start_tool(&self, start: &ToolStart<'_>) -> Arc<dyn ToolSpan>;
     /// The run's totals, once it settled (before [`RunSpan::end`]).
     fn totals(&self, totals: &RunTotals<'_>);
     /// The run ends.
     fn end(&self, end: &RunEnd);
-}
-
-/// A model call's span, open until [`ChatSpan::end`] (or until dropped).
-pub trait ChatSpan: Send + Sync {
-    /// The call ends.
-    fn end(self: Box<Self>, end: &ChatEnd<'_>);
 }
 
 /// A tool call's span, open until [`ToolSpan::end`] (or until dropped).
@@ -235,62 +232,94 @@ pub(crate) fn with_tool(f: impl FnOnce(&dyn ToolSpan)) {
     }
 }
 
+/// Runs `f` with `swap` applied to the thread's current spans before and after: the spans
+/// move in for the poll and back out, nothing is refcounted.
+fn swapped<T>(mut swap: impl FnMut(&mut Current), f: impl FnOnce() -> T) -> T {
+    let mut apply = || {
+        let _ = CURRENT.try_with(|current| {
+            if let Ok(mut current) = current.try_borrow_mut() {
+                swap(&mut current);
+            }
+        });
+    };
+    apply();
+    let out = f();
+    apply();
+    out
+}
+
 pin_project_lite::pin_project! {
-    /// A future polled with a run's span (and no tool call's) in scope, or with a tool
-    /// call's span in scope; a plain pass-through when neither is set.
-    pub(crate) struct InScope<F> {
+    /// A run's future, polled with the run's span in scope (and no tool call's, so a
+    /// sub-agent's calls are its own); a plain pass-through without a span.
+    pub(crate) struct RunScope<F> {
         #[pin]
         inner: F,
         run: Option<Arc<dyn RunSpan>>,
         tool: Option<Arc<dyn ToolSpan>>,
-        is_run: bool,
     }
 }
 
-/// `inner` polled with `run` in scope (a sub-run's calls do not see the calling tool's span).
-pub(crate) fn run_scope<F>(run: Option<Arc<dyn RunSpan>>, inner: F) -> InScope<F> {
-    InScope {
+/// `inner` polled with `run` in scope.
+pub(crate) fn run_scope<F>(run: Option<Arc<dyn RunSpan>>, inner: F) -> RunScope<F> {
+    RunScope {
         inner,
-        is_run: run.is_some(),
         run,
         tool: None,
     }
 }
 
-/// `inner` polled with `tool` in scope.
-pub(crate) fn tool_scope<F>(tool: Option<Arc<dyn ToolSpan>>, inner: F) -> InScope<F> {
-    InScope {
-        inner,
-        run: None,
-        is_run: false,
-        tool,
-    }
-}
-
-impl<F: Future> Future for InScope<F> {
+impl<F: Future> Future for RunScope<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let is_run = *this.is_run;
-        if !is_run && this.tool.is_none() {
+        if this.run.is_none() {
             return this.inner.poll(cx);
         }
-        // The spans move into the slot for the poll and back out after: no refcounting.
-        let swap = |run: &mut Option<Arc<dyn RunSpan>>, tool: &mut Option<Arc<dyn ToolSpan>>| {
-            let _ = CURRENT.try_with(|current| {
-                if let Ok(mut current) = current.try_borrow_mut() {
-                    if is_run {
-                        std::mem::swap(&mut current.run, run);
-                    }
-                    std::mem::swap(&mut current.tool, tool);
-                }
-            });
+        let (run, tool, inner) = (this.run, this.tool, this.inner);
+        swapped(
+            |current| {
+                std::mem::swap(&mut current.run, run);
+                std::mem::swap(&mut current.tool, tool);
+            },
+            || inner.poll(cx),
+        )
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A tool call's future, polled with the call's span in scope; it gives the span back
+    /// with the output, for its end.
+    pub(crate) struct ToolScope<F> {
+        #[pin]
+        inner: F,
+        tool: Option<Arc<dyn ToolSpan>>,
+    }
+}
+
+/// `inner` polled with `tool` in scope; its output comes with `tool`.
+pub(crate) fn tool_scope<F>(tool: Option<Arc<dyn ToolSpan>>, inner: F) -> ToolScope<F> {
+    ToolScope { inner, tool }
+}
+
+impl<F: Future> Future for ToolScope<F> {
+    type Output = (F::Output, Option<Arc<dyn ToolSpan>>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let polled = if this.tool.is_none() {
+            this.inner.poll(cx)
+        } else {
+            let (tool, inner) = (&mut *this.tool, this.inner);
+            swapped(
+                |current| std::mem::swap(&mut current.tool, tool),
+                || inner.poll(cx),
+            )
         };
-        swap(this.run, this.tool);
-        let polled = this.inner.poll(cx);
-        swap(this.run, this.tool);
-        polled
+        match polled {
+            Poll::Ready(output) => Poll::Ready((output, this.tool.take())),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

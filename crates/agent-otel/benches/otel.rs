@@ -334,11 +334,19 @@ fn main() {
     let exported = Discard::default();
     // As production: the batch processor (its own thread), a periodic metric reader. Its
     // queue is made long enough to hold a sample's spans: on a loaded machine the default
-    // 2048 overflows and drops spans, which would hide their cost.
+    // 2048 overflows and drops spans, which would hide their cost. A queue that long (26 MB
+    // of span slots) also makes each span's trip through it a cache miss, which the default
+    // does not: `OTEL_BSP_MAX_QUEUE_SIZE` (the SDK's variable) sets it, e.g. to the default
+    // 2048, and the run still fails if a span is dropped.
+    let queue_size = std::env::var("OTEL_BSP_MAX_QUEUE_SIZE")
+        .ok()
+        .and_then(|size| size.parse().ok())
+        .unwrap_or(1 << 16);
+    println!("batch span processor queue: {queue_size} spans");
     let processor = BatchSpanProcessor::builder(exported.clone())
         .with_batch_config(
             BatchConfigBuilder::default()
-                .with_max_queue_size(1 << 16)
+                .with_max_queue_size(queue_size)
                 .build(),
         )
         .build();

@@ -15,12 +15,11 @@
 
 use std::any::Any;
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use agent_loop::span_sink::{
-    ChatEnd, ChatSpan, ChatStart, RunEnd, RunSpan, RunStart, RunTotals, SpanSink, ToolSpan,
-    ToolStart,
+    ChatEnd, ChatStart, RunEnd, RunSpan, RunStart, RunTotals, SpanSink, ToolSpan, ToolStart,
 };
 use agent_types::{TraceEntry, Usage};
 use opentelemetry::trace::{
@@ -173,6 +172,7 @@ impl SpanSink for Sink {
             model,
             chat_name: format!("chat {}", start.model),
             conversation,
+            chat: Mutex::new(None),
         })
     }
 }
@@ -186,10 +186,12 @@ struct Run {
     /// `chat {model}`, for the calls to the run's model.
     chat_name: String,
     conversation: StringValue,
+    /// The model call in flight (a run makes one at a time); dropped with the run, it ends.
+    chat: Mutex<Option<Chat>>,
 }
 
 impl RunSpan for Run {
-    fn start_chat(&self, start: &ChatStart<'_>) -> Box<dyn ChatSpan> {
+    fn start_chat(&self, start: &ChatStart<'_>) {
         let provider = reuse(&self.provider, start.provider);
         let model = reuse(&self.model, start.model);
         let name = if start.model == self.model.as_str() {
@@ -234,13 +236,23 @@ impl RunSpan for Run {
             attributes,
             &self.cx,
         );
-        Box::new(Chat {
+        let chat = Chat {
             span,
             started,
-            shared: Arc::clone(&self.shared),
             provider,
             model,
-        })
+        };
+        if let Ok(mut slot) = self.chat.lock() {
+            // A call still in the slot (never ended) ends now, where it was.
+            *slot = Some(chat);
+        }
+    }
+
+    fn end_chat(&self, end: &ChatEnd<'_>) {
+        let chat = self.chat.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(chat) = chat {
+            chat.end(&self.shared.metrics, end);
+        }
     }
 
     fn start_tool(&self, start: &ToolStart<'_>) -> Arc<dyn ToolSpan> {
@@ -296,20 +308,18 @@ impl RunSpan for Run {
 struct Chat {
     span: SdkSpan,
     started: SystemTime,
-    shared: Arc<Shared>,
     provider: StringValue,
     model: StringValue,
 }
 
-impl ChatSpan for Chat {
-    fn end(self: Box<Self>, end: &ChatEnd<'_>) {
+impl Chat {
+    fn end(self, metrics: &GenAiMetrics, end: &ChatEnd<'_>) {
         let Chat {
             mut span,
             started,
-            shared,
             provider,
             model,
-        } = *self;
+        } = self;
         let response_model = end.response_model.map(|answered| reuse(&model, answered));
         // Straight into the span's list (sized for them at the start): no list of their own.
         let mut set = |attribute: KeyValue| span.set_attribute(attribute);
@@ -348,7 +358,7 @@ impl ChatSpan for Chat {
             .unwrap_or_default()
             .as_secs_f64();
         span.end_with_timestamp(now);
-        shared.metrics.record(
+        metrics.record(
             Call {
                 started: None,
                 operation: Some(StringValue::from("chat")),
