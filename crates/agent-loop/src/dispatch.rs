@@ -15,7 +15,7 @@ use futures_util::{StreamExt, stream};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, field};
+use tracing::field;
 
 use crate::telemetry::{self, SpanName};
 
@@ -198,18 +198,25 @@ impl Round<'_> {
                 agentry.tool.truncated = field::Empty,
             )
         };
-        let (outcome, direct) = crate::span_sink::tool_scope(direct, self.run_call(job))
-            .instrument(span.clone())
-            .await;
+        // The `tracing` span is recorded inside the future it instruments (where it is
+        // current), so this future keeps no second handle of it across the call.
+        let traced = direct.is_none();
+        let call = async move {
+            let outcome = self.run_call(job).await;
+            if traced {
+                tracing::record_all!(
+                    tracing::Span::current(),
+                    agentry.tool.result_bytes = telemetry::int(outcome.trace.result_bytes),
+                    agentry.tool.sent_bytes = telemetry::int(outcome.trace.sent_bytes),
+                    agentry.tool.truncated = outcome.trace.truncated,
+                );
+            }
+            outcome
+        };
+        let (outcome, direct) = crate::span_sink::call_scope(span, direct, call).await;
         if let Some(direct) = direct {
             direct.end(&outcome.trace);
         }
-        tracing::record_all!(
-            span,
-            agentry.tool.result_bytes = telemetry::int(outcome.trace.result_bytes),
-            agentry.tool.sent_bytes = telemetry::int(outcome.trace.sent_bytes),
-            agentry.tool.truncated = outcome.trace.truncated,
-        );
         outcome
     }
 

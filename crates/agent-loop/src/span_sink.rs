@@ -287,37 +287,65 @@ impl<F: Future> Future for RunScope<F> {
     }
 }
 
+/// What a tool call's future is polled in: its `tracing` span entered (no sink), or its
+/// sink span in the thread's slot. One of the two, in the room of one span handle.
+enum CallSpan {
+    Traced(tracing::Span),
+    /// `None` only during a poll (the span is in the slot then).
+    Direct(Option<Arc<dyn ToolSpan>>),
+    Done,
+}
+
 pin_project_lite::pin_project! {
-    /// A tool call's future, polled with the call's span in scope; it gives the span back
-    /// with the output, for its end.
-    pub(crate) struct ToolScope<F> {
+    /// A tool call's future, polled in its span; it gives the sink's span back with the
+    /// output, for its end.
+    pub(crate) struct CallScope<F> {
         #[pin]
         inner: F,
-        tool: Option<Arc<dyn ToolSpan>>,
+        span: CallSpan,
     }
 }
 
-/// `inner` polled with `tool` in scope; its output comes with `tool`.
-pub(crate) fn tool_scope<F>(tool: Option<Arc<dyn ToolSpan>>, inner: F) -> ToolScope<F> {
-    ToolScope { inner, tool }
+/// `inner` polled with `tool` in scope when the run has a sink, else in `span`; its output
+/// comes with `tool`.
+pub(crate) fn call_scope<F>(
+    span: tracing::Span,
+    tool: Option<Arc<dyn ToolSpan>>,
+    inner: F,
+) -> CallScope<F> {
+    CallScope {
+        inner,
+        span: match tool {
+            Some(tool) => CallSpan::Direct(Some(tool)),
+            None => CallSpan::Traced(span),
+        },
+    }
 }
 
-impl<F: Future> Future for ToolScope<F> {
+impl<F: Future> Future for CallScope<F> {
     type Output = (F::Output, Option<Arc<dyn ToolSpan>>);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let polled = if this.tool.is_none() {
-            this.inner.poll(cx)
-        } else {
-            let (tool, inner) = (&mut *this.tool, this.inner);
-            swapped(
-                |current| std::mem::swap(&mut current.tool, tool),
-                || inner.poll(cx),
-            )
+        let polled = match this.span {
+            CallSpan::Traced(span) => {
+                let _entered = span.enter();
+                this.inner.poll(cx)
+            }
+            CallSpan::Direct(tool) => {
+                let inner = this.inner;
+                swapped(
+                    |current| std::mem::swap(&mut current.tool, tool),
+                    || inner.poll(cx),
+                )
+            }
+            CallSpan::Done => return Poll::Pending,
         };
         match polled {
-            Poll::Ready(output) => Poll::Ready((output, this.tool.take())),
+            Poll::Ready(output) => match std::mem::replace(this.span, CallSpan::Done) {
+                CallSpan::Direct(tool) => Poll::Ready((output, tool)),
+                _ => Poll::Ready((output, None)),
+            },
             Poll::Pending => Poll::Pending,
         }
     }
