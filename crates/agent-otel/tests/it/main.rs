@@ -494,3 +494,37 @@ async fn a_sub_agents_run_nests_under_the_calling_tools_span() {
         assert_eq!(chat.parent_span_id, parent.span_context.span_id());
     }
 }
+
+#[tokio::test]
+async fn message_content_reaches_the_spans_only_when_the_run_opts_in() {
+    let run = |content: bool| async move {
+        let backend = ScriptedBackend::new([ScriptedTurn::text("The secret is 42.")]);
+        let options = Options::auto().with_trace_content(content);
+        let (result, exported) = export(generate(
+            &backend,
+            Input::new("m").system("Be brief.").user("my password is hunter2"),
+            &options,
+        ))
+        .await;
+        result.unwrap();
+        exported.spans
+    };
+    let spans = run(false).await;
+    for span in &spans {
+        for kv in &span.attributes {
+            let text = kv.value.as_str();
+            assert!(
+                !text.contains("hunter2") && !text.contains("42") && !text.contains("Be brief"),
+                "{} carries content: {}",
+                span.name,
+                kv.key
+            );
+        }
+    }
+    let spans = run(true).await;
+    let chat = named(&spans, "chat m")[0];
+    let text = |key: &str| attribute(chat, key).map(|v| v.as_str().into_owned());
+    assert!(text("gen_ai.input.messages").unwrap().contains("hunter2"));
+    assert!(text("gen_ai.output.messages").unwrap().contains("The secret is 42."));
+    assert_eq!(text("gen_ai.system_instructions").as_deref(), Some("Be brief."));
+}
