@@ -502,7 +502,9 @@ async fn message_content_reaches_the_spans_only_when_the_run_opts_in() {
         let options = Options::auto().with_trace_content(content);
         let (result, exported) = export(generate(
             &backend,
-            Input::new("m").system("Be brief.").user("my password is hunter2"),
+            Input::new("m")
+                .system("Be brief.")
+                .user("my password is hunter2"),
             &options,
         ))
         .await;
@@ -525,6 +527,13 @@ async fn message_content_reaches_the_spans_only_when_the_run_opts_in() {
     let chat = named(&spans, "chat m")[0];
     let text = |key: &str| attribute(chat, key).map(|v| v.as_str().into_owned());
     assert!(text("gen_ai.input.messages").unwrap().contains("hunter2"));
-    assert!(text("gen_ai.output.messages").unwrap().contains("The secret is 42."));
-    assert_eq!(text("gen_ai.system_instructions").as_deref(), Some("Be brief."));
+    assert!(
+        text("gen_ai.output.messages")
+            .unwrap()
+            .contains("The secret is 42.")
+    );
+    assert_eq!(
+        text("gen_ai.system_instructions").as_deref(),
+        Some("Be brief.")
+    );
 }
