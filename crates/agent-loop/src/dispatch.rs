@@ -15,7 +15,7 @@ use futures_util::{StreamExt, stream};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, field};
+use tracing::field;
 
 use crate::telemetry::{self, SpanName};
 
@@ -172,28 +172,51 @@ impl Round<'_> {
         let call = &job.call;
         // GenAI semantic conventions (docs/observability.md). A round's calls are siblings
         // under the run's span.
-        let span = tracing::info_span!(
-            "execute_tool",
-            otel.name = %SpanName("execute_tool", Some(&call.name)),
-            otel.kind = "internal",
-            otel.status_code = field::Empty,
-            error.type = field::Empty,
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %call.name,
-            gen_ai.tool.call.id = %call.id,
-            gen_ai.tool.type = "function",
-            agentry.iteration = i64::from(job.iteration),
-            agentry.tool.result_bytes = field::Empty,
-            agentry.tool.sent_bytes = field::Empty,
-            agentry.tool.truncated = field::Empty,
-        );
-        let outcome = self.run_call(job).instrument(span.clone()).await;
-        tracing::record_all!(
-            span,
-            agentry.tool.result_bytes = telemetry::int(outcome.trace.result_bytes),
-            agentry.tool.sent_bytes = telemetry::int(outcome.trace.sent_bytes),
-            agentry.tool.truncated = outcome.trace.truncated,
-        );
+        let direct = crate::span_sink::with_run(|run| {
+            run.start_tool(&crate::span_sink::ToolStart {
+                name: &job.name,
+                call_id: call.id.as_str(),
+                iteration: job.iteration,
+            })
+        });
+        let span = if direct.is_some() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
+                "execute_tool",
+                otel.name = %SpanName("execute_tool", Some(&call.name)),
+                otel.kind = "internal",
+                otel.status_code = field::Empty,
+                error.type = field::Empty,
+                gen_ai.operation.name = "execute_tool",
+                gen_ai.tool.name = %call.name,
+                gen_ai.tool.call.id = %call.id,
+                gen_ai.tool.type = "function",
+                agentry.iteration = i64::from(job.iteration),
+                agentry.tool.result_bytes = field::Empty,
+                agentry.tool.sent_bytes = field::Empty,
+                agentry.tool.truncated = field::Empty,
+            )
+        };
+        // The `tracing` span is recorded inside the future it instruments (where it is
+        // current), so this future keeps no second handle of it across the call.
+        let traced = direct.is_none();
+        let call = async move {
+            let outcome = self.run_call(job).await;
+            if traced {
+                tracing::record_all!(
+                    tracing::Span::current(),
+                    agentry.tool.result_bytes = telemetry::int(outcome.trace.result_bytes),
+                    agentry.tool.sent_bytes = telemetry::int(outcome.trace.sent_bytes),
+                    agentry.tool.truncated = outcome.trace.truncated,
+                );
+            }
+            outcome
+        };
+        let (outcome, direct) = crate::span_sink::call_scope(span, direct, call).await;
+        if let Some(direct) = direct {
+            direct.end(&outcome.trace);
+        }
         outcome
     }
 
@@ -451,6 +474,7 @@ impl Round<'_> {
             let span = tracing::Span::current();
             span.record("error.type", error_type);
             span.record("otel.status_code", "ERROR");
+            crate::span_sink::with_tool(|tool| tool.fail(error_type));
         }
         if self.emitter.is_on() {
             self.emitter

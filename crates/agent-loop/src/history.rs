@@ -688,30 +688,50 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
     use crate::run::{Bounded, bounded};
     use crate::telemetry::{self, SpanName};
 
-    let span = tracing::info_span!(
-        "chat",
-        otel.name = %SpanName("chat", Some(&request.model)),
-        otel.kind = "client",
-        otel.status_code = field::Empty,
-        error.type = field::Empty,
-        gen_ai.operation.name = "chat",
-        gen_ai.provider.name = backend.provider_name(),
-        gen_ai.request.model = %request.model,
-        gen_ai.request.max_tokens = request.settings.max_output_tokens.map(i64::from),
-        gen_ai.conversation.id = conversation,
-        gen_ai.response.model = field::Empty,
-        gen_ai.response.id = field::Empty,
-        gen_ai.response.finish_reasons = field::Empty,
-        gen_ai.usage.input_tokens = field::Empty,
-        gen_ai.usage.output_tokens = field::Empty,
-        gen_ai.usage.cache_read.input_tokens = field::Empty,
-        gen_ai.usage.cache_creation.input_tokens = field::Empty,
-        agentry.usage.cache_creation_1h.input_tokens = field::Empty,
-        agentry.usage.reasoning.output_tokens = field::Empty,
-        agentry.cost_usd = field::Empty,
-        agentry.iteration = i64::from(iteration),
-        agentry.purpose = "history_summary",
-    );
+    let direct = crate::span_sink::with_run(|run| {
+        run.start_chat(&crate::span_sink::ChatStart {
+            provider: backend.provider_name(),
+            model: &request.model,
+            max_tokens: request.settings.max_output_tokens,
+            temperature: None,
+            top_p: None,
+            json_output: false,
+            conversation_id: conversation,
+            iteration,
+            purpose: Some("history_summary"),
+            system_instructions: None,
+            input_messages: None,
+        });
+    })
+    .is_some();
+    let span = if direct {
+        tracing::Span::none()
+    } else {
+        tracing::info_span!(
+            "chat",
+            otel.name = %SpanName("chat", Some(&request.model)),
+            otel.kind = "client",
+            otel.status_code = field::Empty,
+            error.type = field::Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = backend.provider_name(),
+            gen_ai.request.model = %request.model,
+            gen_ai.request.max_tokens = request.settings.max_output_tokens.map(i64::from),
+            gen_ai.conversation.id = conversation,
+            gen_ai.response.model = field::Empty,
+            gen_ai.response.id = field::Empty,
+            gen_ai.response.finish_reasons = field::Empty,
+            gen_ai.usage.input_tokens = field::Empty,
+            gen_ai.usage.output_tokens = field::Empty,
+            gen_ai.usage.cache_read.input_tokens = field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = field::Empty,
+            agentry.usage.cache_creation_1h.input_tokens = field::Empty,
+            agentry.usage.reasoning.output_tokens = field::Empty,
+            agentry.cost_usd = field::Empty,
+            agentry.iteration = i64::from(iteration),
+            agentry.purpose = "history_summary",
+        )
+    };
     let started = tokio::time::Instant::now();
     let mut first_event = None;
     let mut assembler = MessageAssembler::new(false);
@@ -749,6 +769,15 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
     };
     if let Some(error) = failure {
         telemetry::record_error(&span, &error);
+        if direct {
+            crate::span_sink::with_run(|run| {
+                run.end_chat(&crate::span_sink::ChatEnd {
+                    time_to_first_event: first_event,
+                    error_type: Some(telemetry::error_type(&error)),
+                    ..Default::default()
+                });
+            });
+        }
         return Err(error);
     }
     let mut message = assembler.finish();

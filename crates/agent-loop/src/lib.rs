@@ -90,6 +90,7 @@ pub mod prepare;
 mod result;
 mod run;
 mod session;
+pub mod span_sink;
 mod telemetry;
 
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};

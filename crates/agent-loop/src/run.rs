@@ -58,31 +58,44 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
             session_id: session_id.clone(),
         })
         .await;
+    // With a span sink (agent-otel's layer) the run's spans are built from the loop's own
+    // records, and no `tracing` span is made (crate::span_sink).
+    let direct = crate::span_sink::start_run(|| crate::span_sink::RunStart {
+        provider: backend.provider_name(),
+        agent_name: options.agent_name.as_deref(),
+        model: &session.model,
+        conversation_id: session_id.as_str(),
+        tool_mode: crate::span_sink::tool_mode(&options.mode),
+    });
     // GenAI semantic conventions (docs/observability.md); values are recorded lazily.
-    let span = tracing::info_span!(
-        "invoke_agent",
-        otel.name = %SpanName("invoke_agent", options.agent_name.as_deref()),
-        otel.kind = "internal",
-        otel.status_code = field::Empty,
-        error.type = field::Empty,
-        gen_ai.operation.name = "invoke_agent",
-        gen_ai.provider.name = backend.provider_name(),
-        gen_ai.agent.name = options.agent_name.as_deref(),
-        gen_ai.request.model = %session.model,
-        gen_ai.conversation.id = %session_id,
-        gen_ai.usage.input_tokens = field::Empty,
-        gen_ai.usage.output_tokens = field::Empty,
-        gen_ai.usage.cache_read.input_tokens = field::Empty,
-        gen_ai.usage.cache_creation.input_tokens = field::Empty,
-        agentry.usage.cache_creation_1h.input_tokens = field::Empty,
-        agentry.usage.reasoning.output_tokens = field::Empty,
-        agentry.cost_usd = field::Empty,
-        agentry.tool_mode = ?options.mode,
-        agentry.iterations = field::Empty,
-        agentry.model_calls = field::Empty,
-        agentry.finish_reason = field::Empty,
-        agentry.budget = field::Empty,
-    );
+    let span = if direct.is_some() {
+        tracing::Span::none()
+    } else {
+        tracing::info_span!(
+            "invoke_agent",
+            otel.name = %SpanName("invoke_agent", options.agent_name.as_deref()),
+            otel.kind = "internal",
+            otel.status_code = field::Empty,
+            error.type = field::Empty,
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.provider.name = backend.provider_name(),
+            gen_ai.agent.name = options.agent_name.as_deref(),
+            gen_ai.request.model = %session.model,
+            gen_ai.conversation.id = %session_id,
+            gen_ai.usage.input_tokens = field::Empty,
+            gen_ai.usage.output_tokens = field::Empty,
+            gen_ai.usage.cache_read.input_tokens = field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = field::Empty,
+            agentry.usage.cache_creation_1h.input_tokens = field::Empty,
+            agentry.usage.reasoning.output_tokens = field::Empty,
+            agentry.cost_usd = field::Empty,
+            agentry.tool_mode = ?options.mode,
+            agentry.iterations = field::Empty,
+            agentry.model_calls = field::Empty,
+            agentry.finish_reason = field::Empty,
+            agentry.budget = field::Empty,
+        )
+    };
     // A permission scope is applied once, here: the run (the tools it offers, the caller its
     // handlers and gates see) only ever meets the narrowed caller.
     let scoped;
@@ -97,11 +110,11 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
         }
         None => options,
     };
-    let outcome = async {
+    let outcome = crate::span_sink::run_scope(direct.clone(), async {
         let mut run = Run::start(session, input, backend, options, emitter.clone(), scope)?;
         let ended = run.drive().await;
         Ok::<_, AgentError>(run.finish(ended).await)
-    }
+    })
     .instrument(span.clone())
     .await
     .unwrap_or_else(Err);
@@ -120,6 +133,14 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
         if let Some(budget) = telemetry::budget(error) {
             span.record("agentry.budget", budget);
         }
+    }
+    if let Some(direct) = &direct {
+        let error = outcome.as_ref().err();
+        direct.end(&crate::span_sink::RunEnd {
+            finish_reason: telemetry::finish_reason(finish_reason),
+            error_type: error.map(telemetry::error_type),
+            budget: error.and_then(telemetry::budget),
+        });
     }
     if emitter.is_on() {
         // Built before any await: no borrow of the outcome is held across one.
@@ -487,6 +508,14 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             agentry.model_calls = telemetry::int(self.records.len()),
         );
         telemetry::record_usage(&span, &self.usage, self.cost_usd);
+        crate::span_sink::with_run(|run| {
+            run.totals(&crate::span_sink::RunTotals {
+                iterations: self.state.iterations,
+                model_calls: self.records.len(),
+                usage: &self.usage,
+                cost_usd: self.cost_usd,
+            });
+        });
         match ended {
             Ok(End::Answered) => {
                 self.session.status = SessionStatus::Completed;
@@ -642,37 +671,62 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 .map_err(|reason| AgentError::new(ErrorKind::Refused, reason))?;
         }
         let settings = &self.request.settings;
-        let span = tracing::info_span!(
-            "chat",
-            otel.name = %SpanName("chat", Some(&self.request.model)),
-            otel.kind = "client",
-            otel.status_code = field::Empty,
-            error.type = field::Empty,
-            gen_ai.operation.name = "chat",
-            gen_ai.provider.name = self.backend.provider_name(),
-            gen_ai.request.model = %self.request.model,
-            gen_ai.request.max_tokens = settings.max_output_tokens.map(i64::from),
-            gen_ai.request.temperature = settings.temperature.map(f64::from),
-            gen_ai.request.top_p = settings.top_p.map(f64::from),
-            gen_ai.output.type = self.request.response_format.as_ref().map(|_| "json"),
-            gen_ai.conversation.id = %self.session.id,
-            gen_ai.response.model = field::Empty,
-            gen_ai.response.id = field::Empty,
-            gen_ai.response.finish_reasons = field::Empty,
-            gen_ai.usage.input_tokens = field::Empty,
-            gen_ai.usage.output_tokens = field::Empty,
-            gen_ai.usage.cache_read.input_tokens = field::Empty,
-            gen_ai.usage.cache_creation.input_tokens = field::Empty,
-            gen_ai.input.messages = field::Empty,
-            gen_ai.output.messages = field::Empty,
-            gen_ai.system_instructions = field::Empty,
-            agentry.usage.cache_creation_1h.input_tokens = field::Empty,
-            agentry.usage.reasoning.output_tokens = field::Empty,
-            agentry.cost_usd = field::Empty,
-            agentry.iteration = i64::from(iteration),
-            agentry.time_to_first_chunk = field::Empty,
-            agentry.tool_calls = field::Empty,
-        );
+        // The call's span is the run's own (one call at a time): nothing of it is kept in
+        // this future, allocated per call.
+        let direct = crate::span_sink::with_run(|run| {
+            let content = self.options.trace_content;
+            run.start_chat(&crate::span_sink::ChatStart {
+                provider: self.backend.provider_name(),
+                model: &self.request.model,
+                max_tokens: settings.max_output_tokens,
+                temperature: settings.temperature,
+                top_p: settings.top_p,
+                json_output: self.request.response_format.is_some(),
+                conversation_id: self.session.id.as_str(),
+                iteration,
+                purpose: None,
+                system_instructions: self.request.system.as_deref().filter(|_| content),
+                input_messages: content
+                    .then(|| serde_json::to_string(&self.request.messages).ok())
+                    .flatten(),
+            });
+        })
+        .is_some();
+        let span = if direct {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
+                "chat",
+                otel.name = %SpanName("chat", Some(&self.request.model)),
+                otel.kind = "client",
+                otel.status_code = field::Empty,
+                error.type = field::Empty,
+                gen_ai.operation.name = "chat",
+                gen_ai.provider.name = self.backend.provider_name(),
+                gen_ai.request.model = %self.request.model,
+                gen_ai.request.max_tokens = settings.max_output_tokens.map(i64::from),
+                gen_ai.request.temperature = settings.temperature.map(f64::from),
+                gen_ai.request.top_p = settings.top_p.map(f64::from),
+                gen_ai.output.type = self.request.response_format.as_ref().map(|_| "json"),
+                gen_ai.conversation.id = %self.session.id,
+                gen_ai.response.model = field::Empty,
+                gen_ai.response.id = field::Empty,
+                gen_ai.response.finish_reasons = field::Empty,
+                gen_ai.usage.input_tokens = field::Empty,
+                gen_ai.usage.output_tokens = field::Empty,
+                gen_ai.usage.cache_read.input_tokens = field::Empty,
+                gen_ai.usage.cache_creation.input_tokens = field::Empty,
+                gen_ai.input.messages = field::Empty,
+                gen_ai.output.messages = field::Empty,
+                gen_ai.system_instructions = field::Empty,
+                agentry.usage.cache_creation_1h.input_tokens = field::Empty,
+                agentry.usage.reasoning.output_tokens = field::Empty,
+                agentry.cost_usd = field::Empty,
+                agentry.iteration = i64::from(iteration),
+                agentry.time_to_first_chunk = field::Empty,
+                agentry.tool_calls = field::Empty,
+            )
+        };
         // Content only on request (Options::trace_content), and only serialized when a
         // subscriber listens to this span.
         if self.options.trace_content && !span.is_disabled() {
@@ -767,6 +821,15 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
         if let Some(mut error) = failure {
             telemetry::record_error(&span, &error);
+            if direct {
+                crate::span_sink::with_run(|run| {
+                    run.end_chat(&crate::span_sink::ChatEnd {
+                        time_to_first_event: first_event,
+                        error_type: Some(telemetry::error_type(&error)),
+                        ..Default::default()
+                    });
+                });
+            }
             let reason = if error.is_aborted() {
                 StopReason::Aborted
             } else {
@@ -842,6 +905,24 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             stop_reason: message.stop_reason.unwrap_or(StopReason::Stop),
             response_id,
         };
+        if direct {
+            let end = crate::span_sink::ChatEnd {
+                response_model: message.model.as_deref(),
+                response_id: record.response_id.as_deref(),
+                finish_reason: Some(telemetry::finish_reason(record.stop_reason)),
+                usage: message.usage.as_ref(),
+                cost_usd,
+                tool_calls: Some(tool_calls),
+                time_to_first_event: first_event,
+                error_type: None,
+                output_messages: self
+                    .options
+                    .trace_content
+                    .then(|| serde_json::to_string(&message).ok())
+                    .flatten(),
+            };
+            crate::span_sink::with_run(|run| run.end_chat(&end));
+        }
         if let Some(sink) = &self.options.on_model_call {
             sink(&record);
         }
@@ -913,6 +994,18 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             if let Some(usage) = &message.usage {
                 telemetry::record_usage(&span, usage, cost_usd);
             }
+            // The summary call's span (started by call_summary) ends with its cost.
+            crate::span_sink::with_run(|run| {
+                run.end_chat(&crate::span_sink::ChatEnd {
+                    response_model: message.model.as_deref(),
+                    response_id: record.response_id.as_deref(),
+                    finish_reason: Some(telemetry::finish_reason(record.stop_reason)),
+                    usage: message.usage.as_ref(),
+                    cost_usd,
+                    time_to_first_event: Some(record.time_to_first_event),
+                    ..Default::default()
+                });
+            });
             if let Some(sink) = &self.options.on_model_call {
                 sink(&record);
             }

@@ -5,8 +5,9 @@
 //! per model call, `execute_tool {tool}` per tool call (docs/observability.md lists every
 //! attribute). This crate turns them into OpenTelemetry data and ships it over OTLP/HTTP:
 //!
-//! - spans: the loop's own through a layer written for their fields, straight into the SDK's
-//!   spans (the cheap path), every other library's through `tracing-opentelemetry`'s layer;
+//! - spans: the loop's own built from its records straight into the SDK's spans (the loop
+//!   finds the layer's sink in the subscriber, `agent_loop::span_sink`), every other
+//!   library's through `tracing-opentelemetry`'s layer;
 //! - the GenAI client metrics, `gen_ai.client.token.usage` and
 //!   `gen_ai.client.operation.duration`, plus the `agentry.gen_ai.client.cost` counter, from
 //!   each `chat` span as it closes ([`GenAiMetrics`]);
@@ -49,6 +50,7 @@ use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
+mod run_spans;
 mod spans;
 
 /// What can go wrong setting up or flushing the export.
@@ -140,10 +142,30 @@ impl Telemetry {
     /// The layer to add to a `tracing` subscriber: spans to OpenTelemetry spans and the GenAI
     /// metrics, for spans and events at `INFO` and above (the loop's level).
     ///
-    /// The loop's own spans (target `agent_loop::…`) take a fast path written for their
-    /// fields, straight into the SDK's spans, which also records the metrics from each `chat`
-    /// span; every other span (another library's) goes through tracing-opentelemetry.
+    /// The loop finds this layer's span sink in the subscriber once per run and builds its
+    /// spans (`invoke_agent`, `chat`, `execute_tool`) straight into the SDK from its own
+    /// records, making no `tracing` span for them; the metrics are recorded as each model
+    /// call ends. Every other span (another library's) goes through tracing-opentelemetry.
     pub fn layer<S>(&self) -> impl Layer<S> + Send + Sync + 'static
+    where
+        S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+    {
+        let tracer = self.tracer_provider.tracer(SCOPE);
+        let metrics = GenAiMetrics::new(&self.meter_provider.meter(SCOPE));
+        // The hook's filter enables nothing: it takes part in no span or event, it only
+        // carries the sink for the loop to find.
+        let sink = run_spans::Sink::new(tracer, metrics);
+        let hook = agent_loop::span_sink::SpanHook::new(std::sync::Arc::new(sink))
+            .with_filter(tracing_subscriber::filter::LevelFilter::OFF);
+        hook.and_then(self.tracing_layer())
+    }
+
+    /// [`layer`](Self::layer) without the loop's span sink: the loop then makes its
+    /// `tracing` spans, and this layer turns them into OpenTelemetry spans (the loop's through
+    /// a layer written for their fields, every other through tracing-opentelemetry). For a
+    /// subscriber that must see the loop's spans as `tracing` spans too (a log showing them);
+    /// it costs a registry lookup per poll of each span's future, which `layer` does not.
+    pub fn tracing_layer<S>(&self) -> impl Layer<S> + Send + Sync + 'static
     where
         S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
     {

@@ -228,7 +228,7 @@ fn span_kind(value: &str) -> Option<SpanKind> {
 }
 
 /// The loop's values from a fixed set, as static strings (no allocation, no cache).
-fn fixed(value: &str) -> Option<&'static str> {
+pub(crate) fn fixed(value: &str) -> Option<&'static str> {
     macro_rules! fixed {
         ($($known:literal),* $(,)?) => {
             match value {

@@ -375,3 +375,165 @@ fn other_spans_go_through_tracing_opentelemetry_and_events_become_span_events() 
             .any(|kv| kv.key.as_str() == "level" && kv.value.as_str() == "WARN")
     );
 }
+
+/// Counts the `tracing` spans the loop makes (target `agent_loop::…`).
+struct CountLoopSpans(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountLoopSpans {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().target().starts_with("agent_loop") {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+#[tokio::test]
+async fn with_the_layer_the_loop_makes_no_tracing_span_and_the_sdk_still_gets_every_span() {
+    // The cost issue 14 measured: each loop span went through the `tracing` registry on every
+    // poll. With the layer, the loop hands its records to the layer's sink instead.
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let spans = InMemorySpanExporter::default();
+    let telemetry = Telemetry::from_providers(
+        SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .build(),
+        SdkMeterProvider::builder().build(),
+    );
+    let subscriber = tracing_subscriber::registry()
+        .with(telemetry.layer())
+        .with(CountLoopSpans(made.clone()));
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_calls([ToolCall::new("c1", "get_weather", json!({"city": "Oslo"}))]),
+        ScriptedTurn::text("Cold."),
+    ]);
+    let options = Options::auto().with_tools(weather());
+    {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        generate(&backend, Input::new("m").user("?"), &options)
+            .await
+            .unwrap();
+    }
+    telemetry.flush().unwrap();
+    let exported = spans.get_finished_spans().unwrap();
+    telemetry.shutdown().unwrap();
+    assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let mut names: Vec<&str> = exported.iter().map(|span| span.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "chat m",
+            "chat m",
+            "execute_tool get_weather",
+            "invoke_agent"
+        ]
+    );
+
+    // Without the layer, a subscriber of its own still gets the loop's `tracing` spans.
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let subscriber = tracing_subscriber::registry().with(CountLoopSpans(made.clone()));
+    let backend = ScriptedBackend::new([ScriptedTurn::text("Hi.")]);
+    {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        generate(&backend, Input::new("m").user("?"), &Options::auto())
+            .await
+            .unwrap();
+    }
+    assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+#[tokio::test]
+async fn a_sub_agents_run_nests_under_the_calling_tools_span() {
+    let child = agent_loop::Agent::builder_shared(
+        std::sync::Arc::new(ScriptedBackend::new([
+            ScriptedTurn::tool_call("c1", "get_weather", json!({"city": "Denver"})),
+            ScriptedTurn::text("Sunny."),
+        ])),
+        "child-model",
+    )
+    .tools(weather())
+    .name("researcher")
+    .build();
+    let mut tools = Registry::new();
+    tools
+        .register(child.as_tool("researcher", "Researches."))
+        .unwrap();
+    let backend = ScriptedBackend::new([
+        ScriptedTurn::tool_call("p1", "researcher", json!({"input": "Denver?"})),
+        ScriptedTurn::text("Sunny in Denver."),
+    ]);
+    let options = Options::auto().with_tools(tools);
+    let (result, exported) = export(generate(
+        &backend,
+        Input::new("parent-model").user("?"),
+        &options,
+    ))
+    .await;
+    result.unwrap();
+    let spans = &exported.spans;
+    let parent = named(spans, "invoke_agent")[0];
+    let call = named(spans, "execute_tool researcher")[0];
+    assert_eq!(call.parent_span_id, parent.span_context.span_id());
+    let sub = named(spans, "invoke_agent researcher")[0];
+    assert_eq!(sub.parent_span_id, call.span_context.span_id());
+    assert_eq!(sub.span_context.trace_id(), parent.span_context.trace_id());
+    let sub_chats = named(spans, "chat child-model");
+    assert_eq!(sub_chats.len(), 2);
+    for chat in sub_chats {
+        assert_eq!(chat.parent_span_id, sub.span_context.span_id());
+    }
+    let sub_tool = named(spans, "execute_tool get_weather")[0];
+    assert_eq!(sub_tool.parent_span_id, sub.span_context.span_id());
+    // The parent's own calls stay the parent's.
+    for chat in named(spans, "chat parent-model") {
+        assert_eq!(chat.parent_span_id, parent.span_context.span_id());
+    }
+}
+
+#[tokio::test]
+async fn message_content_reaches_the_spans_only_when_the_run_opts_in() {
+    let run = |content: bool| async move {
+        let backend = ScriptedBackend::new([ScriptedTurn::text("The secret is 42.")]);
+        let options = Options::auto().with_trace_content(content);
+        let (result, exported) = export(generate(
+            &backend,
+            Input::new("m")
+                .system("Be brief.")
+                .user("my password is hunter2"),
+            &options,
+        ))
+        .await;
+        result.unwrap();
+        exported.spans
+    };
+    let spans = run(false).await;
+    for span in &spans {
+        for kv in &span.attributes {
+            let text = kv.value.as_str();
+            assert!(
+                !text.contains("hunter2") && !text.contains("42") && !text.contains("Be brief"),
+                "{} carries content: {}",
+                span.name,
+                kv.key
+            );
+        }
+    }
+    let spans = run(true).await;
+    let chat = named(&spans, "chat m")[0];
+    let text = |key: &str| attribute(chat, key).map(|v| v.as_str().into_owned());
+    assert!(text("gen_ai.input.messages").unwrap().contains("hunter2"));
+    assert!(
+        text("gen_ai.output.messages")
+            .unwrap()
+            .contains("The secret is 42.")
+    );
+    assert_eq!(
+        text("gen_ai.system_instructions").as_deref(),
+        Some("Be brief.")
+    );
+}
