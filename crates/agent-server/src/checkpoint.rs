@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{CheckpointFuture, Options, SessionStatus, TurnCheckpoint};
+use agent_loop::{BudgetsUsed, CheckpointFuture, Options, SessionStatus, TurnCheckpoint};
 use agent_types::{AgentError, ErrorKind, Message, ToolResult, Usage};
 
 use crate::spend::Meter;
@@ -99,6 +99,7 @@ impl TurnCheckpoint for Checkpointer {
         history: &'a mut Vec<Message>,
         usage: Usage,
         cost_usd: Option<f64>,
+        budgets: &'a BudgetsUsed,
     ) -> CheckpointFuture<'a> {
         Box::pin(async move {
             if !boundary(history) {
@@ -123,6 +124,8 @@ impl TurnCheckpoint for Checkpointer {
                 (Some(before), Some(run)) => Some(before + run),
                 (before, run) => before.or(run),
             };
+            // A continuation after a crash starts from these (one budget across the crash).
+            record.session.set_budgets_used(Some(budgets.clone()));
             record.updated_at_ms = now_ms();
             // Moved in and back out: the history is never copied.
             std::mem::swap(&mut record.session.messages, history);
