@@ -309,8 +309,10 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     if let Some(meter) = &meter {
         meter.install(&mut options);
     }
-    // Each completed turn is in the store as it completes (crash recovery).
-    crate::checkpoint::install(&mut options, &state, &mut record, &holder, meter.as_ref());
+    // Each completed turn is in the store as it completes (crash recovery); a tool's result
+    // reaches the client only once the store holds it.
+    let mut gate =
+        crate::checkpoint::install(&mut options, &state, &mut record, &holder, meter.as_ref());
     let heartbeat =
         crate::checkpoint::heartbeat(&state, &tenant.name, record.id(), &holder, cancel.clone());
     let metrics = &state.inner.metrics;
@@ -319,34 +321,48 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     let outcome = {
         let agent = agent_for(&model, options);
         let mut stream = agent.resume_stream(&mut record.session, input);
-        while let Some(event) = stream.next().await {
+        loop {
+            let event = tokio::select! {
+                biased;
+                event = stream.next() => Pumped::Event(event),
+                () = gate.committed() => Pumped::Committed,
+            };
+            let event = match event {
+                Pumped::Event(Some(event)) => event,
+                Pumped::Event(None) => break,
+                Pumped::Committed => {
+                    if client
+                        && gate.ready()
+                        && !send_all(&mut gate, &sender, &cancel, &tenant.name, &session_id).await
+                    {
+                        client = false;
+                        cancel.cancel();
+                    }
+                    continue;
+                }
+            };
             count(metrics, &tenant.name, &record.model, &event);
             if !client {
                 continue;
             }
-            let bytes = match &event {
-                // The tenant sees the error without upstream URLs or credentials; the log
-                // has all of it.
-                AgentEvent::Error { error } => {
-                    tracing::warn!(
-                        session = %session_id,
-                        tenant = %tenant.name,
-                        error = %error.message,
-                        "the run failed"
-                    );
-                    frame(&AgentEvent::Error {
-                        error: redact_agent_error(error),
-                    })
-                }
-                // A sub-agent's error, redacted the same way (rare: the copy is fine).
-                AgentEvent::SubAgent { event: inner, .. }
-                    if matches!(**inner, AgentEvent::Error { .. }) =>
-                {
-                    frame(&crate::error::redact_nested(event.clone()))
-                }
-                _ => frame(&event),
+            // Results the store now holds go out before what came after them.
+            if gate.ready()
+                && !send_all(&mut gate, &sender, &cancel, &tenant.name, &session_id).await
+            {
+                client = false;
+                cancel.cancel();
+                continue;
+            }
+            let Some(event) = gate.pass(event) else {
+                continue;
             };
-            if !deliver(&sender, bytes, &cancel).await {
+            if !deliver(
+                &sender,
+                event_frame(&event, &tenant.name, &session_id),
+                &cancel,
+            )
+            .await
+            {
                 client = false;
                 cancel.cancel();
             }
@@ -376,6 +392,29 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     }
     drop(permit);
     if client {
+        // What the run showed last (results it closed, its end) is in the store now; if the
+        // save failed, the store does not hold it and the client hears only the error.
+        if saved.is_ok() {
+            client = send_all(&mut gate, &sender, &cancel, &tenant.name, &session_id).await;
+        } else {
+            gate.discard();
+        }
+    }
+    let (held, held_secs) = gate.held();
+    if held > 0 {
+        #[allow(clippy::cast_precision_loss)]
+        metrics.add(
+            "agentry_results_held_total",
+            &[("tenant", &tenant.name)],
+            held as f64,
+        );
+        metrics.add(
+            "agentry_result_hold_seconds_total",
+            &[("tenant", &tenant.name)],
+            held_secs,
+        );
+    }
+    if client {
         let error = match (&saved, &outcome) {
             (_, Err(error)) => Some(error.clone()),
             // The store's own message (hosts, paths, users) is in the log line above.
@@ -390,6 +429,55 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         complete.spend_cap = meter.as_ref().and_then(|meter| meter.hit_for(&outcome));
         deliver(&sender, frame(&complete), &cancel).await;
     }
+}
+
+/// What the event pump woke up for.
+enum Pumped {
+    /// The loop's next event (`None`: the run ended).
+    Event(Option<AgentEvent>),
+    /// A checkpoint committed: held results may go out.
+    Committed,
+}
+
+/// The SSE frame of one of the loop's events. The tenant sees an error without upstream URLs
+/// or credentials; the log has all of it.
+fn event_frame(event: &AgentEvent, tenant: &str, session_id: &str) -> Bytes {
+    match event {
+        AgentEvent::Error { error } => {
+            tracing::warn!(
+                session = %session_id,
+                tenant = %tenant,
+                error = %error.message,
+                "the run failed"
+            );
+            frame(&AgentEvent::Error {
+                error: redact_agent_error(error),
+            })
+        }
+        // A sub-agent's error, redacted the same way (rare: the copy is fine).
+        AgentEvent::SubAgent { event: inner, .. }
+            if matches!(**inner, AgentEvent::Error { .. }) =>
+        {
+            frame(&crate::error::redact_nested(event.clone()))
+        }
+        _ => frame(event),
+    }
+}
+
+/// Sends the events `gate` held, in order; `false` when the client is gone.
+async fn send_all(
+    gate: &mut crate::result_gate::Gate,
+    sender: &mpsc::Sender<Bytes>,
+    cancel: &CancellationToken,
+    tenant: &str,
+    session_id: &str,
+) -> bool {
+    for event in gate.release() {
+        if !deliver(sender, event_frame(&event, tenant, session_id), cancel).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// How long a send may wait for a slow client once the run is cancelled (the drain

@@ -46,6 +46,7 @@ mod metrics;
 mod openai;
 mod path_id;
 mod quota;
+mod result_gate;
 mod sessions;
 pub mod spend;
 mod state;
