@@ -90,7 +90,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/v1/sessions/{id}/execute",
-            post(sessions::execute).layer(axum::middleware::from_fn_with_state(
+            post(execute::handler).layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 idempotency::guard,
             )),

@@ -19,13 +19,14 @@
 //! failed run closed), so they are held too; they are the run's last events and go out
 //! right after the final save. A round that takes the session's tool results past the
 //! checkpoint bound is not checkpointed (its memory would double), so its events are not
-//! held either: past that bound the window is open, as the run's turns are not
-//! checkpointed at all.
+//! held either, nor the run's end after it (holding `session_end`, which carries every
+//! message of the run, through the final save would add the run's size to the peak): past
+//! that bound the window is open, as the run's turns are not checkpointed at all.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use agent_types::{AgentEvent, Message};
+use agent_types::{AgentEvent, Message, Role};
 use tokio::sync::watch;
 
 /// What the store holds of the run, as the checkpointer last reported it.
@@ -64,6 +65,7 @@ pub(crate) fn pair(result_bytes: usize) -> (Signal, Gate) {
         Gate {
             stored: receiver,
             held: VecDeque::new(),
+            deferred: Vec::new(),
             since: None,
             round_bytes: 0,
             round_of: 0,
@@ -77,8 +79,13 @@ pub(crate) fn pair(result_bytes: usize) -> (Signal, Gate) {
 #[derive(Debug)]
 pub(crate) struct Gate {
     stored: watch::Receiver<Stored>,
-    /// Events waiting, in order; a result's event carries when it arrived.
-    held: VecDeque<(AgentEvent, Option<Instant>)>,
+    /// Events waiting, in order.
+    held: VecDeque<Held>,
+    /// `tool_execution_end` events with their output (and blocks) taken out, waiting for
+    /// their call's `message_end`, which carries the same result: each goes out, filled back,
+    /// just before it. Holding the output while the round's other calls run would add the
+    /// round's results to the server's peak memory.
+    deferred: Vec<Held>,
     /// The commit count when holding began; `None` while nothing is held.
     since: Option<u64>,
     /// Bytes of results shown since the commit numbered `round_of`.
@@ -87,6 +94,14 @@ pub(crate) struct Gate {
     /// Results held so far and the seconds they waited in all (for `/metrics`).
     held_results: u64,
     held_secs: f64,
+}
+
+/// An event waiting.
+#[derive(Debug)]
+struct Held {
+    event: AgentEvent,
+    /// When a result's event arrived.
+    at: Option<Instant>,
 }
 
 /// Whether `event` shows a tool's result (or may carry one the store does not hold).
@@ -106,8 +121,8 @@ fn shows_result(event: &AgentEvent) -> bool {
 impl Gate {
     /// `Some(event)` when `event` may go out now (call [`release`](Self::release) first:
     /// held events go before it); `None` when it is held.
-    pub(crate) fn pass(&mut self, event: AgentEvent) -> Option<AgentEvent> {
-        if self.since.is_none() && !shows_result(&event) {
+    pub(crate) fn pass(&mut self, mut event: AgentEvent) -> Option<AgentEvent> {
+        if self.since.is_none() && self.deferred.is_empty() && !shows_result(&event) {
             return Some(event);
         }
         let stored = *self.stored.borrow();
@@ -118,24 +133,61 @@ impl Gate {
         if let AgentEvent::ToolExecutionEnd { output, .. } = &event {
             self.round_bytes = self.round_bytes.saturating_add(output.len());
         }
-        // This round will not be checkpointed (too large): nothing to wait for.
-        if stored.result_bytes.saturating_add(self.round_bytes)
-            > crate::checkpoint::MAX_CHECKPOINT_RESULT_BYTES
-            && !matches!(
-                event,
-                AgentEvent::Error { .. } | AgentEvent::SessionEnd { .. }
-            )
-        {
+        // A round that will not be checkpointed (too large) waits for nothing but the order.
+        let unguarded = stored.result_bytes.saturating_add(self.round_bytes)
+            > crate::checkpoint::MAX_CHECKPOINT_RESULT_BYTES;
+        let at = shows_result(&event).then(Instant::now);
+        match &mut event {
+            AgentEvent::ToolExecutionEnd { output, blocks, .. }
+                if !(unguarded && self.held.is_empty()) =>
+            {
+                drop(std::mem::take(output));
+                drop(std::mem::take(blocks));
+                self.deferred.push(Held { event, at });
+                self.since.get_or_insert(stored.commits);
+                return None;
+            }
+            AgentEvent::MessageEnd {
+                message: Message::Tool(result),
+                ..
+            } => {
+                if let Some(filled) = self.fill(result) {
+                    // Before the result's `message_start` when that waits here too.
+                    let before = match self.held.back() {
+                        Some(Held {
+                            event: AgentEvent::MessageStart { role: Role::Tool },
+                            ..
+                        }) => self.held.len() - 1,
+                        _ => self.held.len(),
+                    };
+                    self.held.insert(before, filled);
+                }
+            }
+            _ => {}
+        }
+        if unguarded {
             if self.held.is_empty() {
                 return Some(event);
             }
-            // Held events first: hold this one behind them until the caller releases.
             self.since = Some(u64::MAX);
         }
-        let at = shows_result(&event).then(Instant::now);
         self.since.get_or_insert(stored.commits);
-        self.held.push_back((event, at));
+        self.held.push_back(Held { event, at });
         None
+    }
+
+    /// The deferred `tool_execution_end` of `result`'s call, its output put back.
+    fn fill(&mut self, result: &agent_types::ToolResult) -> Option<Held> {
+        let at = self.deferred.iter().position(|held| {
+            matches!(&held.event, AgentEvent::ToolExecutionEnd { call_id, .. }
+                if *call_id == result.tool_call_id)
+        })?;
+        let mut held = self.deferred.swap_remove(at);
+        if let AgentEvent::ToolExecutionEnd { output, blocks, .. } = &mut held.event {
+            output.clone_from(&result.content);
+            blocks.clone_from(&result.blocks);
+        }
+        Some(held)
     }
 
     /// Whether held events may go out: a commit came after the first of them (or the round
@@ -148,24 +200,35 @@ impl Gate {
         }
     }
 
-    /// Takes the held events, in order; the caller sends them (when [`ready`](Self::ready),
-    /// or after the run's final save).
+    /// Takes the held events, in order; the caller sends them when [`ready`](Self::ready).
     pub(crate) fn release(&mut self) -> impl Iterator<Item = AgentEvent> + '_ {
+        self.since = None;
+        self.take()
+    }
+
+    /// Takes every held event after the run's final save. A `tool_execution_end` whose result
+    /// never joined the history (the run failed first) is dropped: the store does not hold
+    /// that result.
+    pub(crate) fn release_all(&mut self) -> impl Iterator<Item = AgentEvent> + '_ {
+        self.since = None;
+        self.deferred.clear();
+        self.take()
+    }
+
+    fn take(&mut self) -> impl Iterator<Item = AgentEvent> + '_ {
         let Self {
             held,
-            since,
             held_results,
             held_secs,
             ..
         } = self;
-        *since = None;
         let now = Instant::now();
-        held.drain(..).map(move |(event, at)| {
-            if let Some(at) = at {
+        held.drain(..).map(move |held| {
+            if let Some(at) = held.at {
                 *held_results += 1;
                 *held_secs += now.duration_since(at).as_secs_f64();
             }
-            event
+            held.event
         })
     }
 
@@ -173,6 +236,7 @@ impl Gate {
     pub(crate) fn discard(&mut self) {
         self.since = None;
         self.held.clear();
+        self.deferred.clear();
     }
 
     /// Waits for the next commit while something is held; never ends otherwise.
@@ -218,32 +282,69 @@ mod tests {
         assert!(gate.pass(result_end("a")).is_none());
         // Everything after a held result waits behind it.
         assert!(gate.pass(start()).is_none());
+        let tool_start = AgentEvent::MessageStart { role: Role::Tool };
+        assert!(gate.pass(tool_start).is_none());
+        let message = |id: &str| AgentEvent::MessageEnd {
+            message: Message::Tool(ToolResult::ok(id, "calculator", "42")),
+            cost_usd: None,
+        };
+        assert!(gate.pass(message("a")).is_none());
         assert!(!gate.ready());
         signal.committed(2);
         assert!(gate.ready());
         let released: Vec<AgentEvent> = gate.release().collect();
-        assert!(matches!(released[0], AgentEvent::ToolExecutionEnd { .. }));
-        assert!(matches!(released[1], AgentEvent::MessageStart { .. }));
-        assert_eq!(gate.held().0, 1);
+        // The output taken out while held is back, from the call's `message_end`, and the
+        // event goes out just before that result's message.
+        assert!(matches!(released[0], AgentEvent::MessageStart { .. }));
+        assert!(
+            matches!(&released[1], AgentEvent::ToolExecutionEnd { output, .. } if output == "42"),
+            "{released:?}"
+        );
+        assert!(matches!(
+            released[2],
+            AgentEvent::MessageStart { role: Role::Tool }
+        ));
+        assert!(matches!(released[3], AgentEvent::MessageEnd { .. }));
+        assert_eq!(gate.held().0, 2);
         // Nothing held: events pass again.
         assert!(gate.pass(start()).is_some());
-        let message = AgentEvent::MessageEnd {
-            message: Message::Tool(ToolResult::ok("b", "calculator", "1")),
-            cost_usd: None,
-        };
-        assert!(gate.pass(message).is_none());
+        assert!(gate.pass(message("b")).is_none());
+    }
+
+    #[test]
+    fn a_result_that_never_joined_the_history_is_not_shown() {
+        let (_signal, mut gate) = pair(0);
+        assert!(gate.pass(result_end("a")).is_none());
+        assert!(gate.pass(session_end()).is_none());
+        // The run failed before `a`'s result was stored: only its end goes out.
+        let released: Vec<AgentEvent> = gate.release_all().collect();
+        assert_eq!(released.len(), 1);
+        assert!(matches!(released[0], AgentEvent::SessionEnd { .. }));
+    }
+
+    fn session_end() -> AgentEvent {
+        AgentEvent::SessionEnd {
+            session_id: "s".into(),
+            messages: Vec::new(),
+            finish_reason: agent_types::StopReason::Stop,
+        }
     }
 
     #[test]
     fn a_round_past_the_checkpoint_bound_is_not_held() {
         let (_signal, mut gate) = pair(crate::checkpoint::MAX_CHECKPOINT_RESULT_BYTES);
         assert!(gate.pass(result_end("a")).is_some());
-        // The run's last events wait for the final save whatever the size.
-        let end = AgentEvent::SessionEnd {
-            session_id: "s".into(),
-            messages: Vec::new(),
-            finish_reason: agent_types::StopReason::Stop,
-        };
-        assert!(gate.pass(end).is_none());
+        // Nor the run's end: a session this large is not checkpointed, and holding its
+        // `session_end` (all the run's messages) through the final save would add its size
+        // to the peak memory.
+        assert!(gate.pass(session_end()).is_some());
+    }
+
+    #[test]
+    fn the_runs_end_waits_for_the_final_save() {
+        let (_signal, mut gate) = pair(0);
+        assert!(gate.pass(session_end()).is_none());
+        assert!(!gate.ready());
+        assert_eq!(gate.release_all().count(), 1);
     }
 }
