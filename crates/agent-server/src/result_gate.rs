@@ -7,7 +7,11 @@
 //! [`Gate`] holds such an event, and every event after it (order is kept), until the
 //! checkpointer reports a commit made after the event. The loop runs inside the event
 //! stream's poll on the same task, so a commit reported after an event was received always
-//! covers that event's result: the next checkpoint is the one at the end of its round.
+//! covers that event's result: the next checkpoint is the one at the end of its round. A
+//! held `tool_execution_end` keeps no output: it goes out filled back from its call's
+//! `message_end` (the same result), just before that message, so the round's results are
+//! not held twice while its other calls run; the round's `tool_execution_end` events thus
+//! go out in call order.
 //!
 //! Why hold rather than checkpoint each result as it ends: a checkpoint rewrites the whole
 //! session (milliseconds on SQLite, growing with the history), so one per result would
