@@ -2,7 +2,9 @@
 # A throwaway PostgreSQL for the test suite.
 #
 #   eval "$(bash .ci/postgres.sh start)"   # prints export lines: AGENTRY_TEST_POSTGRES_URL,
-#                                          # AGENTRY_CI_PG_PORT and AGENTRY_CI_PG_DIR
+#                                          # AGENTRY_CI_PG_PORT, AGENTRY_CI_PG_DIR and
+#                                          # AGENTRY_TEST_PG_BINDIR (the server binaries, for
+#                                          # tests that run a cluster of their own)
 #   bash .ci/postgres.sh stop              # stops the cluster those name (and removes it)
 #
 # `start` finds PostgreSQL's server binaries (PATH, then /usr/lib/postgresql/*/bin) or installs
@@ -247,6 +249,7 @@ EOF
         echo "export AGENTRY_TEST_POSTGRES_URL=postgres://$DB_USER@127.0.0.1:$started/$DATABASE"
         echo "export AGENTRY_CI_PG_PORT=$started"
         echo "export AGENTRY_CI_PG_DIR=$(printf '%q' "$base")"
+        echo "export AGENTRY_TEST_PG_BINDIR=$(printf '%q' "$bindir")"
     } >&3
 }
 

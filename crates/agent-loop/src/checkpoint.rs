@@ -6,6 +6,8 @@ use std::pin::Pin;
 
 use agent_types::{AgentError, Message, Usage};
 
+use crate::BudgetsUsed;
+
 /// The future [`TurnCheckpoint::checkpoint`] returns.
 pub type CheckpointFuture<'a> = Pin<Box<dyn Future<Output = Result<(), AgentError>> + Send + 'a>>;
 
@@ -24,5 +26,6 @@ pub trait TurnCheckpoint: Send + Sync {
         history: &'a mut Vec<Message>,
         usage: Usage,
         cost_usd: Option<f64>,
+        budgets: &'a BudgetsUsed,
     ) -> CheckpointFuture<'a>;
 }

@@ -113,7 +113,7 @@ pub use options::{
 pub use output::{OutputSpec, OutputStrategy};
 pub use prepare::{PrepareRound, RoundContext, RoundPlan};
 pub use result::{GenerateResult, ModelCallRecord};
-pub use session::{Session, SessionInput, SessionStatus};
+pub use session::{BudgetsUsed, Session, SessionInput, SessionStatus};
 
 pub use agent_tools::ValidationMode;
 

@@ -322,17 +322,21 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
 
         let approvals_possible = crate::approval::possible(options, &tools)?;
-        let state = match input {
-            SessionInput::ToolResults(_) | SessionInput::Approvals(_) => {
-                session.suspended.take().unwrap_or_default()
-            }
-            _ => RunState::default(),
-        };
         if session.messages.is_empty() && matches!(input, SessionInput::Continue) {
             return Err(AgentError::config(
                 "there is nothing to send: the session has no messages and the input is empty",
             ));
         }
+        // Resuming (remote results, approvals) or continuing a run a crash cut off (its
+        // checkpoint saved the budgets it had used) keeps the same budgets; a new message
+        // starts fresh ones.
+        let state = match input {
+            SessionInput::User(_) => {
+                session.suspended = None;
+                RunState::default()
+            }
+            _ => session.suspended.take().unwrap_or_default(),
+        };
         let mut messages = std::mem::take(&mut session.messages);
         let pending = std::mem::take(&mut session.pending_tool_calls);
         session.pending_approvals.clear();
@@ -1620,7 +1624,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             && self.shaped.is_none()
         {
             checkpoint
-                .checkpoint(&mut self.request.messages, self.usage, self.cost_usd)
+                .checkpoint(
+                    &mut self.request.messages,
+                    self.usage,
+                    self.cost_usd,
+                    &self.state,
+                )
                 .await?;
         }
         Ok(())

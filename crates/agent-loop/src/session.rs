@@ -42,7 +42,8 @@ pub enum SessionInput {
     /// Decisions for exactly the session's calls waiting for approval (any order).
     Approvals(Vec<crate::ApprovalDecision>),
     /// Nothing new: run on the history as it is (its last message must be a user message or
-    /// a tool result).
+    /// a tool result). Starts from the budgets the session holds
+    /// ([`Session::budgets_used`]: a run cut off after a checkpoint), if any.
     Continue,
 }
 
@@ -214,6 +215,22 @@ impl Session {
         self
     }
 
+    /// What the run cut off in this session had used of its budgets, when a checkpoint saved
+    /// it ([`set_budgets_used`](Self::set_budgets_used)) or the run waits for remote tools or
+    /// approval.
+    pub fn budgets_used(&self) -> Option<&BudgetsUsed> {
+        self.suspended.as_ref()
+    }
+
+    /// Records what the run in progress has used of its budgets, for a store that checkpoints
+    /// the session mid-run (the value a [`TurnCheckpoint`](crate::TurnCheckpoint) receives).
+    /// If the run is cut off (its process killed), the execute that continues it with
+    /// [`SessionInput::Continue`] starts from these instead of fresh budgets; a new user
+    /// message starts fresh ones. The field is serialized with the session.
+    pub fn set_budgets_used(&mut self, used: Option<BudgetsUsed>) {
+        self.suspended = used;
+    }
+
     /// Checks that `input` fits the session as it stands, as [`execute`](crate::execute) does
     /// before anything else: results only for exactly the pending calls, no new user message
     /// while calls are pending. A server can call it before it commits to a response.
@@ -244,9 +261,18 @@ impl Session {
     }
 }
 
-/// The budgets a run has used so far, kept in the session while it waits for remote tools.
+/// What a run has used of its per-run budgets so far: tool rounds (`max_tool_iterations`),
+/// tokens (`token_budget`), dollars (`max_cost_usd`) and the repeated-call count
+/// (`max_repeated_calls`).
+///
+/// Kept in the session while a run waits for remote tools or approval, so resuming continues
+/// the same budgets. A [`TurnCheckpoint`](crate::TurnCheckpoint) receives it with each
+/// checkpoint; a store that saves it into the checkpointed session
+/// ([`Session::set_budgets_used`]) makes a run cut off by a crash and continued with
+/// [`SessionInput::Continue`] charge what it had used to the continuation: one budget across
+/// the crash.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct RunState {
+pub struct BudgetsUsed {
     /// Tool rounds run.
     pub(crate) iterations: u32,
     /// Tokens counted against the token budget: model calls' input + output, plus
@@ -263,6 +289,27 @@ pub(crate) struct RunState {
     /// The tool round waiting for approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) approval_round: Option<crate::approval::Round>,
+}
+
+/// The name the loop uses for the budgets of the run in progress.
+pub(crate) type RunState = BudgetsUsed;
+
+impl BudgetsUsed {
+    /// Tool rounds run (counted against `max_tool_iterations`).
+    pub fn iterations(&self) -> u32 {
+        self.iterations
+    }
+
+    /// Tokens counted against `token_budget` (model calls' input and output, and what tool
+    /// handlers reported).
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// Dollars counted against `max_cost_usd`.
+    pub fn cost_usd(&self) -> f64 {
+        self.cost_usd
+    }
 }
 
 fn is_zero(value: &u64) -> bool {

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{CheckpointFuture, Options, SessionStatus, TurnCheckpoint};
+use agent_loop::{BudgetsUsed, CheckpointFuture, Options, SessionStatus, TurnCheckpoint};
 use agent_types::{AgentError, ErrorKind, Message, ToolResult, Usage};
 
 use crate::spend::Meter;
@@ -39,7 +39,7 @@ pub(crate) const INTERRUPTED: &str =
 /// session's size to the server's peak memory (measured: a 300-call round of 64 KiB results
 /// went from 111 to 161 MiB of growth). Sessions are capped at 8 MiB by default
 /// (`max_session_bytes`), so with the default caps every turn is checkpointed.
-const MAX_CHECKPOINT_RESULT_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_CHECKPOINT_RESULT_BYTES: usize = 8 * 1024 * 1024;
 
 /// The bytes of tool result text in `history` (what dominates a large session).
 fn results_bytes(history: &[Message]) -> usize {
@@ -63,18 +63,22 @@ pub(crate) struct Checkpointer {
     cost_usd: Option<f64>,
     /// The session as stored, without its history (the loop lends it at each checkpoint).
     record: tokio::sync::Mutex<SessionRecord>,
+    /// Tells the event pump what the store holds (it holds results back until then).
+    stored: crate::result_gate::Signal,
 }
 
 /// Makes the run described by `options` checkpoint each completed turn of `record` (about to
 /// run under `holder`'s lease); the tenant's spend is flushed to its ledger with each
 /// checkpoint. Nothing of the history is copied: the loop lends it at each checkpoint.
+/// Returns the gate that holds the run's result events until a checkpoint stores them.
 pub(crate) fn install(
     options: &mut Options,
     state: &AppState,
     record: &mut SessionRecord,
     holder: &str,
     meter: Option<&Meter>,
-) {
+) -> crate::result_gate::Gate {
+    let (stored, gate) = crate::result_gate::pair(results_bytes(&record.session.messages));
     let messages = std::mem::take(&mut record.session.messages);
     let mut base = record.clone();
     record.session.messages = messages;
@@ -90,7 +94,9 @@ pub(crate) fn install(
         usage: session.usage,
         cost_usd: session.cost_usd,
         record: tokio::sync::Mutex::new(base),
+        stored,
     }));
+    gate
 }
 
 impl TurnCheckpoint for Checkpointer {
@@ -99,16 +105,19 @@ impl TurnCheckpoint for Checkpointer {
         history: &'a mut Vec<Message>,
         usage: Usage,
         cost_usd: Option<f64>,
+        budgets: &'a BudgetsUsed,
     ) -> CheckpointFuture<'a> {
         Box::pin(async move {
             if !boundary(history) {
                 return Ok(());
             }
-            if results_bytes(history) > MAX_CHECKPOINT_RESULT_BYTES {
+            let bytes = results_bytes(history);
+            if bytes > MAX_CHECKPOINT_RESULT_BYTES {
                 self.state.inner.metrics.inc(
                     "agentry_checkpoints_total",
                     &[("tenant", &self.tenant), ("outcome", "skipped")],
                 );
+                self.stored.committed(bytes);
                 return Ok(());
             }
             // The model calls the checkpoint covers are in the tenant's ledger with it.
@@ -123,6 +132,8 @@ impl TurnCheckpoint for Checkpointer {
                 (Some(before), Some(run)) => Some(before + run),
                 (before, run) => before.or(run),
             };
+            // A continuation after a crash starts from these (one budget across the crash).
+            record.session.set_budgets_used(Some(budgets.clone()));
             record.updated_at_ms = now_ms();
             // Moved in and back out: the history is never copied.
             std::mem::swap(&mut record.session.messages, history);
@@ -133,6 +144,9 @@ impl TurnCheckpoint for Checkpointer {
                 .save(&record, &self.holder, false)
                 .await;
             std::mem::swap(&mut record.session.messages, history);
+            if saved.is_ok() {
+                self.stored.committed(bytes);
+            }
             self.state.inner.metrics.inc(
                 "agentry_checkpoints_total",
                 &[

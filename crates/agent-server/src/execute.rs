@@ -1,5 +1,16 @@
-//! Running a session for one request: the loop on its own task, its events out as SSE, the
-//! session saved before the stream's last event, cancelled when the client goes away.
+//! `POST /v1/sessions/{id}/execute`, in one place and in order:
+//!
+//! 1. **admit** ([`handler`]): the tenant's spend cap, the body, the input, a run permit;
+//! 2. **lease** ([`take`]): the session created already leased to this execute (a `context`),
+//!    or the lease of the existing one taken;
+//! 3. **prepare** ([`prepare`]): a crashed run's checkpoint recovered, then every refusal
+//!    (nothing to continue, expired calls, size and quota, input, model), each giving the
+//!    lease back;
+//! 4. **run** ([`start`], [`run`]): the loop on its own task, its events out as SSE, each
+//!    completed turn checkpointed under the lease (kept alive by a heartbeat), a tool's result
+//!    shown only once the store holds it;
+//! 5. **save and release**: the final save writes the outcome and releases the lease, before
+//!    `execute_complete` is sent.
 //!
 //! The loop runs on a spawned task, not inside the response body: a client that hangs up
 //! drops the body, which closes the event channel, which cancels the loop's token, and the
@@ -12,20 +23,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_loop::{Agent, GenerateResult, Options, SessionInput, SessionStatus, ToolParallelism};
-use agent_types::{AgentError, AgentEvent, Message, ToolCall, Usage};
+use agent_types::{AgentError, AgentEvent, Message, ToolCall, ToolResult, Usage, UserMessage};
 use axum::body::Body;
-use axum::http::{HeaderValue, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ApiError, redact_agent_error};
+use crate::http::json_body;
 use crate::limits::Permit;
+use crate::path_id::PathId;
+use crate::quota;
+use crate::sessions::{NewSession, respond};
 use crate::state::{AppState, Model, Tenant, now_ms};
-use crate::store::{Lease, SessionRecord};
+use crate::store::{Lease, SessionRecord, StoreError};
 
 /// Events waiting for a slow client before the loop is held back.
 const CHANNEL_DEPTH: usize = 64;
@@ -63,6 +79,238 @@ pub(crate) struct Execute {
     pub(crate) model: Model,
     pub(crate) holder: String,
     pub(crate) permit: Permit,
+}
+
+/// The body of `POST /v1/sessions/{id}/execute`: a user message or results, and optionally
+/// the context to create the session with.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecuteBody {
+    #[serde(default)]
+    message: Option<UserInput>,
+    #[serde(default)]
+    tool_results: Option<Vec<ToolResult>>,
+    /// Decisions for the calls waiting for approval (docs/approval.md).
+    #[serde(default)]
+    approvals: Option<Vec<agent_loop::ApprovalDecision>>,
+    #[serde(default)]
+    context: Option<NewSession>,
+}
+
+/// A user message as text or as a message object.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum UserInput {
+    Text(String),
+    Message(UserMessage),
+}
+
+impl ExecuteBody {
+    /// What the run is given: a user turn, results, decisions, or nothing (`{}`: continue).
+    fn input(&mut self) -> Result<SessionInput, ApiError> {
+        let input = match (
+            self.message.take(),
+            self.tool_results.take(),
+            self.approvals.take(),
+        ) {
+            (Some(UserInput::Text(text)), None, None) => {
+                SessionInput::User(UserMessage::text(text))
+            }
+            (Some(UserInput::Message(message)), None, None) => SessionInput::User(message),
+            (None, Some(results), None) => SessionInput::ToolResults(results),
+            (None, None, Some(decisions)) => SessionInput::Approvals(decisions),
+            // `{}`: go on from the history (a run cut off by a crash).
+            (None, None, None) => SessionInput::Continue,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "send exactly one of `message` (a user turn), `tool_results` and `approvals` \
+                     (or none, to continue an interrupted run)",
+                ));
+            }
+        };
+        // An empty turn would cost a model call to answer nothing.
+        if let SessionInput::User(message) = &input
+            && message.content.iter().all(|block| {
+                matches!(block, agent_types::UserBlock::Text { text } if text.trim().is_empty())
+            })
+        {
+            return Err(ApiError::bad_request(
+                "`message` is empty: send some text (or an image)",
+            ));
+        }
+        Ok(input)
+    }
+}
+
+/// `POST /v1/sessions/{id}/execute`: the pipeline of the module's doc, step by step.
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    PathId(id): PathId,
+    body: Body,
+) -> Response {
+    let (state, headers) = (&state, &headers);
+    respond(state, headers, |tenant| async move {
+        // 1. Admit.
+        state.inner.spend.admit(&tenant.name).await?;
+        let mut body: ExecuteBody = json_body(state, headers, body).await?;
+        let input = body.input()?;
+        let permit = tenant.gate.enter().ok_or_else(|| {
+            ApiError::rate_limited(
+                format!("tenant `{}` has too many executes running", tenant.name),
+                1,
+            )
+        })?;
+        // 2. Lease.
+        let holder = holder(state);
+        let leased = Leased {
+            state,
+            tenant: &tenant,
+            id: &id,
+            holder: &holder,
+        };
+        let mut record = take(&leased, body.context).await?;
+        // 3. Prepare.
+        let model = prepare(&leased, &mut record, &input).await?;
+        // 4 and 5: run, save, release.
+        Ok(start(
+            state,
+            Execute {
+                tenant: Arc::clone(&tenant),
+                record,
+                input,
+                model,
+                holder,
+                permit,
+            },
+        ))
+    })
+    .await
+}
+
+/// The session leased to this execute: created from `context` already leased (one write,
+/// and the record is in hand), or the existing one's lease taken. An existing session
+/// ignores the context.
+async fn take(leased: &Leased<'_>, context: Option<NewSession>) -> Result<SessionRecord, ApiError> {
+    let Leased {
+        state,
+        tenant,
+        id,
+        holder,
+    } = *leased;
+    if let Some(context) = context {
+        let record = crate::sessions::record(state, tenant, context, Some(id))?;
+        quota::check_session_size(state, tenant, &record)?;
+        match state
+            .inner
+            .store
+            .insert(
+                &record,
+                Some((holder, lease_until(state))),
+                quota::store_quota(&tenant.quotas),
+            )
+            .await
+        {
+            Ok(()) => return Ok(record),
+            Err(StoreError::Exists(_)) => {}
+            Err(error) => return Err(quota::refused(state, error)),
+        }
+    }
+    match lease(state, tenant, id, holder).await {
+        Err(error) if error.status == StatusCode::NOT_FOUND => {
+            return Err(ApiError::bad_request(format!(
+                "no session {id}: create it first, or send its `context` with this execute"
+            )));
+        }
+        other => other?,
+    }
+    match state.inner.store.get(&tenant.name, id).await? {
+        Some(record) => Ok(record),
+        None => Err(leased
+            .give_back(ApiError::not_found(format!("no session {id}")))
+            .await),
+    }
+}
+
+/// Makes the leased session ready to run `input`: a run cut off by a crash recovered from its
+/// checkpoint first, then every reason not to run checked; the lease is given back with any
+/// refusal. Returns the session's model.
+async fn prepare(
+    leased: &Leased<'_>,
+    record: &mut SessionRecord,
+    input: &SessionInput,
+) -> Result<Model, ApiError> {
+    let Leased {
+        state,
+        tenant,
+        id,
+        holder,
+    } = *leased;
+    crate::checkpoint::recover_for_run(state, record);
+    if matches!(input, SessionInput::Continue) && !crate::checkpoint::can_continue(record) {
+        return Err(leased
+            .give_back(ApiError::bad_request(format!(
+                "session {id} has nothing to continue: its history ends with the model's \
+                 message; send a `message` (or the `tool_results` it waits for)"
+            )))
+            .await);
+    }
+    // An expired session goes on from a user message (its calls now have error results);
+    // late results are refused.
+    if crate::sessions::expire(state, record) && matches!(input, SessionInput::ToolResults(_)) {
+        record.updated_at_ms = now_ms();
+        state.inner.store.save(record, holder, true).await?;
+        return Err(ApiError::conflict(format!(
+            "the pending calls of session {id} expired after {} s without results; send a new \
+             message instead",
+            state.inner.config.remote_tool_timeout_secs
+        )));
+    }
+    // The history cap and the tenant's byte quota, before anything is spent.
+    let over = match quota::check_session_size(state, tenant, record) {
+        Ok(()) => quota::check_stored_bytes(state, tenant).await.err(),
+        Err(error) => Some(error),
+    };
+    if let Some(error) = over {
+        return Err(leased.give_back(error).await);
+    }
+    if let Err(error) = record.session.check_input(input) {
+        return Err(leased.give_back(ApiError::bad_request(error.message)).await);
+    }
+    match state.inner.models.get(&record.model).cloned() {
+        Some(model) => Ok(model),
+        None => Err(leased
+            .give_back(ApiError::bad_request(format!(
+                "the session's model `{}` is no longer offered by this server",
+                record.model
+            )))
+            .await),
+    }
+}
+
+/// A lease held by a request that has not started its run yet.
+#[derive(Clone, Copy)]
+struct Leased<'a> {
+    state: &'a AppState,
+    tenant: &'a Tenant,
+    id: &'a str,
+    holder: &'a str,
+}
+
+impl Leased<'_> {
+    /// Releases the lease and returns `error`.
+    async fn give_back(self, error: ApiError) -> ApiError {
+        if let Err(release) = self
+            .state
+            .inner
+            .store
+            .release(&self.tenant.name, self.id, self.holder)
+            .await
+        {
+            tracing::warn!(session = self.id, error = %release, "could not release a lease");
+        }
+        error
+    }
 }
 
 /// A lease holder id unique to this request.
@@ -309,8 +557,10 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     if let Some(meter) = &meter {
         meter.install(&mut options);
     }
-    // Each completed turn is in the store as it completes (crash recovery).
-    crate::checkpoint::install(&mut options, &state, &mut record, &holder, meter.as_ref());
+    // Each completed turn is in the store as it completes (crash recovery); a tool's result
+    // reaches the client only once the store holds it.
+    let mut gate =
+        crate::checkpoint::install(&mut options, &state, &mut record, &holder, meter.as_ref());
     let heartbeat =
         crate::checkpoint::heartbeat(&state, &tenant.name, record.id(), &holder, cancel.clone());
     let metrics = &state.inner.metrics;
@@ -319,34 +569,64 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     let outcome = {
         let agent = agent_for(&model, options);
         let mut stream = agent.resume_stream(&mut record.session, input);
-        while let Some(event) = stream.next().await {
+        loop {
+            let event = tokio::select! {
+                biased;
+                event = stream.next() => Pumped::Event(event),
+                () = gate.committed() => Pumped::Committed,
+            };
+            let event = match event {
+                Pumped::Event(Some(event)) => event,
+                Pumped::Event(None) => break,
+                Pumped::Committed => {
+                    if client
+                        && gate.ready()
+                        && !send_held(
+                            &mut gate,
+                            false,
+                            &sender,
+                            &cancel,
+                            &tenant.name,
+                            &session_id,
+                        )
+                        .await
+                    {
+                        client = false;
+                        cancel.cancel();
+                    }
+                    continue;
+                }
+            };
             count(metrics, &tenant.name, &record.model, &event);
             if !client {
                 continue;
             }
-            let bytes = match &event {
-                // The tenant sees the error without upstream URLs or credentials; the log
-                // has all of it.
-                AgentEvent::Error { error } => {
-                    tracing::warn!(
-                        session = %session_id,
-                        tenant = %tenant.name,
-                        error = %error.message,
-                        "the run failed"
-                    );
-                    frame(&AgentEvent::Error {
-                        error: redact_agent_error(error),
-                    })
-                }
-                // A sub-agent's error, redacted the same way (rare: the copy is fine).
-                AgentEvent::SubAgent { event: inner, .. }
-                    if matches!(**inner, AgentEvent::Error { .. }) =>
-                {
-                    frame(&crate::error::redact_nested(event.clone()))
-                }
-                _ => frame(&event),
+            // Results the store now holds go out before what came after them.
+            if gate.ready()
+                && !send_held(
+                    &mut gate,
+                    false,
+                    &sender,
+                    &cancel,
+                    &tenant.name,
+                    &session_id,
+                )
+                .await
+            {
+                client = false;
+                cancel.cancel();
+                continue;
+            }
+            let Some(event) = gate.pass(event) else {
+                continue;
             };
-            if !deliver(&sender, bytes, &cancel).await {
+            if !deliver(
+                &sender,
+                event_frame(&event, &tenant.name, &session_id),
+                &cancel,
+            )
+            .await
+            {
                 client = false;
                 cancel.cancel();
             }
@@ -376,6 +656,29 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     }
     drop(permit);
     if client {
+        // What the run showed last (results it closed, its end) is in the store now; if the
+        // save failed, the store does not hold it and the client hears only the error.
+        if saved.is_ok() {
+            client = send_held(&mut gate, true, &sender, &cancel, &tenant.name, &session_id).await;
+        } else {
+            gate.discard();
+        }
+    }
+    let (held, held_secs) = gate.held();
+    if held > 0 {
+        #[allow(clippy::cast_precision_loss)]
+        metrics.add(
+            "agentry_results_held_total",
+            &[("tenant", &tenant.name)],
+            held as f64,
+        );
+        metrics.add(
+            "agentry_result_hold_seconds_total",
+            &[("tenant", &tenant.name)],
+            held_secs,
+        );
+    }
+    if client {
         let error = match (&saved, &outcome) {
             (_, Err(error)) => Some(error.clone()),
             // The store's own message (hosts, paths, users) is in the log line above.
@@ -390,6 +693,61 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         complete.spend_cap = meter.as_ref().and_then(|meter| meter.hit_for(&outcome));
         deliver(&sender, frame(&complete), &cancel).await;
     }
+}
+
+/// What the event pump woke up for.
+enum Pumped {
+    /// The loop's next event (`None`: the run ended).
+    Event(Option<AgentEvent>),
+    /// A checkpoint committed: held results may go out.
+    Committed,
+}
+
+/// The SSE frame of one of the loop's events. The tenant sees an error without upstream URLs
+/// or credentials; the log has all of it.
+fn event_frame(event: &AgentEvent, tenant: &str, session_id: &str) -> Bytes {
+    match event {
+        AgentEvent::Error { error } => {
+            tracing::warn!(
+                session = %session_id,
+                tenant = %tenant,
+                error = %error.message,
+                "the run failed"
+            );
+            frame(&AgentEvent::Error {
+                error: redact_agent_error(error),
+            })
+        }
+        // A sub-agent's error, redacted the same way (rare: the copy is fine).
+        AgentEvent::SubAgent { event: inner, .. }
+            if matches!(**inner, AgentEvent::Error { .. }) =>
+        {
+            frame(&crate::error::redact_nested(event.clone()))
+        }
+        _ => frame(event),
+    }
+}
+
+/// Sends the events `gate` held that may go out (`all`: after the final save, every one),
+/// in order; `false` when the client is gone.
+async fn send_held(
+    gate: &mut crate::result_gate::Gate,
+    all: bool,
+    sender: &mpsc::Sender<Bytes>,
+    cancel: &CancellationToken,
+    tenant: &str,
+    session_id: &str,
+) -> bool {
+    let mut events: Box<dyn Iterator<Item = AgentEvent> + Send + '_> = match all {
+        true => Box::new(gate.release_all()),
+        false => Box::new(gate.release()),
+    };
+    for event in events.by_ref() {
+        if !deliver(sender, event_frame(&event, tenant, session_id), cancel).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// How long a send may wait for a slow client once the run is cancelled (the drain

@@ -52,6 +52,7 @@ mod metrics;
 mod openai;
 mod path_id;
 mod quota;
+mod result_gate;
 mod sessions;
 pub mod spend;
 mod state;
@@ -96,7 +97,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/v1/sessions/{id}/execute",
-            post(sessions::execute).layer(axum::middleware::from_fn_with_state(
+            post(execute::handler).layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 idempotency::guard,
             )),

@@ -82,6 +82,16 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Runs cut off by a crash and recovered from their last checkpoint, by tenant.",
     ),
+    (
+        "agentry_results_held_total",
+        "counter",
+        "Events showing a tool result held until the store held the result, by tenant.",
+    ),
+    (
+        "agentry_result_hold_seconds_total",
+        "counter",
+        "Seconds those events waited for their checkpoint, summed, by tenant.",
+    ),
 ];
 
 /// The `tool` label of a name the registry does not know.

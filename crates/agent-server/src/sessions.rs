@@ -1,9 +1,10 @@
-//! `/v1/sessions`: create, read, delete and execute server-held sessions.
+//! `/v1/sessions`: create, read, list and delete server-held sessions (executing one is
+//! `execute.rs`).
 
 use std::sync::Arc;
 
-use agent_loop::{Session, SessionInput, SessionStatus};
-use agent_types::{GenerationSettings, Message, ToolResult, ToolSpec, UserMessage};
+use agent_loop::{Session, SessionStatus};
+use agent_types::{GenerationSettings, Message, ToolResult, ToolSpec};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -13,12 +14,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::execute::{self, Execute};
 use crate::http::{admit, json_body, tagged};
 use crate::path_id::PathId;
 use crate::quota;
 use crate::state::{AppState, Tenant, now_ms};
-use crate::store::{Removal, SessionOptions, SessionRecord, StoreError};
+use crate::store::{Removal, SessionOptions, SessionRecord};
 
 /// Sessions per page of `GET /v1/sessions` unless `limit` says otherwise.
 const LIST_DEFAULT: u32 = 50;
@@ -54,30 +54,6 @@ pub struct NewSession {
     /// `options.output_schema`).
     #[serde(default)]
     pub output_schema: Option<serde_json::Value>,
-}
-
-/// The body of `POST /v1/sessions/{id}/execute`: a user message or results, and optionally
-/// the context to create the session with.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecuteBody {
-    #[serde(default)]
-    message: Option<UserInput>,
-    #[serde(default)]
-    tool_results: Option<Vec<ToolResult>>,
-    /// Decisions for the calls waiting for approval (docs/approval.md).
-    #[serde(default)]
-    approvals: Option<Vec<agent_loop::ApprovalDecision>>,
-    #[serde(default)]
-    context: Option<NewSession>,
-}
-
-/// A user message as text or as a message object.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum UserInput {
-    Text(String),
-    Message(UserMessage),
 }
 
 /// Runs `handler` for an admitted tenant and tags the response for the request metric.
@@ -301,177 +277,6 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(bytes).ok()
-}
-
-/// `POST /v1/sessions/{id}/execute`.
-pub(crate) async fn execute(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    PathId(id): PathId,
-    body: Body,
-) -> Response {
-    let (state, headers) = (&state, &headers);
-    respond(state, headers, |tenant| async move {
-        state.inner.spend.admit(&tenant.name).await?;
-        let body: ExecuteBody = json_body(state, headers, body).await?;
-        let input = match (body.message, body.tool_results, body.approvals) {
-            (Some(UserInput::Text(text)), None, None) => {
-                SessionInput::User(UserMessage::text(text))
-            }
-            (Some(UserInput::Message(message)), None, None) => SessionInput::User(message),
-            (None, Some(results), None) => SessionInput::ToolResults(results),
-            (None, None, Some(decisions)) => SessionInput::Approvals(decisions),
-            // `{}`: go on from the history (a run cut off by a crash).
-            (None, None, None) => SessionInput::Continue,
-            _ => {
-                return Err(ApiError::bad_request(
-                    "send exactly one of `message` (a user turn), `tool_results` and `approvals` \
-                     (or none, to continue an interrupted run)",
-                ));
-            }
-        };
-        // An empty turn would cost a model call to answer nothing.
-        if let SessionInput::User(message) = &input
-            && message.content.iter().all(|block| {
-                matches!(block, agent_types::UserBlock::Text { text } if text.trim().is_empty())
-            })
-        {
-            return Err(ApiError::bad_request(
-                "`message` is empty: send some text (or an image)",
-            ));
-        }
-        let permit = tenant.gate.enter().ok_or_else(|| {
-            ApiError::rate_limited(
-                format!("tenant `{}` has too many executes running", tenant.name),
-                1,
-            )
-        })?;
-        let holder = execute::holder(state);
-        // A context creates the session already leased to this execute: one write, and the
-        // record is in hand. An existing session ignores the context.
-        let mut created = None;
-        if let Some(context) = body.context {
-            let record = record(state, &tenant, context, Some(&id))?;
-            quota::check_session_size(state, &tenant, &record)?;
-            match state
-                .inner
-                .store
-                .insert(
-                    &record,
-                    Some((&holder, execute::lease_until(state))),
-                    quota::store_quota(&tenant.quotas),
-                )
-                .await
-            {
-                Ok(()) => created = Some(record),
-                Err(StoreError::Exists(_)) => {}
-                Err(error) => return Err(quota::refused(state, error)),
-            }
-        }
-        let leased = Leased {
-            state,
-            tenant: &tenant,
-            id: &id,
-            holder: &holder,
-        };
-        let mut record = match created {
-            Some(record) => record,
-            None => {
-                match execute::lease(state, &tenant, &id, &holder).await {
-                    Err(error) if error.status == StatusCode::NOT_FOUND => {
-                        return Err(ApiError::bad_request(format!(
-                            "no session {id}: create it first, or send its `context` with this \
-                             execute"
-                        )));
-                    }
-                    other => other?,
-                }
-                let Some(record) = state.inner.store.get(&tenant.name, &id).await? else {
-                    return Err(leased
-                        .give_back(ApiError::not_found(format!("no session {id}")))
-                        .await);
-                };
-                record
-            }
-        };
-        // A run cut off by a crash: its checkpoint becomes a consistent session first.
-        crate::checkpoint::recover_for_run(state, &mut record);
-        if matches!(input, SessionInput::Continue) && !crate::checkpoint::can_continue(&record) {
-            return Err(leased
-                .give_back(ApiError::bad_request(format!(
-                    "session {id} has nothing to continue: its history ends with the model's \
-                     message; send a `message` (or the `tool_results` it waits for)"
-                )))
-                .await);
-        }
-        // An expired session goes on from a user message (its calls now have error
-        // results); late results are refused.
-        if expire(state, &mut record) && matches!(input, SessionInput::ToolResults(_)) {
-            record.updated_at_ms = now_ms();
-            state.inner.store.save(&record, &holder, true).await?;
-            return Err(ApiError::conflict(format!(
-                "the pending calls of session {id} expired after {} s without results; \
-                 send a new message instead",
-                state.inner.config.remote_tool_timeout_secs
-            )));
-        }
-        // The history cap and the tenant's byte quota, before anything is spent.
-        let over = match quota::check_session_size(state, &tenant, &record) {
-            Ok(()) => quota::check_stored_bytes(state, &tenant).await.err(),
-            Err(error) => Some(error),
-        };
-        if let Some(error) = over {
-            return Err(leased.give_back(error).await);
-        }
-        if let Err(error) = record.session.check_input(&input) {
-            return Err(leased.give_back(ApiError::bad_request(error.message)).await);
-        }
-
-        let Some(model) = state.inner.models.get(&record.model).cloned() else {
-            return Err(leased
-                .give_back(ApiError::bad_request(format!(
-                    "the session's model `{}` is no longer offered by this server",
-                    record.model
-                )))
-                .await);
-        };
-        Ok(execute::start(
-            state,
-            Execute {
-                tenant: Arc::clone(&tenant),
-                record,
-                input,
-                model,
-                holder,
-                permit,
-            },
-        ))
-    })
-    .await
-}
-
-/// A lease held by a request that has not started its run yet.
-struct Leased<'a> {
-    state: &'a AppState,
-    tenant: &'a Tenant,
-    id: &'a str,
-    holder: &'a str,
-}
-
-impl Leased<'_> {
-    /// Releases the lease and returns `error`.
-    async fn give_back(self, error: ApiError) -> ApiError {
-        if let Err(release) = self
-            .state
-            .inner
-            .store
-            .release(&self.tenant.name, self.id, self.holder)
-            .await
-        {
-            tracing::warn!(session = self.id, error = %release, "could not release a lease");
-        }
-        error
-    }
 }
 
 /// A new record from a request, checked against the allow-list and the caps.

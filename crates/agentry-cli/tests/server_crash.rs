@@ -83,6 +83,24 @@ fn call_stream() -> String {
     format!("data: {call}\n\ndata: {end}\n\ndata: [DONE]\n\n")
 }
 
+/// A model call of the budget tests: the calculator on `n * 7` as call `call_<n>`, or (`n`
+/// 0) the answer; 1,000 tokens each ($0.10 at the configured price).
+fn budget_stream(n: u32) -> String {
+    let (delta, finish) = match n {
+        0 => (json!({"role": "assistant", "content": "done"}), "stop"),
+        n => (
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{n}"),
+                "type": "function", "function": {"name": "calculator",
+                "arguments": format!("{{\"expression\": \"{n} * 7\"}}")}}]}),
+            "tool_calls",
+        ),
+    };
+    let first = json!({"choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000}});
+    format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
 fn answer_stream(text: &str) -> String {
     let delta = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
         "finish_reason": null}]});
@@ -290,4 +308,176 @@ api_keys = ["{KEY}"]
         .filter(|message| message["role"] == "tool")
         .count();
     assert_eq!(results, 1, "{sent}");
+}
+
+/// A run with `options` (session budgets) killed with SIGKILL after two completed tool rounds
+/// (2,000 tokens, $0.20 at the configured price), then continued with `{}` on a restarted
+/// process whose upstream answers `next`. Returns the continuation's events, the calculator
+/// calls the restarted process ran, and the model calls the continuation made.
+fn kill_after_two_rounds_then_continue(
+    options: &Value,
+    next: Vec<Cassette>,
+) -> (Vec<Value>, f64, usize) {
+    let upstream_runtime = runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(budget_stream(1)),
+            sse(budget_stream(2)),
+            // The third model call sends a few bytes and stalls.
+            sse(answer_stream("too late"))
+                .with_chunking(Chunking::Every(40))
+                .with_chunk_delay(Duration::from_secs(600)),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agentry.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+tools = ["calculator"]
+execute_lease_secs = 2
+
+[server.store]
+kind = "sqlite"
+path = "{}"
+
+[server.prices.up]
+input_per_mtok = 100.0
+output_per_mtok = 100.0
+
+[[server.models]]
+name = "up"
+provider = "openai-compatible"
+base_url = "{}/v1"
+
+[[server.tenants]]
+name = "acme"
+api_keys = ["{KEY}"]
+"#,
+            dir.path().join("sessions.db").display(),
+            upstream.url()
+        ),
+    )
+    .unwrap();
+    let first = Served::start(&path);
+    let client = runtime();
+    let (url, id) = (first.url.clone(), "budgeted-run");
+    let body = json!({"message": "what is 6 * 7, twice?",
+        "context": {"model": "up", "tools": ["calculator"], "options": options}});
+    client.spawn(async move {
+        if let Ok(response) = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/{id}/execute"))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+        {
+            let _ = response.text().await;
+        }
+    });
+    // The third model call starts only once round 2 is checkpointed.
+    let started = Instant::now();
+    while upstream.requests().len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no third model call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(client.block_on(calculator_calls(&first.url)), 2.0);
+    first.kill_9();
+
+    let second = Served::start(&path);
+    for cassette in next {
+        upstream.push(cassette);
+    }
+    let events = client.block_on(async {
+        let started = Instant::now();
+        loop {
+            let response = reqwest::Client::new()
+                .post(format!("{}/v1/sessions/{id}/execute", second.url))
+                .bearer_auth(KEY)
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            if response.status() == 409 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the lease stayed"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+            let text = response.text().await.unwrap();
+            break text
+                .split("\n\n")
+                .filter_map(|frame| frame.strip_prefix("data: "))
+                .map(|data| serde_json::from_str::<Value>(data).unwrap())
+                .collect::<Vec<_>>();
+        }
+    });
+    let ran = client.block_on(calculator_calls(&second.url));
+    (events, ran, upstream.requests().len() - 3)
+}
+
+/// The budget in the `execute_complete` event's error: `(limit, used)`.
+fn tripped(events: &[Value]) -> (String, Value) {
+    let complete = events.last().unwrap();
+    assert_eq!(complete["type"], "execute_complete", "{events:?}");
+    assert_eq!(complete["status"], "error", "{events:?}");
+    let budget = &complete["error"]["budget"];
+    (
+        budget["limit"].as_str().unwrap_or_default().to_owned(),
+        budget["used"].clone(),
+    )
+}
+
+#[test]
+fn iterations_used_before_a_kill_count_against_the_continued_run() {
+    // max_iterations 3, killed after round 2: the continuation runs one round, no more.
+    let (events, ran, model_calls) = kill_after_two_rounds_then_continue(
+        &json!({"max_iterations": 3}),
+        vec![
+            sse(budget_stream(3)),
+            sse(budget_stream(4)),
+            sse(budget_stream(0)),
+        ],
+    );
+    assert_eq!(ran, 1.0, "{events:?}");
+    assert_eq!(model_calls, 2, "{events:?}");
+    let (limit, used) = tripped(&events);
+    assert_eq!(limit, "iterations", "{events:?}");
+    assert_eq!(used, 3, "{events:?}");
+}
+
+#[test]
+fn tokens_used_before_a_kill_count_against_the_continued_run() {
+    // 2,000 of 2,500 tokens used before the kill: the continuation's call (1,000 more) trips
+    // the budget (with fresh budgets it would complete).
+    let (events, ran, model_calls) = kill_after_two_rounds_then_continue(
+        &json!({"token_budget": 2500}),
+        vec![sse(budget_stream(3)), sse(budget_stream(0))],
+    );
+    assert_eq!((ran, model_calls), (0.0, 1), "{events:?}");
+    let (limit, used) = tripped(&events);
+    assert_eq!(limit, "tokens", "{events:?}");
+    assert_eq!(used, 3000, "{events:?}");
+}
+
+#[test]
+fn dollars_used_before_a_kill_count_against_the_continued_run() {
+    // $0.20 of $0.25 used before the kill: the continuation's call ($0.10 more) trips the
+    // budget (with fresh budgets it would complete).
+    let (events, ran, model_calls) = kill_after_two_rounds_then_continue(
+        &json!({"max_cost_usd": 0.25}),
+        vec![sse(budget_stream(3)), sse(budget_stream(0))],
+    );
+    assert_eq!((ran, model_calls), (0.0, 1), "{events:?}");
+    let (limit, used) = tripped(&events);
+    assert_eq!(limit, "cost_usd", "{events:?}");
+    assert!((used.as_f64().unwrap() - 0.30).abs() < 1e-9, "{events:?}");
 }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use agent_backends::{ScriptedBackend, ScriptedTurn};
-use agent_loop::{CheckpointFuture, Options, Session, TurnCheckpoint, execute};
+use agent_loop::{BudgetsUsed, CheckpointFuture, Options, Session, TurnCheckpoint, execute};
 use agent_types::{AgentError, ErrorKind, Message, Role, Usage};
 use serde_json::json;
 
@@ -24,6 +24,7 @@ impl TurnCheckpoint for Recorder {
         history: &'a mut Vec<Message>,
         usage: Usage,
         _cost_usd: Option<f64>,
+        _budgets: &'a BudgetsUsed,
     ) -> CheckpointFuture<'a> {
         Box::pin(async move {
             let mut seen = self.seen.lock().unwrap();
@@ -97,4 +98,75 @@ async fn a_failed_checkpoint_ends_the_run_with_its_error() {
     assert!(error.message.contains("the store is gone"), "{error:?}");
     // The second model call was never made: one checkpoint went through.
     assert_eq!(recorder.seen.lock().unwrap().len(), 1);
+}
+
+/// Keeps the budgets lent with the last checkpoint.
+#[derive(Default)]
+struct BudgetKeeper(Mutex<Option<BudgetsUsed>>);
+
+impl TurnCheckpoint for BudgetKeeper {
+    fn checkpoint<'a>(
+        &'a self,
+        _history: &'a mut Vec<Message>,
+        _usage: Usage,
+        _cost_usd: Option<f64>,
+        budgets: &'a BudgetsUsed,
+    ) -> CheckpointFuture<'a> {
+        Box::pin(async move {
+            *self.0.lock().unwrap() = Some(budgets.clone());
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn budgets_saved_by_a_checkpoint_carry_into_a_continue_but_not_a_new_message() {
+    let keeper = Arc::new(BudgetKeeper::default());
+    let mut options = Options::auto()
+        .with_tools(registry([weather_tool()]))
+        .with_max_tool_iterations(1);
+    options.checkpoint = Some(Arc::clone(&keeper) as Arc<dyn TurnCheckpoint>);
+    // A run that stopped after round 1's checkpoint, as a crash would leave it.
+    let mut session = Session::new("test-model");
+    execute(&mut session, "Denver?", &backend(), &options)
+        .await
+        .unwrap();
+    let used = keeper.0.lock().unwrap().clone().unwrap();
+    assert_eq!((used.iterations(), used.tokens()), (1, 160));
+    session.messages.truncate(3);
+    session.set_budgets_used(Some(used));
+    let json = session.to_json().unwrap();
+
+    // `{}` continues the same budgets: one round was used, the limit is one, so a second
+    // round is refused.
+    let mut continued = Session::from_json(&json).unwrap();
+    assert_eq!(continued.budgets_used().unwrap().iterations(), 1);
+    let round = ScriptedBackend::new([ScriptedTurn::tool_call(
+        "call_2",
+        "get_weather",
+        json!({"city": "Paris"}),
+    )]);
+    let error = agent_loop::execute(
+        &mut continued,
+        agent_loop::SessionInput::Continue,
+        &round,
+        &options,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(error.kind, ErrorKind::BudgetExceeded { .. }),
+        "{error:?}"
+    );
+
+    // A new message starts fresh budgets.
+    let mut fresh = Session::from_json(&json).unwrap();
+    let round = ScriptedBackend::new([
+        ScriptedTurn::tool_call("call_2", "get_weather", json!({"city": "Paris"})),
+        ScriptedTurn::text("Rain in Paris."),
+    ]);
+    execute(&mut fresh, "And Paris?", &round, &options)
+        .await
+        .unwrap();
+    assert!(fresh.budgets_used().is_none());
 }

@@ -691,3 +691,173 @@ fn a_run_that_lost_its_lease_stops_and_never_reports_completed() {
     // The second model call was never made.
     assert_eq!(upstream.requests().len(), 1);
 }
+
+/// An OpenAI chat-completions stream asking for the calculator (`call_1`, 6 * 7) and for
+/// `tally` (`call_2`) in one round.
+fn two_calls_stream() -> String {
+    let call = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+        {"index": 0, "id": "call_1", "type": "function",
+         "function": {"name": "calculator", "arguments": "{\"expression\": \"6 * 7\"}"}},
+        {"index": 1, "id": "call_2", "type": "function",
+         "function": {"name": "tally", "arguments": "{}"}}
+    ]}, "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}});
+    format!("data: {call}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+/// Reads an execute's SSE stream until a frame of `kind` arrives; returns the frames read.
+async fn read_until(response: reqwest::Response, kind: &str) -> Vec<Value> {
+    let mut response = response;
+    let mut buffer = String::new();
+    let mut frames = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = frame.trim().strip_prefix("data: ") {
+                let value: Value = serde_json::from_str(data).unwrap();
+                let done = value["type"] == kind;
+                frames.push(value);
+                if done {
+                    return frames;
+                }
+            }
+        }
+    }
+    panic!("the stream ended without a {kind} frame: {frames:?}");
+}
+
+/// The checkpoint window, closed: a round of a fast call (the calculator) and a slow one
+/// (`tally`, 1.5 s); the instance is crashed the moment the client reads the fast call's
+/// result. Before the result gate that result streamed 1.5 s before the round's checkpoint,
+/// and the crash turned it into the recovery's error result although the client had read
+/// it; now the client reads it only once the store holds it, so it survives the crash.
+#[test]
+fn a_result_the_client_read_survives_a_crash_right_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("sessions.db").display()
+    );
+    let upstream_runtime = client_runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([sse(two_calls_stream()), stalled()]))
+        .unwrap();
+    let config = config(&upstream.url(), &store);
+    let count = Arc::new(AtomicUsize::new(0));
+    let a = Instance::start(&config, tally(&count, 1500));
+    let id = unique("window");
+    let client = client_runtime();
+    let body = json!({"message": "6 * 7, and count",
+        "context": {"model": "up", "tools": ["calculator", "tally"]}});
+    let (seen, read_at) = client.block_on(async {
+        let response = post(&a.url, &id, &body).await;
+        let started = Instant::now();
+        let frames = read_until(response, "tool_execution_end").await;
+        (frames, started.elapsed())
+    });
+    a.crash();
+    let shown = seen.last().unwrap();
+    assert_eq!(shown["call_id"], "call_1", "{seen:?}");
+    assert_eq!(shown["output"], "{\"expression\":\"6 * 7\",\"result\":42}");
+    // The fast call's result waited for the slow one and the round's checkpoint.
+    assert!(read_at >= Duration::from_millis(1500), "{read_at:?}");
+
+    let b = Instance::start(&config, tally(&count, 0));
+    client.block_on(async {
+        let stored = session(&b.url, &id).await;
+        let messages = stored["messages"].as_array().unwrap();
+        let result = messages
+            .iter()
+            .find(|message| message["role"] == "tool" && message["tool_call_id"] == "call_1")
+            .unwrap_or_else(|| panic!("the result the client read is not stored: {stored}"));
+        assert!(
+            result["content"].to_string().contains("42"),
+            "the result the client read came back as {result}"
+        );
+        upstream.push(sse(answer_stream("42, counted")));
+        let events = continue_after_lease(&b.url, &id).await;
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+    });
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+/// What holding results back costs: `ROUNDS` rounds of one calculator call, each result
+/// (its `tool_execution_end` and its `message_end`) held until its round's checkpoint
+/// commits; the server's own `/metrics` sums the wait. Run with `--nocapture` for the figures
+/// (docs/reliability.md quotes them).
+fn measure_result_hold(store: &str, label: &str) {
+    const ROUNDS: usize = 20;
+    let upstream_runtime = client_runtime();
+    let mut turns: Vec<Cassette> = (0..ROUNDS)
+        .map(|n| {
+            sse(call_stream(
+                &format!("call_{n}"),
+                "calculator",
+                &format!("{{\"expression\": \"{n} * 7\"}}"),
+            ))
+        })
+        .collect();
+    turns.push(sse(answer_stream("done")));
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start(turns))
+        .unwrap();
+    let mut config = config(&upstream.url(), store);
+    config = config.replace("[server]\n", "[server]\ncaps = { max_iterations = 50 }\n");
+    let count = Arc::new(AtomicUsize::new(0));
+    let a = Instance::start(&config, tally(&count, 0));
+    let id = unique("hold");
+    let client = client_runtime();
+    let body = json!({"message": "count", "context": {"model": "up", "tools": ["calculator"],
+        "options": {"max_iterations": 50}}});
+    let (held, seconds) = client.block_on(async {
+        let events = execute(&a.url, &id, &body).await;
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+        let text = reqwest::get(format!("{}/metrics", a.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .filter(|line| line.starts_with(name))
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        (
+            value("agentry_results_held_total"),
+            value("agentry_result_hold_seconds_total"),
+        )
+    });
+    // Each result's two events, and the run's `session_end`.
+    assert!(held >= (2 * ROUNDS) as f64, "{held}");
+    let per_event_ms = seconds / held * 1000.0;
+    let _ = writeln!(
+        std::io::stderr(),
+        "{label}: {held} result events held, {per_event_ms:.2} ms added per event on average"
+    );
+    assert!(per_event_ms < 2000.0, "{per_event_ms}");
+}
+
+#[test]
+fn the_hold_of_a_result_is_measured_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    measure_result_hold(
+        &format!(
+            "kind = \"sqlite\"\npath = \"{}\"",
+            dir.path().join("sessions.db").display()
+        ),
+        "sqlite",
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn the_hold_of_a_result_is_measured_on_postgres() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    measure_result_hold(&format!("kind = \"postgres\"\nurl = \"{url}\""), "postgres");
+}

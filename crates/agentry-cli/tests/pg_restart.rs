@@ -1,0 +1,609 @@
+//! A real PostgreSQL restarted under a real `agentry serve` in the middle of a run, and two
+//! server processes on one cluster where the first is killed mid-run and the second continues.
+//!
+//! The test owns its cluster (it may stop what no other test shares): `initdb` into a
+//! temporary directory, `pg_ctl start` on a free loopback port, `pg_ctl restart -m fast` while
+//! a run streams. The binaries come from `AGENTRY_TEST_PG_BINDIR` (`.ci/postgres.sh start`
+//! exports it, so CI runs this); without it the test is skipped, and under `CI` it fails. As
+//! root (PostgreSQL refuses to run as root) the cluster belongs to the `postgres` user.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_backends::replay::{Cassette, Chunking, ReplayServer};
+use serde_json::{Value, json};
+
+const KEY: &str = "key-acme-test-0001";
+
+/// A PostgreSQL cluster of this test's own.
+struct Cluster {
+    bindir: PathBuf,
+    dir: tempfile::TempDir,
+    port: u16,
+    /// `postgres` when the test runs as root.
+    owner: Option<&'static str>,
+}
+
+impl Cluster {
+    /// The cluster, started; `None` (skipped) without `AGENTRY_TEST_PG_BINDIR` outside CI.
+    fn start() -> Option<Self> {
+        let Some(bindir) = std::env::var_os("AGENTRY_TEST_PG_BINDIR").filter(|dir| !dir.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "AGENTRY_TEST_PG_BINDIR is not set under CI (.ci/postgres.sh start exports it)"
+            );
+            eprintln!("skipped: set AGENTRY_TEST_PG_BINDIR to PostgreSQL's bin directory");
+            return None;
+        };
+        let root = Command::new("id").arg("-u").output().unwrap();
+        let owner = (String::from_utf8_lossy(&root.stdout).trim() == "0").then_some("postgres");
+        let dir = tempfile::Builder::new()
+            .prefix("agentry-pg-restart")
+            .tempdir()
+            .unwrap();
+        if let Some(owner) = owner {
+            assert!(
+                Command::new("chown")
+                    .args([owner, dir.path().to_str().unwrap()])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cluster = Self {
+            bindir: PathBuf::from(bindir),
+            dir,
+            port,
+            owner,
+        };
+        let data = cluster.data();
+        cluster.pg(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "--encoding=UTF8",
+                "--no-locale",
+            ],
+        );
+        let mut conf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(cluster.dir.path().join("data/postgresql.conf"))
+            .unwrap();
+        std::io::Write::write_all(
+            &mut conf,
+            format!(
+                "\nlisten_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = ''\n\
+                 fsync = off\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        cluster.ctl(&["start"]);
+        Some(cluster)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Runs one of the cluster's binaries as its owner; panics on failure.
+    fn pg(&self, binary: &str, args: &[&str]) {
+        let program = self.bindir.join(binary);
+        let mut command = match self.owner {
+            Some(owner) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", owner, "--"]).arg(&program);
+                command
+            }
+            None => Command::new(&program),
+        };
+        let output = command
+            .args(args)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{binary} {args:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// `pg_ctl <action>` on the cluster, waiting for it to finish.
+    fn ctl(&self, action: &[&str]) {
+        let data = self.data();
+        let log = self.dir.path().join("server.log").display().to_string();
+        let mut args = vec!["-D", data.as_str(), "-l", log.as_str(), "-w", "-t", "60"];
+        args.extend_from_slice(action);
+        self.pg("pg_ctl", &args);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.data();
+        let _ = Command::new(match self.owner {
+            Some(_) => "runuser".into(),
+            None => self.bindir.join("pg_ctl"),
+        })
+        .args(match self.owner {
+            Some(owner) => vec![
+                "-u".to_owned(),
+                owner.to_owned(),
+                "--".to_owned(),
+                self.bindir.join("pg_ctl").display().to_string(),
+            ],
+            None => Vec::new(),
+        })
+        .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+        .current_dir("/")
+        .output();
+    }
+}
+
+/// A server process and its base URL.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(config: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args([
+                "serve",
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, stderr) = std::sync::mpsc::channel();
+        let pipe = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in pipe.lines().map_while(Result::ok) {
+                if std::env::var_os("AGENTRY_TEST_VERBOSE").is_some() {
+                    eprintln!("serve: {line}");
+                }
+                let _ = lines.send(line);
+            }
+        });
+        let url = loop {
+            let line = stderr
+                .recv_timeout(Duration::from_secs(60))
+                .expect("agentry serve did not say where it listens");
+            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
+                break url.to_owned();
+            }
+        };
+        Self { child, url }
+    }
+
+    /// `kill -9`: no drain, no final save, no lease release.
+    fn kill_9(mut self) {
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill -9 {}", self.child.id())])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let status = self.child.wait().unwrap();
+        assert!(status.code().is_none(), "killed by a signal: {status:?}");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A model call asking for the calculator on `n * 7` as call `call_<n>`.
+fn call(n: u32) -> String {
+    let first = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+        {"index": 0, "id": format!("call_{n}"), "type": "function",
+         "function": {"name": "calculator", "arguments": format!("{{\"expression\": \"{n} * 7\"}}")}}
+    ]}, "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}});
+    format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+/// A model call answering `text`.
+fn answer(text: &str) -> String {
+    let delta = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
+        "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 70, "completion_tokens": 5, "total_tokens": 75}});
+    format!("data: {delta}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+fn sse(body: String) -> Cassette {
+    Cassette::new(200, "text/event-stream", body)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn config(dir: &Path, store_url: &str, upstream: &str) -> PathBuf {
+    let path = dir.join("agentry.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+tools = ["calculator"]
+execute_lease_secs = 2
+
+[server.store]
+kind = "postgres"
+url = "{store_url}"
+
+[[server.models]]
+name = "up"
+provider = "openai-compatible"
+base_url = "{upstream}/v1"
+
+[[server.tenants]]
+name = "acme"
+api_keys = ["{KEY}"]
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// How many calculator calls this process ran, from its `/metrics`.
+async fn calculator_calls(url: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| {
+            line.starts_with("agentry_tool_calls_total{") && line.contains("tool=\"calculator\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `GET` a session, retrying while the store is away (a 5xx).
+async fn session(url: &str, id: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let response = reqwest::Client::new()
+            .get(format!("{url}/v1/sessions/{id}"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        if response.status().is_success() {
+            return response.json().await.unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "GET session: {}",
+            response.text().await.unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sends an execute, retrying while the lease of a cut-off run lasts (409); its SSE frames.
+async fn execute(url: &str, id: &str, body: &Value) -> Vec<Value> {
+    let started = Instant::now();
+    loop {
+        let response = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/{id}/execute"))
+            .bearer_auth(KEY)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 409 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the lease stayed"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+        let text = response.text().await.unwrap();
+        return text
+            .split("\n\n")
+            .filter_map(|frame| frame.strip_prefix("data: "))
+            .map(|data| serde_json::from_str::<Value>(data).unwrap())
+            .collect();
+    }
+}
+
+/// The stored calls and, per call, how many results answer it (each must be 1).
+fn calls_and_results(stored: &Value) -> Vec<(String, usize, String)> {
+    let messages = stored["messages"].as_array().unwrap();
+    let mut out = Vec::new();
+    for message in messages {
+        for block in message["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_call" {
+                let id = block["id"].as_str().unwrap().to_owned();
+                let results: Vec<&Value> = messages
+                    .iter()
+                    .filter(|m| m["role"] == "tool" && m["tool_call_id"] == id.as_str())
+                    .collect();
+                let content = results
+                    .first()
+                    .map(|m| m["content"].to_string())
+                    .unwrap_or_default();
+                out.push((id, results.len(), content));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let upstream_runtime = runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(call(1)),
+            // The second model call streams slowly: PostgreSQL restarts meanwhile.
+            sse(call(2))
+                .with_chunking(Chunking::Every(30))
+                .with_chunk_delay(Duration::from_millis(250)),
+            sse(answer("14 and 42")),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let served = Served::start(&path);
+    let client = runtime();
+    let (url, id) = (served.url.clone(), "restarted");
+    let run = client.spawn(async move {
+        let body = json!({"message": "1 * 7 and 2 * 7?",
+            "context": {"model": "up", "tools": ["calculator"]}});
+        execute(&url, id, &body).await
+    });
+    // Round 1 is checkpointed before the second model call starts.
+    let started = Instant::now();
+    while upstream.requests().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let restart = Instant::now();
+    cluster.ctl(&["-m", "fast", "restart"]);
+    eprintln!(
+        "PostgreSQL restarted in {:.2}s while the run streamed",
+        restart.elapsed().as_secs_f64()
+    );
+    let events = client.block_on(run).unwrap();
+
+    let complete = events.last().unwrap();
+    assert_eq!(complete["type"], "execute_complete", "{events:?}");
+    client.block_on(async {
+        let stored = session(&served.url, id).await;
+        let calls = calls_and_results(&stored);
+        // No completed turn lost: round 1 (before the restart) is stored with its result.
+        assert_eq!(calls[0].0, "call_1", "{stored}");
+        assert!(calls[0].2.contains("7"), "{stored}");
+        eprintln!("the run across the restart ended {}", complete["status"]);
+        match complete["status"].as_str().unwrap() {
+            "completed" => {
+                assert_eq!(calls.len(), 2, "{stored}");
+                assert_eq!(stored["status"], "completed", "{stored}");
+            }
+            status => {
+                // Or a clear typed error naming the store, never a hang or a 5xx mid-stream.
+                assert_eq!(status, "error", "{events:?}");
+                assert!(
+                    complete["error"]["kind"].is_string()
+                        && complete["error"]["message"].is_string(),
+                    "{complete}"
+                );
+                eprintln!("the run failed: {}", complete["error"]);
+            }
+        }
+        for (id, results, _) in &calls {
+            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
+        }
+        let ran = calculator_calls(&served.url).await;
+
+        // The server reconnected: the next request is served, and continues the session
+        // without running a completed call again.
+        upstream.push(sse(call(3)));
+        upstream.push(sse(answer("21")));
+        let events = execute(&served.url, id, &json!({"message": "and 3 * 7?"})).await;
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+        let stored = session(&served.url, id).await;
+        let calls = calls_and_results(&stored);
+        for (id, results, _) in &calls {
+            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
+        }
+        assert!(calls.iter().any(|(id, _, _)| id == "call_3"), "{stored}");
+        // One more calculator run: call 3's.
+        assert_eq!(calculator_calls(&served.url).await, ran + 1.0);
+        // Every call the process ran is one stored call (none ran twice).
+        assert_eq!(ran + 1.0, calls.len() as f64, "{stored}");
+    });
+}
+
+#[test]
+fn a_second_process_on_the_cluster_continues_a_run_the_first_was_killed_in() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let upstream_runtime = runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(call(1)),
+            // The second model call sends a few bytes and stalls: the first process dies in it.
+            sse(answer("too late"))
+                .with_chunking(Chunking::Every(40))
+                .with_chunk_delay(Duration::from_secs(600)),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let first = Served::start(&path);
+    let second = Served::start(&path);
+    let client = runtime();
+    let (url, id) = (first.url.clone(), "handed-over");
+    client.spawn(async move {
+        let body =
+            json!({"message": "1 * 7?", "context": {"model": "up", "tools": ["calculator"]}});
+        if let Ok(response) = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/{id}/execute"))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+        {
+            let _ = response.text().await;
+        }
+    });
+    let started = Instant::now();
+    while upstream.requests().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(client.block_on(calculator_calls(&first.url)), 1.0);
+    first.kill_9();
+
+    client.block_on(async {
+        upstream.push(sse(answer("7")));
+        let events = execute(&second.url, id, &json!({})).await;
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+        // The second process never ran round 1's call: its result came from the cluster.
+        assert_eq!(calculator_calls(&second.url).await, 0.0);
+        let stored = session(&second.url, id).await;
+        let calls = calls_and_results(&stored);
+        assert_eq!(calls.len(), 1, "{stored}");
+        assert_eq!(calls[0].1, 1, "{stored}");
+        assert!(calls[0].2.contains("7"), "{stored}");
+        assert_eq!(stored["status"], "completed");
+    });
+    // Three model calls: the third (the second process's) carried round 1's result once.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 3);
+    let sent = requests[2].json().unwrap();
+    let results = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .count();
+    assert_eq!(results, 1, "{sent}");
+}
+
+#[test]
+fn postgresql_down_at_a_checkpoint_fails_the_run_with_a_typed_error_and_the_server_recovers() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let upstream_runtime = runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(call(1)),
+            // PostgreSQL stops while the second model call streams; its checkpoint fails.
+            sse(call(2))
+                .with_chunking(Chunking::Every(30))
+                .with_chunk_delay(Duration::from_millis(250)),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let served = Served::start(&path);
+    let client = runtime();
+    let (url, id) = (served.url.clone(), "store-down");
+    let run = client.spawn(async move {
+        let body = json!({"message": "1 * 7 and 2 * 7?",
+            "context": {"model": "up", "tools": ["calculator"]}});
+        execute(&url, id, &body).await
+    });
+    let started = Instant::now();
+    while upstream.requests().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.ctl(&["-m", "fast", "stop"]);
+    let events = client.block_on(run).unwrap();
+    let complete = events.last().unwrap();
+    assert_eq!(complete["type"], "execute_complete", "{events:?}");
+    assert_eq!(complete["status"], "error", "{events:?}");
+    // A typed error that says what failed, without the store's host or user.
+    assert_eq!(complete["error"]["kind"], "appender", "{complete}");
+    let message = complete["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be saved"), "{message}");
+    assert!(!message.contains("127.0.0.1"), "{message}");
+    // Call 2's turn was never stored, so it never ran.
+    assert_eq!(client.block_on(calculator_calls(&served.url)), 1.0);
+
+    cluster.ctl(&["start"]);
+    client.block_on(async {
+        // Round 1 (checkpointed before the stop) is there.
+        let stored = session(&served.url, id).await;
+        let calls = calls_and_results(&stored);
+        assert_eq!(calls[0].0, "call_1", "{stored}");
+        assert_eq!(calls[0].1, 1, "{stored}");
+        assert!(calls[0].2.contains("7"), "{stored}");
+        // The server reconnected: `{}` continues the run from round 1 without running call 1
+        // again.
+        upstream.push(sse(call(2)));
+        upstream.push(sse(answer("7 and 14")));
+        let events = execute(&served.url, id, &json!({})).await;
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+        let stored = session(&served.url, id).await;
+        let calls = calls_and_results(&stored);
+        let ids: Vec<&str> = calls.iter().map(|(id, _, _)| id.as_str()).collect();
+        assert_eq!(ids, ["call_1", "call_2"], "{stored}");
+        for (id, results, _) in &calls {
+            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
+        }
+        assert_eq!(calculator_calls(&served.url).await, 2.0);
+    });
+}
