@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use agent_backends::Provider;
-use agent_backends::framing::{JsonArrayParser, NdjsonParser, SseParser};
+use agent_backends::framing::{EventStreamParser, JsonArrayParser, NdjsonParser, SseParser};
 use agent_backends::http::{HttpOptions, RetryPolicy};
 use agent_backends::replay::{self, Cassette, RecordedConversation, ReplayServer};
 use agent_types::{Backend, Message, ModelRequest};
@@ -294,6 +294,7 @@ fn content_type() -> impl Strategy<Value = Option<&'static str>> {
         "application/json",
         "application/octet-stream",
         "TEXT/EVENT-STREAM; charset=utf-8",
+        "application/vnd.amazon.eventstream",
         "",
     ]))
 }
@@ -332,8 +333,10 @@ proptest! {
         let mut sse = SseParser::new();
         let mut ndjson = NdjsonParser::new();
         let mut array = JsonArrayParser::new();
-        let (mut sse_ok, mut ndjson_ok, mut array_ok) = (true, true, true);
+        let mut events = EventStreamParser::new();
+        let (mut sse_ok, mut ndjson_ok, mut array_ok, mut events_ok) = (true, true, true, true);
         for piece in body.chunks(chunk) {
+            events_ok = events_ok && events.feed(piece, &mut |message| message.text_frame().map(|_| ())).is_ok();
             sse_ok = sse_ok && sse.feed(piece, &mut |_| Ok(())).is_ok();
             ndjson_ok = ndjson_ok && ndjson.feed(piece, &mut |_| Ok(())).is_ok();
             array_ok = array_ok && array.feed(piece, &mut |_| Ok(())).is_ok();
@@ -346,6 +349,9 @@ proptest! {
         }
         if array_ok {
             let _ = array.finish();
+        }
+        if events_ok {
+            let _ = events.finish();
         }
     }
 
