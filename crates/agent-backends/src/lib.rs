@@ -32,7 +32,8 @@
 //! | `anthropic`        |         | [`anthropic::Anthropic`]                                     |
 //! | `gemini`           |         | [`gemini::Gemini`]                                           |
 //! | `ollama`           |         | [`ollama::Ollama`]                                           |
-//! | `providers`        |         | all five adapters                                            |
+//! | `bedrock`          |         | [`bedrock::Bedrock`] (Converse, SigV4 or a Bedrock API key)  |
+//! | `providers`        |         | all the adapters                                             |
 //! | `replay`           |         | [`replay`]: cassettes, loopback server, [`replay::ReplayBackend`] |
 //! | `http`             |         | the shared driver alone (implied by every adapter)           |
 //!
@@ -109,6 +110,8 @@ mod settings;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 #[cfg(feature = "gemini")]
 pub mod gemini;
 #[cfg(feature = "ollama")]

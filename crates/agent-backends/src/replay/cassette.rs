@@ -116,6 +116,10 @@ impl Cassette {
     /// for one JSON object per line, `application/json` for one document (or a streamed JSON
     /// array), `application/octet-stream` for anything else.
     pub fn sniff(body: &[u8]) -> &'static str {
+        // AWS's binary event stream: a message whose prelude passes its CRC.
+        if body.len() >= 12 && crate::framing::decode_message(&body[..12]).is_ok() {
+            return "application/vnd.amazon.eventstream";
+        }
         let text = String::from_utf8_lossy(body);
         let text = text.trim_start_matches('\u{feff}').trim_start();
         match text.as_bytes().first() {
@@ -176,6 +180,9 @@ impl Cassette {
         let lead = self.body.iter().find(|b| !b.is_ascii_whitespace());
         self.content_type.starts_with("text/event-stream")
             || self.content_type.starts_with("application/x-ndjson")
+            || self
+                .content_type
+                .starts_with("application/vnd.amazon.eventstream")
             || lead == Some(&b'[')
     }
 }

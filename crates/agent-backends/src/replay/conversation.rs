@@ -148,6 +148,10 @@ pub fn demo(provider: Provider) -> (&'static str, [&'static [u8]; 3]) {
         Provider::Anthropic => ("claude-sonnet-4-5", rounds!("anthropic", "sse")),
         Provider::Gemini => ("gemini-2.5-flash", rounds!("gemini", "sse")),
         Provider::Ollama => ("qwen3:8b", rounds!("ollama", "ndjson")),
+        Provider::Bedrock => (
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            rounds!("bedrock", "eventstream"),
+        ),
     }
 }
 
