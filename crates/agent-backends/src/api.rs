@@ -48,17 +48,21 @@ pub enum Api {
     /// Any server speaking Chat Completions at a base URL you give (vLLM, llama.cpp,
     /// LM Studio, OpenRouter, Groq…); `OPENAI_API_KEY` is sent when set.
     OpenaiCompatible,
+    /// AWS Bedrock Converse: `AWS_REGION`, and SigV4 credentials from the environment, a
+    /// profile or web identity, or a Bedrock API key (`AWS_BEARER_TOKEN_BEDROCK`).
+    Bedrock,
 }
 
 impl Api {
     /// Every API, in documentation order.
-    pub const ALL: [Api; 6] = [
+    pub const ALL: [Api; 7] = [
         Self::Openai,
         Self::OpenaiResponses,
         Self::Anthropic,
         Self::Gemini,
         Self::Ollama,
         Self::OpenaiCompatible,
+        Self::Bedrock,
     ];
 
     /// The configuration name.
@@ -70,6 +74,7 @@ impl Api {
             Self::Gemini => "gemini",
             Self::Ollama => "ollama",
             Self::OpenaiCompatible => "openai-compatible",
+            Self::Bedrock => "bedrock",
         }
     }
 
@@ -81,6 +86,7 @@ impl Api {
             Self::Anthropic => Provider::Anthropic,
             Self::Gemini => Provider::Gemini,
             Self::Ollama => Provider::Ollama,
+            Self::Bedrock => Provider::Bedrock,
         }
     }
 
@@ -93,6 +99,7 @@ impl Api {
             Self::Gemini => Some("gemini-2.5-flash"),
             Self::Ollama => Some("qwen3"),
             Self::OpenaiCompatible => None,
+            Self::Bedrock => Some("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
         }
     }
 
@@ -103,6 +110,7 @@ impl Api {
             Self::Anthropic => &["ANTHROPIC_API_KEY"],
             Self::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
             Self::Ollama => &[],
+            Self::Bedrock => &[crate::bedrock::API_KEY_VARIABLE],
         }
     }
 
@@ -169,6 +177,7 @@ impl Api {
                     None => backend,
                 })
             }
+            Self::Bedrock => Box::new(crate::bedrock::connect(base_url, key)?),
         })
     }
 }

@@ -100,6 +100,54 @@ pub fn region_of(url: &str) -> Option<&str> {
     rest.split('.').next().filter(|region| !region.is_empty())
 }
 
+/// The backend for configuration files and command lines: the region from `base_url` or the
+/// environment, a Bedrock API key when `key` (or `AWS_BEARER_TOKEN_BEDROCK`) is given, else
+/// SigV4 over the environment's credential chain, checked now so a missing setup fails at
+/// start-up rather than on the first call.
+///
+/// # Errors
+///
+/// [`Error::MissingCredentials`](crate::Error::MissingCredentials) naming the variables to set
+/// when there is no region (and no base URL) or no credentials of any kind.
+pub fn connect(base_url: Option<&str>, key: Option<String>) -> Result<Bedrock, crate::Error> {
+    let missing = |message: String| crate::Error::MissingCredentials {
+        api: "bedrock",
+        message,
+    };
+    let region = match (base_url.and_then(region_of), region_from_env(), base_url) {
+        (Some(region), _, _) => region.to_owned(),
+        (None, Some(region), _) => region,
+        // A proxy or VPC endpoint URL without the region in it: sign for the default.
+        (None, None, Some(_)) => "us-east-1".to_owned(),
+        (None, None, None) => {
+            return Err(missing(
+                "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), e.g. AWS_REGION=us-east-1"
+                    .to_owned(),
+            ));
+        }
+    };
+    let mut backend = Bedrock::new(region);
+    if let Some(url) = base_url {
+        backend = backend.with_base_url(url);
+    }
+    let key = key.or_else(|| {
+        std::env::var(API_KEY_VARIABLE)
+            .ok()
+            .filter(|key| !key.trim().is_empty())
+    });
+    match key {
+        Some(key) => backend
+            .with_api_key(&key)
+            .map_err(|error| missing(error.message)),
+        None => {
+            auth::CredentialChain::from_env()
+                .describe()
+                .map_err(|error| missing(error.message))?;
+            Ok(backend)
+        }
+    }
+}
+
 /// The cache points' lifetime.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum CacheTtl {

@@ -13,7 +13,7 @@ pub enum Error {
     Client(String),
     /// A provider name that is not one of the known providers.
     #[error(
-        "unknown provider `{0}`; expected one of openai-chat, openai-responses, anthropic, gemini, ollama"
+        "unknown provider `{0}`; expected one of openai-chat, openai-responses, anthropic, gemini, ollama, bedrock"
     )]
     UnknownProvider(String),
     /// The provider's adapter was not compiled in.
@@ -28,7 +28,7 @@ pub enum Error {
     },
     /// An API name that is not one of the known APIs.
     #[error(
-        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible"
+        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible, bedrock"
     )]
     UnknownApi(String),
     /// A hosted API needs a key and none was given or found in the environment.
@@ -44,6 +44,15 @@ pub enum Error {
     MissingBaseUrl {
         /// The API.
         api: &'static str,
+    },
+    /// A cloud provider's region or credentials are not configured; the message names what
+    /// to set.
+    #[error("{api}: {message}")]
+    MissingCredentials {
+        /// The API.
+        api: &'static str,
+        /// What is missing and which variables provide it.
+        message: String,
     },
     /// A recording could not be read or served.
     #[error("replay: {0}")]

@@ -21,12 +21,13 @@ use futures_util::StreamExt;
 use proptest::prelude::*;
 use serde_json::Value;
 
-const PROVIDERS: [(Provider, &str); 5] = [
+const PROVIDERS: [(Provider, &str); 6] = [
     (Provider::OpenAiChat, "openai-chat"),
     (Provider::OpenAiResponses, "openai-responses"),
     (Provider::Anthropic, "anthropic"),
     (Provider::Gemini, "gemini"),
     (Provider::Ollama, "ollama"),
+    (Provider::Bedrock, "bedrock"),
 ];
 
 fn fixtures_dir() -> PathBuf {

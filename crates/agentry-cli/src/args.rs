@@ -117,8 +117,8 @@ impl LoopArgs {
 /// Which model to call, where, and with which tools.
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct ModelArgs {
-    /// The provider API: openai, openai-responses, anthropic, gemini, ollama or
-    /// openai-compatible [default: from agentry.toml, else openai]
+    /// The provider API: openai, openai-responses, anthropic, gemini, ollama,
+    /// openai-compatible or bedrock [default: from agentry.toml, else openai]
     #[arg(long, value_parser = parse_api, value_name = "API")]
     pub(crate) provider: Option<agent_backends::Api>,
     /// The model [default: the provider's default, see `agentry run --help`]

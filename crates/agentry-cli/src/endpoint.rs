@@ -69,6 +69,12 @@ pub(crate) fn endpoint(api: Api, base_url: Option<&str>) -> String {
             ollama.base_url()
         }
         (None, Api::OpenaiCompatible) => return "(no base URL)".into(),
+        (None, Api::Bedrock) => {
+            return match agent_backends::bedrock::region_from_env() {
+                Some(region) => display(&agent_backends::bedrock::endpoint(&region)),
+                None => "(AWS_REGION not set)".into(),
+            };
+        }
     };
     display(url)
 }

@@ -596,6 +596,7 @@ fn connect(api: Api, base_url: Option<&str>) -> Result<Box<dyn agent_types::Back
             "--provider {api} needs --base-url (e.g. http://localhost:8000/v1); to see agentry \
              work without a server, run `agentry demo`"
         )),
+        agent_backends::Error::MissingCredentials { .. } => Error::Usage(error.to_string()),
         other => Error::Other(other.to_string()),
     })
 }

@@ -93,8 +93,11 @@ impl Backend for RecordedConversation {
 
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         let body = &self.rounds[self.round(request)];
+        // Binary framing cannot be told from the first bytes the way text framings are.
+        let sniffed = super::Cassette::sniff(body);
+        let content_type = (sniffed == "application/vnd.amazon.eventstream").then_some(sniffed);
         let events: Vec<Result<StreamEvent, BackendError>> =
-            match self.provider.decode(request, None, body, 0) {
+            match self.provider.decode(request, content_type, body, 0) {
                 Ok(events) => events.into_iter().map(Ok).collect(),
                 Err(error) => vec![Err(error)],
             };

@@ -219,10 +219,18 @@ async fn a_throttled_call_is_retried_and_signed_again() {
     )
     .unwrap();
     let server = ReplayServer::start([throttled, ok]).await.unwrap();
+    let chain = agent_backends::bedrock::auth::CredentialChain::from_vars([
+        ("AWS_ACCESS_KEY_ID".to_owned(), "AKIDEXAMPLE".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY".to_owned(), "secret".to_owned()),
+        ("AWS_SESSION_TOKEN".to_owned(), "session-token".to_owned()),
+    ]);
     let backend = Bedrock::new("us-east-1")
         .with_base_url(server.url())
-        .with_api_key("bedrock-api-key")
-        .unwrap()
+        .with_auth(Arc::new(SigV4::new(
+            "us-east-1",
+            "bedrock",
+            Arc::new(chain),
+        )))
         .with_retry(
             RetryPolicy::default().with_backoff(Duration::from_millis(1), Duration::from_millis(2)),
         );
@@ -237,12 +245,21 @@ async fn a_throttled_call_is_retried_and_signed_again() {
     assert_eq!(sent.len(), 2, "one retry after the 429");
     for request in &sent {
         assert!(request.path.ends_with("/converse-stream"));
-        assert!(
+        let header = |name: &str| {
             request
                 .headers
                 .iter()
-                .any(|(k, v)| k == "authorization" && v == "Bearer bedrock-api-key")
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.as_str())
+        };
+        assert!(
+            header("authorization")
+                .unwrap()
+                .starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"),
+            "each attempt carries its own signature"
         );
+        assert!(header("x-amz-date").is_some());
+        assert_eq!(header("x-amz-security-token"), Some("session-token"));
     }
 }
 
@@ -274,4 +291,121 @@ async fn missing_credentials_fail_as_authentication_naming_the_variables() {
         error.message
     );
     assert!(server.requests().is_empty(), "nothing unsigned was sent");
+}
+
+/// STS's answer to AssumeRoleWithWebIdentity, expiring at `expiration`.
+fn sts_answer(key: &str, expiration: &str) -> Cassette {
+    Cassette::new(
+        200,
+        "text/xml",
+        format!(
+            "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\
+             <AssumeRoleWithWebIdentityResult><Credentials>\
+             <AccessKeyId>{key}</AccessKeyId><SecretAccessKey>temporary-secret</SecretAccessKey>\
+             <SessionToken>temporary-token</SessionToken><Expiration>{expiration}</Expiration>\
+             </Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn web_identity_credentials_come_from_sts_are_cached_and_refreshed_before_expiry() {
+    use agent_backends::bedrock::auth::CredentialChain;
+
+    let dir = std::env::temp_dir().join(format!("agentry-web-identity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "eyJ.oidc+token/=\n").unwrap();
+    // The first answer expires in two minutes (inside the five-minute margin), the second in
+    // a year: the first call fetches, the second fetches again, the third uses the cache.
+    let soon = time_text(SystemTime::now() + Duration::from_secs(120));
+    let later = time_text(SystemTime::now() + Duration::from_secs(365 * 86_400));
+    let sts = ReplayServer::start([
+        sts_answer("ASIAFIRST", &soon),
+        sts_answer("ASIASECOND", &later),
+    ])
+    .await
+    .unwrap();
+    let vars = |endpoint: String| {
+        [
+            (
+                "AWS_WEB_IDENTITY_TOKEN_FILE".to_owned(),
+                token_file.display().to_string(),
+            ),
+            (
+                "AWS_ROLE_ARN".to_owned(),
+                "arn:aws:iam::123456789012:role/agentry".to_owned(),
+            ),
+            ("AWS_ENDPOINT_URL_STS".to_owned(), endpoint),
+        ]
+    };
+    let chain = CredentialChain::from_vars(vars(sts.url()));
+    assert_eq!(chain.describe().unwrap(), "web identity");
+    assert_eq!(
+        chain.credentials().await.unwrap().access_key_id,
+        "ASIAFIRST"
+    );
+    assert_eq!(
+        chain.credentials().await.unwrap().access_key_id,
+        "ASIASECOND"
+    );
+    assert_eq!(
+        chain.credentials().await.unwrap().access_key_id,
+        "ASIASECOND"
+    );
+    let sent = sts.requests();
+    assert_eq!(sent.len(), 2, "the long-lived answer is cached");
+    let form = String::from_utf8(sent[0].body.to_vec()).unwrap();
+    assert!(form.contains("Action=AssumeRoleWithWebIdentity"), "{form}");
+    assert!(
+        form.contains("RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fagentry"),
+        "{form}"
+    );
+    assert!(
+        form.contains("WebIdentityToken=eyJ.oidc%2Btoken%2F%3D"),
+        "{form}"
+    );
+    assert!(!format!("{chain:?}").contains("temporary-secret"));
+
+    // STS refusing is an authentication error carrying STS's message, not the token.
+    let refusing = ReplayServer::start([Cassette::new(
+        403,
+        "text/xml",
+        "<ErrorResponse><Error><Code>AccessDenied</Code><Message>Not authorized to perform sts:AssumeRoleWithWebIdentity</Message></Error></ErrorResponse>",
+    )])
+    .await
+    .unwrap();
+    let chain = CredentialChain::from_vars(vars(refusing.url()));
+    let error = chain.credentials().await.unwrap_err();
+    assert_eq!(error.kind, agent_types::BackendErrorKind::Authentication);
+    assert!(
+        error.message.contains("Not authorized"),
+        "{}",
+        error.message
+    );
+    assert!(!error.message.contains("oidc"), "{}", error.message);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `time` as STS writes it (`2026-11-24T19:00:00Z`).
+fn time_text(time: SystemTime) -> String {
+    let secs = time.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let days = i64::try_from(secs / 86_400).unwrap();
+    let rest = secs % 86_400;
+    // The civil date of a day number (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
