@@ -191,6 +191,10 @@ pub(super) fn build(
     cache: Option<CachePoint>,
 ) -> Result<Body<'_>, BackendError> {
     let settings = &request.settings;
+    crate::settings::refuse_out_of_range(
+        crate::Provider::Bedrock.settings_limits(&request.model),
+        settings,
+    )?;
     let budget = thinking_budget(request)?;
     let max_tokens = match (settings.max_output_tokens, budget) {
         (Some(max), Some(budget)) if max <= budget => {

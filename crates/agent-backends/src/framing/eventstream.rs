@@ -424,7 +424,7 @@ impl EventStreamParser {
             }
             let result = message(&self.partial)
                 .map_err(BackendError::from)
-                .and_then(|message| on_message(message));
+                .and_then(&mut *on_message);
             self.partial.clear();
             self.expected = None;
             result?;

@@ -93,23 +93,25 @@ async fn sigv4_matches_the_published_test_vectors() {
 
 /// A request with every content kind Converse carries.
 fn rich_request() -> ModelRequest {
-    let mut assistant = AssistantMessage::default();
-    assistant.content = vec![
-        AssistantBlock::Thinking(Thinking {
-            thinking: "Check the weather first.".into(),
-            signature: Some("sig-abc".into()),
-            redacted: false,
-            id: None,
-        }),
-        AssistantBlock::Text {
-            text: "Looking it up.".into(),
-        },
-        AssistantBlock::ToolCall(ToolCall::new(
-            "tooluse_1",
-            "get_weather",
-            json!({"city": "Lisbon"}),
-        )),
-    ];
+    let assistant = AssistantMessage {
+        content: vec![
+            AssistantBlock::Thinking(Thinking {
+                thinking: "Check the weather first.".into(),
+                signature: Some("sig-abc".into()),
+                redacted: false,
+                id: None,
+            }),
+            AssistantBlock::Text {
+                text: "Looking it up.".into(),
+            },
+            AssistantBlock::ToolCall(ToolCall::new(
+                "tooluse_1",
+                "get_weather",
+                json!({"city": "Lisbon"}),
+            )),
+        ],
+        ..AssistantMessage::default()
+    };
     let mut request = ModelRequest::new(
         "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
         vec![
