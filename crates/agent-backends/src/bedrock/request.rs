@@ -67,6 +67,8 @@ pub(super) struct ToolConfig<'a> {
 pub(super) enum ToolEntry<'a> {
     ToolSpec {
         name: &'a str,
+        // Converse refuses an empty description (minimum length 1).
+        #[serde(skip_serializing_if = "str::is_empty")]
         description: &'a str,
         #[serde(rename = "inputSchema")]
         input_schema: Json<'a>,
