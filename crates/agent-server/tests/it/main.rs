@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod approval;
+mod bedrock;
 mod checkpoint;
 mod connections;
 mod fields;
