@@ -197,8 +197,11 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-/// The messages of a valid event stream, as (headers, payload).
-fn event_messages(mut body: &[u8]) -> Vec<(Vec<(String, String)>, Vec<u8>)> {
+/// One event-stream message: its string headers and its payload.
+type EventMessage = (Vec<(String, String)>, Vec<u8>);
+
+/// The messages of a valid event stream.
+fn event_messages(mut body: &[u8]) -> Vec<EventMessage> {
     let mut messages = Vec::new();
     while let Ok(Some((message, used))) = decode_message(body) {
         let headers = message
