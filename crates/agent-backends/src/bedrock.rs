@@ -264,6 +264,17 @@ impl Bedrock {
         self
     }
 
+    /// With one more header on every request (signed with the rest).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidHeader`](crate::Error::InvalidHeader) for a header that is not valid
+    /// HTTP.
+    pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, crate::Error> {
+        self.connection.http = self.connection.http.with_header(name, value)?;
+        Ok(self)
+    }
+
     /// With different capabilities.
     #[must_use]
     pub fn with_capabilities(mut self, capabilities: Capabilities) -> Self {
