@@ -124,3 +124,152 @@ fn http_errors_map_by_status_and_type() {
     let unavailable = backend.error(503, br#"{"message":"busy"}"#);
     assert!(unavailable.is_retryable());
 }
+
+fn event(kind: &str, payload: serde_json::Value) -> Vec<u8> {
+    crate::framing::encode_message(
+        &[
+            (":event-type", kind),
+            (":content-type", "application/json"),
+            (":message-type", "event"),
+        ],
+        payload.to_string().as_bytes(),
+    )
+}
+
+fn exception(kind: &str, message: &str) -> Vec<u8> {
+    crate::framing::encode_message(
+        &[(":exception-type", kind), (":message-type", "exception")],
+        json!({ "message": message }).to_string().as_bytes(),
+    )
+}
+
+fn decode_stream(body: &[u8]) -> Result<Vec<agent_types::StreamEvent>, BackendError> {
+    let request = ModelRequest::new("m", vec![Message::user("Hi")]);
+    crate::Provider::Bedrock.decode(
+        &request,
+        Some("application/vnd.amazon.eventstream"),
+        body,
+        7,
+    )
+}
+
+#[test]
+fn redacted_reasoning_and_signatures_stream_through() {
+    use agent_types::{StopReason, StreamEvent};
+    let mut body = event("messageStart", json!({"role": "assistant"}));
+    body.extend(event(
+        "contentBlockDelta",
+        json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"redactedContent": "b3BhcXVl"}}}),
+    ));
+    body.extend(event("contentBlockStop", json!({"contentBlockIndex": 0})));
+    body.extend(event(
+        "contentBlockDelta",
+        json!({"contentBlockIndex": 1, "delta": {"reasoningContent": {"text": "hm"}}}),
+    ));
+    body.extend(event(
+        "contentBlockDelta",
+        json!({"contentBlockIndex": 1, "delta": {"reasoningContent": {"signature": "c2ln"}}}),
+    ));
+    body.extend(event("contentBlockStop", json!({"contentBlockIndex": 1})));
+    body.extend(event(
+        "messageStop",
+        json!({"stopReason": "guardrail_intervened"}),
+    ));
+    body.extend(event(
+        "metadata",
+        json!({"usage": {"inputTokens": 3, "outputTokens": 4, "cacheReadInputTokens": 10, "cacheWriteInputTokens": 20}}),
+    ));
+    let events = decode_stream(&body).unwrap();
+    assert!(events.contains(&StreamEvent::RedactedThinking {
+        data: "b3BhcXVl".into()
+    }));
+    assert!(events.contains(&StreamEvent::ThinkingSignature {
+        signature: "c2ln".into(),
+        id: None
+    }));
+    let usage = events
+        .iter()
+        .find_map(|event| match event {
+            StreamEvent::Usage(usage) => Some(*usage),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(usage.input_tokens, Some(33));
+    assert_eq!(usage.cache_read_tokens, Some(10));
+    assert_eq!(usage.cache_write_5m_tokens, Some(20));
+    assert_eq!(
+        events.last(),
+        Some(&StreamEvent::Finish {
+            stop_reason: StopReason::ContentFilter
+        })
+    );
+}
+
+#[test]
+fn in_stream_exceptions_keep_their_kind_and_the_partial_answer() {
+    for (kind, expected) in [
+        ("throttlingException", BackendErrorKind::RateLimited),
+        ("validationException", BackendErrorKind::InvalidRequest),
+        ("modelStreamErrorException", BackendErrorKind::Server),
+        ("serviceUnavailableException", BackendErrorKind::Overloaded),
+        ("somethingNewException", BackendErrorKind::Server),
+    ] {
+        let mut body = event("messageStart", json!({"role": "assistant"}));
+        body.extend(event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "Par"}}),
+        ));
+        body.extend(exception(kind, "it broke"));
+        let error = decode_stream(&body).unwrap_err();
+        assert_eq!(error.kind, expected, "{kind}");
+        assert_eq!(error.message, format!("{kind}: it broke"));
+        assert_eq!(error.partial.unwrap().text_content(), "Par");
+    }
+}
+
+#[test]
+fn a_block_the_message_cannot_carry_is_refused_and_stop_reasons_map() {
+    let request = ModelRequest::new("m", vec![Message::user("Hi")]);
+    let decode = |body: serde_json::Value| {
+        crate::Provider::Bedrock.decode(
+            &request,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+            0,
+        )
+    };
+    let error = decode(json!({
+        "output": {"message": {"role": "assistant", "content": [{"citationsContent": {}}]}},
+        "stopReason": "end_turn",
+    }))
+    .unwrap_err();
+    assert_eq!(error.kind, BackendErrorKind::Unsupported);
+    assert!(
+        error.message.contains("citationsContent"),
+        "{}",
+        error.message
+    );
+    for (raw, expected) in [
+        ("max_tokens", agent_types::StopReason::Length),
+        (
+            "model_context_window_exceeded",
+            agent_types::StopReason::Length,
+        ),
+        ("tool_use", agent_types::StopReason::ToolCalls),
+        ("stop_sequence", agent_types::StopReason::Stop),
+        ("content_filtered", agent_types::StopReason::ContentFilter),
+    ] {
+        let events = decode(json!({
+            "output": {"message": {"role": "assistant", "content": [{"text": "x"}]}},
+            "stopReason": raw,
+        }))
+        .unwrap();
+        assert_eq!(
+            events.last(),
+            Some(&agent_types::StreamEvent::Finish {
+                stop_reason: expected
+            }),
+            "{raw}"
+        );
+    }
+}
