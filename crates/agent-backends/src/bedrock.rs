@@ -242,11 +242,15 @@ impl Bedrock {
     /// With these HTTP settings; the authentication step stays unless `http` brings its own.
     #[must_use]
     pub fn with_http(mut self, http: HttpOptions) -> Self {
-        let keep = http.auth.is_none();
-        self.connection.http = http;
-        if keep {
-            self.connection.http = self.connection.http.clone().with_auth(self.auth.clone());
+        match &http.auth {
+            Some(auth) => self.auth = auth.clone(),
+            None => {
+                let auth = self.auth.clone();
+                self.connection.http = http.with_auth(auth);
+                return self;
+            }
         }
+        self.connection.http = http;
         self
     }
 

@@ -273,3 +273,17 @@ fn a_block_the_message_cannot_carry_is_refused_and_stop_reasons_map() {
         );
     }
 }
+
+#[test]
+fn new_http_settings_keep_the_signing_step_unless_they_bring_their_own() {
+    let backend = Bedrock::new("us-east-1").with_http(HttpOptions::default());
+    let kept = format!("{:?}", backend.http().auth);
+    assert!(kept.contains("SigV4"), "{kept}");
+    let bearer = Arc::new(auth::BearerToken::new("k").unwrap());
+    let backend = backend.with_http(HttpOptions::default().with_auth(bearer));
+    let replaced = format!("{:?}", backend.http().auth);
+    assert!(replaced.contains("BearerToken"), "{replaced}");
+    // ...and that step is the one kept from then on.
+    let again = backend.with_http(HttpOptions::default());
+    assert!(format!("{:?}", again.http().auth).contains("BearerToken"));
+}
