@@ -58,11 +58,14 @@ pub enum Api {
     AzureOpenai,
     /// The Responses API on Azure OpenAI (as `azure-openai`).
     AzureOpenaiResponses,
+    /// AWS Bedrock Converse: `AWS_REGION`, and SigV4 credentials from the environment, a
+    /// profile or web identity, or a Bedrock API key (`AWS_BEARER_TOKEN_BEDROCK`).
+    Bedrock,
 }
 
 impl Api {
     /// Every API, in documentation order.
-    pub const ALL: [Api; 10] = [
+    pub const ALL: [Api; 11] = [
         Self::Openai,
         Self::OpenaiResponses,
         Self::Anthropic,
@@ -73,6 +76,7 @@ impl Api {
         Self::VertexAnthropic,
         Self::AzureOpenai,
         Self::AzureOpenaiResponses,
+        Self::Bedrock,
     ];
 
     /// The configuration name.
@@ -88,6 +92,7 @@ impl Api {
             Self::VertexAnthropic => "vertex-anthropic",
             Self::AzureOpenai => "azure-openai",
             Self::AzureOpenaiResponses => "azure-openai-responses",
+            Self::Bedrock => "bedrock",
         }
     }
 
@@ -103,6 +108,7 @@ impl Api {
             Self::VertexAnthropic => Provider::Anthropic,
             Self::AzureOpenai => Provider::OpenAiChat,
             Self::AzureOpenaiResponses => Provider::OpenAiResponses,
+            Self::Bedrock => Provider::Bedrock,
         }
     }
 
@@ -119,6 +125,7 @@ impl Api {
             Self::VertexAnthropic => Some("claude-sonnet-4-5@20250929"),
             // The model is the deployment, whose name the resource's owner chose.
             Self::AzureOpenai | Self::AzureOpenaiResponses => None,
+            Self::Bedrock => Some("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
         }
     }
 
@@ -132,6 +139,7 @@ impl Api {
             // OAuth2 tokens from Application Default Credentials, not a key.
             Self::VertexGemini | Self::VertexAnthropic => &[],
             Self::AzureOpenai | Self::AzureOpenaiResponses => &["AZURE_OPENAI_API_KEY"],
+            Self::Bedrock => &[crate::bedrock::API_KEY_VARIABLE],
         }
     }
 
@@ -225,6 +233,7 @@ impl Api {
                     None => backend,
                 })
             }
+            Self::Bedrock => Box::new(crate::bedrock::connect(base_url, key)?),
         })
     }
 }

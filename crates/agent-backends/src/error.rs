@@ -13,7 +13,7 @@ pub enum Error {
     Client(String),
     /// A provider name that is not one of the known providers.
     #[error(
-        "unknown provider `{0}`; expected one of openai-chat, openai-responses, anthropic, gemini, ollama"
+        "unknown provider `{0}`; expected one of openai-chat, openai-responses, anthropic, gemini, ollama, bedrock"
     )]
     UnknownProvider(String),
     /// The provider's adapter was not compiled in.
@@ -28,7 +28,7 @@ pub enum Error {
     },
     /// An API name that is not one of the known APIs.
     #[error(
-        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible, vertex-gemini, vertex-anthropic, azure-openai, azure-openai-responses"
+        "unknown provider API `{0}`; expected one of openai, openai-responses, anthropic, gemini, ollama, openai-compatible, vertex-gemini, vertex-anthropic, azure-openai, azure-openai-responses, bedrock"
     )]
     UnknownApi(String),
     /// A hosted API needs a key and none was given or found in the environment.

@@ -1,8 +1,9 @@
 //! Incremental framing of streamed response bodies.
 //!
-//! Providers stream in three framings: server-sent events (OpenAI, Anthropic, Gemini with
-//! `alt=sse`), newline-delimited JSON (Ollama), and one JSON array written element by element
-//! (Gemini's `streamGenerateContent` without `alt=sse`). Each parser here takes the body's byte
+//! Providers stream in four framings: server-sent events (OpenAI, Anthropic, Gemini with
+//! `alt=sse`), newline-delimited JSON (Ollama), one JSON array written element by element
+//! (Gemini's `streamGenerateContent` without `alt=sse`), and AWS's binary event stream
+//! (Bedrock's `ConverseStream`, [`EventStreamParser`], CRC-checked). Each parser here takes the body's byte
 //! chunks as they arrive, split anywhere (inside a line, a CRLF pair or a multi-byte
 //! character), and hands every complete frame to a callback as a `&str`.
 //!
@@ -30,12 +31,17 @@
 //! assert_eq!(seen[1], ("".to_owned(), "done".to_owned()));
 //! ```
 
+mod eventstream;
 mod json_array;
 mod lines;
 mod sse;
 
 use agent_types::{BackendError, BackendErrorKind};
 
+pub use eventstream::{
+    EventStreamError, EventStreamMessage, EventStreamParser, HeaderValue, Headers, MAX_HEADERS,
+    MAX_MESSAGE, OnMessage, decode_message, encode_message,
+};
 pub use json_array::JsonArrayParser;
 pub use lines::NdjsonParser;
 pub use sse::{SseEvent, SseParser};
@@ -121,6 +127,39 @@ mod props {
         Ok(seen)
     }
 
+    fn eventstream(pieces: &[Vec<u8>]) -> Result<Vec<(String, Vec<u8>)>, String> {
+        let mut parser = EventStreamParser::new();
+        let mut seen = Vec::new();
+        for piece in pieces {
+            parser
+                .feed(piece, &mut |message| {
+                    seen.push((message.message_type().to_owned(), message.payload.to_vec()));
+                    Ok(())
+                })
+                .map_err(|e| e.message)?;
+        }
+        parser.finish().map_err(|e| e.message)?;
+        Ok(seen)
+    }
+
+    /// A valid event stream of a few messages.
+    fn event_stream() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            ("[a-zA-Z]{0,12}", prop::collection::vec(any::<u8>(), 0..40)),
+            0..5,
+        )
+        .prop_map(|messages| {
+            let mut body = Vec::new();
+            for (kind, payload) in messages {
+                body.extend(encode_message(
+                    &[(":message-type", "event"), (":event-type", &kind)],
+                    &payload,
+                ));
+            }
+            body
+        })
+    }
+
     /// Bytes biased towards the characters that matter to the three framings.
     fn body() -> impl Strategy<Value = Vec<u8>> {
         let interesting = prop::sample::select(vec![
@@ -156,6 +195,35 @@ mod props {
             if let (Ok(whole), Ok(split)) = (whole, split) {
                 prop_assert_eq!(whole, split);
             }
+        }
+
+        #[test]
+        fn event_stream_messages_do_not_depend_on_the_split(body in event_stream(), cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8)) {
+            let whole = eventstream(std::slice::from_ref(&body));
+            prop_assert!(whole.is_ok());
+            prop_assert_eq!(eventstream(&splits(&body, &cuts)), whole);
+        }
+
+        #[test]
+        fn mutated_event_streams_are_errors_never_panics(
+            body in event_stream(),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        ) {
+            prop_assume!(!body.is_empty());
+            let mut mutated = body.clone();
+            mutated[at.index(body.len())] ^= flip;
+            // CRC32 catches every single-byte change: the stream is refused, whatever the split.
+            prop_assert!(eventstream(std::slice::from_ref(&mutated)).is_err());
+            prop_assert!(eventstream(&splits(&mutated, &cuts)).is_err());
+        }
+
+        #[test]
+        fn random_bytes_never_panic_the_event_stream_parser(body in body(), cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8)) {
+            let whole = eventstream(std::slice::from_ref(&body));
+            let split = eventstream(&splits(&body, &cuts));
+            prop_assert_eq!(whole.is_ok(), split.is_ok());
         }
 
         #[test]

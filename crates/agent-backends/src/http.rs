@@ -107,6 +107,8 @@ pub(crate) fn secret_header(value: &str) -> Result<reqwest::header::HeaderValue,
 /// The builder methods every HTTP adapter has, and its `Backend` impl (the driver over its
 /// `Protocol`). The type needs the fields `connection: Connection` and
 /// `capabilities: Capabilities`.
+// Bedrock writes its own builders (its authentication step survives `with_http`).
+#[cfg_attr(feature = "bedrock", allow(unused_macros))]
 macro_rules! http_builders {
     ($type:ty, $provider:literal) => {
         impl agent_types::Backend for $type {

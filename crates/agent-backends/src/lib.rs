@@ -35,7 +35,8 @@
 //! | `vertex`           |         | [`cloud::vertex`]: Gemini and Anthropic on Google Vertex AI   |
 //! | `azure`            |         | [`cloud::azure`]: the OpenAI adapters on Azure OpenAI        |
 //! | `cloud-auth`       |         | [`cloud::token`]: cached, refreshed OAuth2 tokens (implied by the two above) |
-//! | `providers`        |         | all five adapters and the two clouds                         |
+//! | `bedrock`          |         | [`bedrock::Bedrock`] (Converse, SigV4 or a Bedrock API key)  |
+//! | `providers`        |         | all the adapters and the clouds                              |
 //! | `replay`           |         | [`replay`]: cassettes, loopback server, [`replay::ReplayBackend`] |
 //! | `http`             |         | the shared driver alone (implied by every adapter)           |
 //!
@@ -114,6 +115,8 @@ mod settings;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 #[cfg(feature = "gemini")]
 pub mod gemini;
 #[cfg(feature = "ollama")]

@@ -21,16 +21,19 @@ pub enum Provider {
     Gemini,
     /// Ollama's native `/api/chat` (`ollama`).
     Ollama,
+    /// AWS Bedrock Converse / ConverseStream (`bedrock`).
+    Bedrock,
 }
 
 impl Provider {
     /// Every provider, in documentation order.
-    pub const ALL: [Provider; 5] = [
+    pub const ALL: [Provider; 6] = [
         Self::OpenAiChat,
         Self::OpenAiResponses,
         Self::Anthropic,
         Self::Gemini,
         Self::Ollama,
+        Self::Bedrock,
     ];
 
     /// The provider's name (`openai-chat`, `openai-responses`, `anthropic`, `gemini`, `ollama`).
@@ -41,6 +44,7 @@ impl Provider {
             Self::Anthropic => "anthropic",
             Self::Gemini => "gemini",
             Self::Ollama => "ollama",
+            Self::Bedrock => "bedrock",
         }
     }
 
@@ -52,6 +56,7 @@ impl Provider {
             Self::Anthropic => "anthropic",
             Self::Gemini => "gemini",
             Self::Ollama => "ollama",
+            Self::Bedrock => "bedrock",
         }
     }
 
@@ -99,6 +104,25 @@ impl Provider {
                     .with_base_url(base_url)
                     .with_http(http),
             )),
+            // The region comes from the URL (`bedrock-runtime.<region>.amazonaws.com`), else
+            // AWS_REGION; a key is a Bedrock API key, else SigV4 from the credential chain.
+            #[cfg(feature = "bedrock")]
+            Self::Bedrock => {
+                let region = crate::bedrock::region_of(base_url)
+                    .map(str::to_owned)
+                    .or_else(crate::bedrock::region_from_env)
+                    .unwrap_or_else(|| "us-east-1".to_owned());
+                let backend = crate::bedrock::Bedrock::new(region)
+                    .with_base_url(base_url)
+                    .with_http(http);
+                Ok(Box::new(if key.is_empty() {
+                    backend
+                } else {
+                    backend
+                        .with_api_key(&key)
+                        .map_err(|error| Error::InvalidHeader(error.message))?
+                }))
+            }
             #[allow(unreachable_patterns)]
             other => Err(Error::NotCompiled {
                 provider: other.name(),
@@ -156,6 +180,16 @@ impl Provider {
             #[cfg(feature = "ollama")]
             Self::Ollama => decode_all(
                 &crate::ollama::Ollama::new(),
+                request,
+                content_type,
+                body,
+                chunk_size,
+            ),
+            #[cfg(feature = "bedrock")]
+            Self::Bedrock => decode_all(
+                &crate::bedrock::Bedrock::new("us-east-1").with_auth(std::sync::Arc::new(
+                    crate::bedrock::auth::BearerToken::new("decode")?,
+                )),
                 request,
                 content_type,
                 body,

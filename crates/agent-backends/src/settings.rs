@@ -312,6 +312,12 @@ impl crate::Provider {
                 scope: "ollama",
                 ..base
             },
+            // Bedrock hosts many families; Converse checks the rest per model.
+            Self::Bedrock => SettingsLimits {
+                scope: "bedrock",
+                max_temperature: Some(1.0),
+                ..base
+            },
         }
     }
 }

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use agent_backends::Provider;
-use agent_backends::framing::{JsonArrayParser, NdjsonParser, SseParser};
+use agent_backends::framing::{
+    EventStreamParser, JsonArrayParser, NdjsonParser, SseParser, decode_message, encode_message,
+};
 use agent_backends::http::{HttpOptions, RetryPolicy};
 use agent_backends::replay::{self, Cassette, RecordedConversation, ReplayServer};
 use agent_types::{Backend, Message, ModelRequest};
@@ -21,12 +23,13 @@ use futures_util::StreamExt;
 use proptest::prelude::*;
 use serde_json::Value;
 
-const PROVIDERS: [(Provider, &str); 5] = [
+const PROVIDERS: [(Provider, &str); 6] = [
     (Provider::OpenAiChat, "openai-chat"),
     (Provider::OpenAiResponses, "openai-responses"),
     (Provider::Anthropic, "anthropic"),
     (Provider::Gemini, "gemini"),
     (Provider::Ollama, "ollama"),
+    (Provider::Bedrock, "bedrock"),
 ];
 
 fn fixtures_dir() -> PathBuf {
@@ -96,6 +99,9 @@ fn json_value() -> BoxedStrategy<Value> {
             "tool_calls",
             "stop",
             "length",
+            "end_turn",
+            "messageStop",
+            "throttlingException",
             "{",
             "{\"a\":",
             "é",
@@ -144,6 +150,13 @@ fn json_edit() -> BoxedStrategy<JsonEdit> {
             "nanos",
             "code",
             "status",
+            "contentBlockIndex",
+            "toolUse",
+            "toolUseId",
+            "reasoningContent",
+            "stopReason",
+            "inputTokens",
+            "cacheReadInputTokens",
         ],
         "[a-z_]{1,8}",
         json_value(),
@@ -182,6 +195,76 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         1 => (index(), any::<u8>()).prop_map(|(at, b)| Mutation::Byte(at, b)),
         1 => (index(), bytes(16)).prop_map(|(at, b)| Mutation::Splice(at, b)),
     ]
+}
+
+/// One event-stream message: its string headers and its payload.
+type EventMessage = (Vec<(String, String)>, Vec<u8>);
+
+/// The messages of a valid event stream.
+fn event_messages(mut body: &[u8]) -> Vec<EventMessage> {
+    let mut messages = Vec::new();
+    while let Ok(Some((message, used))) = decode_message(body) {
+        let headers = message
+            .headers()
+            .filter_map(|(name, value)| match value {
+                agent_backends::framing::HeaderValue::String(text) => {
+                    Some((name.to_owned(), text.to_owned()))
+                }
+                _ => None,
+            })
+            .collect();
+        messages.push((headers, message.payload.to_vec()));
+        body = &body[used..];
+    }
+    messages
+}
+
+/// An event stream mutated with valid CRCs, so the decoder (not the CRC check) meets the
+/// damage: a message's JSON edited, its event type changed, messages dropped or repeated.
+fn mutate_event_stream(
+    body: &[u8],
+    at: prop::sample::Index,
+    edits: &[JsonEdit],
+    event_type: Option<&str>,
+    drop: Option<prop::sample::Index>,
+    repeat: Option<prop::sample::Index>,
+) -> Vec<u8> {
+    let mut messages = event_messages(body);
+    if messages.is_empty() {
+        return body.to_vec();
+    }
+    let target = at.index(messages.len());
+    let (headers, payload) = &mut messages[target];
+    if let Ok(mut value) = serde_json::from_slice::<Value>(payload) {
+        for edit in edits {
+            apply(&mut value, edit);
+        }
+        *payload = serde_json::to_vec(&value).unwrap();
+    }
+    if let Some(kind) = event_type {
+        for (name, value) in headers.iter_mut() {
+            if name == ":event-type" || name == ":exception-type" {
+                *value = kind.to_owned();
+            }
+        }
+    }
+    if let Some(repeat) = repeat {
+        let copy = repeat.get(&messages).clone();
+        messages.push(copy);
+    }
+    if let Some(drop) = drop {
+        messages.remove(drop.index(messages.len()));
+    }
+    messages
+        .iter()
+        .flat_map(|(headers, payload)| {
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .collect();
+            encode_message(&headers, payload)
+        })
+        .collect()
 }
 
 /// Splits into lines keeping each terminator.
@@ -294,6 +377,7 @@ fn content_type() -> impl Strategy<Value = Option<&'static str>> {
         "application/json",
         "application/octet-stream",
         "TEXT/EVENT-STREAM; charset=utf-8",
+        "application/vnd.amazon.eventstream",
         "",
     ]))
 }
@@ -332,8 +416,10 @@ proptest! {
         let mut sse = SseParser::new();
         let mut ndjson = NdjsonParser::new();
         let mut array = JsonArrayParser::new();
-        let (mut sse_ok, mut ndjson_ok, mut array_ok) = (true, true, true);
+        let mut events = EventStreamParser::new();
+        let (mut sse_ok, mut ndjson_ok, mut array_ok, mut events_ok) = (true, true, true, true);
         for piece in body.chunks(chunk) {
+            events_ok = events_ok && events.feed(piece, &mut |message| message.text_frame().map(|_| ())).is_ok();
             sse_ok = sse_ok && sse.feed(piece, &mut |_| Ok(())).is_ok();
             ndjson_ok = ndjson_ok && ndjson.feed(piece, &mut |_| Ok(())).is_ok();
             array_ok = array_ok && array.feed(piece, &mut |_| Ok(())).is_ok();
@@ -346,6 +432,9 @@ proptest! {
         }
         if array_ok {
             let _ = array.finish();
+        }
+        if events_ok {
+            let _ = events.finish();
         }
     }
 
@@ -377,6 +466,32 @@ proptest! {
         }
         let content_type = if sniff { Some(Cassette::sniff(&body)) } else { Some(Cassette::sniff(&seed.get(seeds()).2)) };
         check_decode(*provider, content_type, &body, chunk)
+            .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+    }
+
+    /// Bedrock's recorded event streams with their JSON payloads edited, event types swapped
+    /// and messages dropped or repeated, re-encoded with valid CRCs.
+    #[test]
+    fn fuzz_decode_mutated_event_streams(
+        seed in any::<prop::sample::Index>(),
+        at in any::<prop::sample::Index>(),
+        edits in prop::collection::vec(json_edit(), 0..4),
+        event_type in prop::option::of(prop::sample::select(vec![
+            "messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop",
+            "messageStop", "metadata", "throttlingException", "validationException", "other",
+        ])),
+        drop in prop::option::of(any::<prop::sample::Index>()),
+        repeat in prop::option::of(any::<prop::sample::Index>()),
+        chunk in 1usize..97,
+    ) {
+        let streams: Vec<_> = seeds()
+            .iter()
+            .filter(|(provider, name, _)| *provider == Provider::Bedrock && name.ends_with(".eventstream"))
+            .collect();
+        prop_assert!(streams.len() >= 4);
+        let (_, name, body) = seed.get(&streams);
+        let body = mutate_event_stream(body, at, &edits, event_type, drop, repeat);
+        check_decode(Provider::Bedrock, Some("application/vnd.amazon.eventstream"), &body, chunk)
             .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
     }
 

@@ -326,7 +326,7 @@ pub struct ModelConfig {
     /// The name clients use.
     pub name: String,
     /// `replay` (a recorded conversation, offline) or a provider API (`openai`,
-    /// `openai-responses`, `anthropic`, `gemini`, `ollama`, `openai-compatible`).
+    /// `openai-responses`, `anthropic`, `gemini`, `ollama`, `openai-compatible`, `bedrock`).
     pub provider: String,
     /// The provider's model name [default: `name`; for `replay`, the recording's model].
     #[serde(default)]

@@ -155,6 +155,88 @@ const LIST_PRICES: &[ListPrice] = &[
     ("gemini-2.5-flash-lite", 0.10, 0.40, Some(0.025), None, None),
 ];
 
+/// AWS Bedrock on-demand prices by model id (us-east-1; aws.amazon.com/bedrock/pricing as of
+/// 2025-11), listed under the bare id and its cross-region inference-profile ids (`us.`,
+/// `eu.`, `apac.`, `global.`). Claude cache writes on Bedrock are 5-minute writes (1.25x).
+const BEDROCK_PRICES: &[ListPrice] = &[
+    (
+        "anthropic.claude-sonnet-4-5-20250929-v1:0",
+        3.0,
+        15.0,
+        Some(0.30),
+        Some(3.75),
+        None,
+    ),
+    (
+        "anthropic.claude-sonnet-4-20250514-v1:0",
+        3.0,
+        15.0,
+        Some(0.30),
+        Some(3.75),
+        None,
+    ),
+    (
+        "anthropic.claude-3-7-sonnet-20250219-v1:0",
+        3.0,
+        15.0,
+        Some(0.30),
+        Some(3.75),
+        None,
+    ),
+    (
+        "anthropic.claude-haiku-4-5-20251001-v1:0",
+        1.0,
+        5.0,
+        Some(0.10),
+        Some(1.25),
+        None,
+    ),
+    (
+        "anthropic.claude-opus-4-1-20250805-v1:0",
+        15.0,
+        75.0,
+        Some(1.50),
+        Some(18.75),
+        None,
+    ),
+    // Amazon Nova: cached input at a 75% discount, writes free.
+    (
+        "amazon.nova-micro-v1:0",
+        0.035,
+        0.14,
+        Some(0.00875),
+        None,
+        None,
+    ),
+    ("amazon.nova-lite-v1:0", 0.06, 0.24, Some(0.015), None, None),
+    ("amazon.nova-pro-v1:0", 0.80, 3.20, Some(0.20), None, None),
+    // Meta Llama: no prompt caching.
+    (
+        "meta.llama3-3-70b-instruct-v1:0",
+        0.72,
+        0.72,
+        None,
+        None,
+        None,
+    ),
+    (
+        "meta.llama3-1-8b-instruct-v1:0",
+        0.22,
+        0.22,
+        None,
+        None,
+        None,
+    ),
+    (
+        "meta.llama4-maverick-17b-instruct-v1:0",
+        0.24,
+        0.97,
+        None,
+        None,
+        None,
+    ),
+];
+
 impl RateCard {
     /// A card of published list prices for common OpenAI, Anthropic and Gemini models, as
     /// of 2026-11. Providers change prices: add or override entries with
@@ -173,6 +255,18 @@ impl RateCard {
                     cache_write_1h_per_mtok: write_1h,
                 },
             );
+        }
+        for &(model, input, output, cache_read, write_5m, write_1h) in BEDROCK_PRICES {
+            let price = ModelPrice {
+                input_per_mtok: input,
+                output_per_mtok: output,
+                cache_read_per_mtok: cache_read,
+                cache_write_5m_per_mtok: write_5m,
+                cache_write_1h_per_mtok: write_1h,
+            };
+            for prefix in ["", "us.", "eu.", "apac.", "global."] {
+                card.insert(format!("{prefix}{model}"), price);
+            }
         }
         card
     }
@@ -213,6 +307,28 @@ pub fn cost(usage: &Usage, price: &ModelPrice) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bedrock_model_and_inference_profile_ids_are_priced() {
+        let card = RateCard::list_prices();
+        let sonnet = card.price("claude-sonnet-4-5").copied();
+        for id in [
+            "anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        ] {
+            let price = card.price(id).unwrap();
+            assert_eq!(price.input_per_mtok, sonnet.unwrap().input_per_mtok, "{id}");
+        }
+        assert_eq!(
+            card.price("us.amazon.nova-micro-v1:0")
+                .unwrap()
+                .input_per_mtok,
+            0.035
+        );
+        assert!(card.price("meta.llama3-3-70b-instruct-v1:0").is_some());
+        assert!(card.price("us.amazon.nova-micro-v2:0").is_none());
+    }
 
     #[test]
     fn list_prices_cover_dated_snapshots_but_not_siblings() {

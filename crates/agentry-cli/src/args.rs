@@ -118,8 +118,8 @@ impl LoopArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct ModelArgs {
     /// The provider API: openai, openai-responses, anthropic, gemini, ollama,
-    /// openai-compatible, vertex-gemini, vertex-anthropic, azure-openai or
-    /// azure-openai-responses [default: from agentry.toml, else openai]
+    /// openai-compatible, vertex-gemini, vertex-anthropic, azure-openai,
+    /// azure-openai-responses or bedrock [default: from agentry.toml, else openai]
     #[arg(long, value_parser = parse_api, value_name = "API")]
     pub(crate) provider: Option<agent_backends::Api>,
     /// The model [default: the provider's default, see `agentry run --help`]

@@ -78,6 +78,12 @@ pub(crate) fn endpoint(api: Api, base_url: Option<&str>) -> String {
                 Err(_) => "(AZURE_OPENAI_ENDPOINT)".into(),
             };
         }
+        (None, Api::Bedrock) => {
+            return match agent_backends::bedrock::region_from_env() {
+                Some(region) => display(&agent_backends::bedrock::endpoint(&region)),
+                None => "(AWS_REGION not set)".into(),
+            };
+        }
     };
     display(url)
 }

@@ -82,7 +82,7 @@ enum Command {
     #[command(after_help = EXIT_CODES)]
     Demo {
         /// Whose recorded conversation to replay: anthropic, openai, openai-responses,
-        /// gemini or ollama
+        /// gemini, ollama or bedrock
         #[arg(long, value_parser = parse_api, default_value = "anthropic", value_name = "API")]
         provider: Api,
         #[command(flatten)]

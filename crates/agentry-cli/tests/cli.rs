@@ -1337,3 +1337,92 @@ fn a_file_the_provider_cannot_take_fails_before_any_request_naming_both() {
     );
     assert!(server.requests().is_empty(), "nothing was sent");
 }
+
+/// The AWS variables of the machine running the tests, removed so each case sets its own.
+fn without_aws(command: &mut Command) -> &mut Command {
+    for key in [
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+        "AWS_BEARER_TOKEN_BEDROCK",
+    ] {
+        command.env_remove(key);
+    }
+    command
+}
+
+#[test]
+fn bedrock_without_a_region_or_credentials_exits_2_naming_what_to_set() {
+    let mut command = agentry();
+    let (code, stdout, stderr) =
+        run(without_aws(&mut command).args(["run", "--provider", "bedrock", "hi"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("AWS_REGION"), "{stderr}");
+
+    let mut command = agentry();
+    let (code, _, stderr) = run(without_aws(&mut command)
+        .args(["run", "--provider", "bedrock", "hi"])
+        .env("AWS_REGION", "eu-west-1"));
+    assert_eq!(code, 2, "{stderr}");
+    for variable in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_BEARER_TOKEN_BEDROCK",
+    ] {
+        assert!(stderr.contains(variable), "{variable}: {stderr}");
+    }
+}
+
+#[test]
+fn bedrock_runs_signed_with_sigv4_against_its_recorded_answer() {
+    let runtime = runtime();
+    let server = serve(&runtime, vec![cassette("bedrock/stream-text.eventstream")]);
+    let mut command = agentry();
+    let (code, stdout, stderr) = run(without_aws(&mut command)
+        .args([
+            "run",
+            "--provider",
+            "bedrock",
+            "--base-url",
+            &server.url(),
+            "Say hi",
+        ])
+        .env("AWS_REGION", "eu-west-1")
+        .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+        .env(
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        ));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("Paris"), "{stdout}");
+    assert!(
+        !stderr.contains("wJalrXUtnFEMI"),
+        "the secret never reaches the output"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].path,
+        "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
+    );
+    let authorization = requests[0]
+        .headers
+        .iter()
+        .find(|(name, _)| name == "authorization")
+        .map(|(_, value)| value.as_str())
+        .unwrap();
+    assert!(
+        authorization.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+            && authorization.contains("/eu-west-1/bedrock/aws4_request"),
+        "{authorization}"
+    );
+}

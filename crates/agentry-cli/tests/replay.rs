@@ -28,6 +28,7 @@ fn every_recording_replays_to_one_json_message() {
         "anthropic",
         "gemini",
         "ollama",
+        "bedrock",
     ] {
         for entry in std::fs::read_dir(root.join(provider)).unwrap() {
             let path = entry.unwrap().path();
@@ -42,7 +43,8 @@ fn every_recording_replays_to_one_json_message() {
             assert!(message["content"].is_array(), "{provider}/{name}");
             let failed = name.starts_with("error-")
                 || name.contains("midstream-error")
-                || name.contains("failed");
+                || name.contains("failed")
+                || name.contains("exception");
             if failed {
                 assert_eq!(code, 1, "{provider}/{name}");
                 assert_eq!(message["stop_reason"], "error", "{provider}/{name}");

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::options::HttpOptions;
 use super::status::{clip, looks_like_html, retry_after};
-use crate::framing::{JsonArrayParser, NdjsonParser, SseParser};
+use crate::framing::{EventStreamParser, JsonArrayParser, NdjsonParser, SseParser};
 
 #[cfg(all(test, feature = "replay"))]
 mod tests;
@@ -379,8 +379,13 @@ enum Framer {
     Sse(SseParser),
     Ndjson(NdjsonParser),
     JsonArray(JsonArrayParser),
+    /// AWS's binary event stream: each message is a frame named by its event (or exception) type.
+    EventStream(EventStreamParser),
     Whole(Vec<u8>),
 }
+
+/// AWS's event-stream media type (Bedrock's ConverseStream).
+const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
 
 /// Whether the content type alone picks the framing (SSE or NDJSON), whatever the body starts with.
 fn media_decides(content_type: Option<&str>) -> bool {
@@ -389,7 +394,11 @@ fn media_decides(content_type: Option<&str>) -> bool {
         .unwrap_or("");
     matches!(
         media,
-        "text/event-stream" | "application/x-ndjson" | "application/jsonl" | "application/ndjson"
+        "text/event-stream"
+            | "application/x-ndjson"
+            | "application/jsonl"
+            | "application/ndjson"
+            | EVENT_STREAM
     )
 }
 
@@ -404,6 +413,7 @@ impl Framer {
             "application/x-ndjson" | "application/jsonl" | "application/ndjson" => {
                 Self::Ndjson(NdjsonParser::new())
             }
+            EVENT_STREAM => Self::EventStream(EventStreamParser::new()),
             _ if looks_like_html(first) => {
                 return Err(BackendError::new(
                     BackendErrorKind::Protocol,
@@ -466,6 +476,10 @@ impl Framer {
                     out,
                 )
             }),
+            Self::EventStream(parser) => parser.feed(chunk, &mut |message| {
+                let (event, data) = message.text_frame()?;
+                decoder.frame(Frame { event, data }, out)
+            }),
             Self::Whole(buffer) => {
                 if buffer.len() + chunk.len() > MAX_BODY {
                     return Err(BackendError::new(
@@ -508,6 +522,7 @@ impl Framer {
                 )
             }),
             Self::JsonArray(parser) => parser.finish(),
+            Self::EventStream(parser) => parser.finish(),
             Self::Whole(buffer) => {
                 let text = std::str::from_utf8(buffer).map_err(|_| {
                     BackendError::new(BackendErrorKind::Protocol, "the response body is not UTF-8")

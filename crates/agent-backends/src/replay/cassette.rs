@@ -112,10 +112,15 @@ impl Cassette {
         Ok(cassette)
     }
 
-    /// The content type a body looks like: `text/event-stream` for SSE, `application/x-ndjson`
-    /// for one JSON object per line, `application/json` for one document (or a streamed JSON
-    /// array), `application/octet-stream` for anything else.
+    /// The content type a body looks like: `application/vnd.amazon.eventstream` for AWS's
+    /// binary event stream (a first message whose prelude passes its CRC), `text/event-stream`
+    /// for SSE, `application/x-ndjson` for one JSON object per line, `application/json` for
+    /// one document (or a streamed JSON array), `application/octet-stream` for anything else.
     pub fn sniff(body: &[u8]) -> &'static str {
+        // AWS's binary event stream: a message whose prelude passes its CRC.
+        if body.len() >= 12 && crate::framing::decode_message(&body[..12]).is_ok() {
+            return "application/vnd.amazon.eventstream";
+        }
         let text = String::from_utf8_lossy(body);
         let text = text.trim_start_matches('\u{feff}').trim_start();
         match text.as_bytes().first() {
@@ -171,11 +176,14 @@ impl Cassette {
         self
     }
 
-    /// Whether the body is streamed (SSE, NDJSON, or a JSON array).
+    /// Whether the body is streamed (SSE, NDJSON, an AWS event stream, or a JSON array).
     pub fn is_stream(&self) -> bool {
         let lead = self.body.iter().find(|b| !b.is_ascii_whitespace());
         self.content_type.starts_with("text/event-stream")
             || self.content_type.starts_with("application/x-ndjson")
+            || self
+                .content_type
+                .starts_with("application/vnd.amazon.eventstream")
             || lead == Some(&b'[')
     }
 }
@@ -209,6 +217,16 @@ mod tests {
             "application/json"
         );
         assert_eq!(Cassette::sniff(b"<html>"), "application/octet-stream");
+        let message = crate::framing::encode_message(&[(":message-type", "event")], b"{}");
+        assert_eq!(
+            Cassette::sniff(&message),
+            "application/vnd.amazon.eventstream"
+        );
+        assert_eq!(
+            Cassette::sniff(&message[..12]),
+            "application/vnd.amazon.eventstream"
+        );
+        assert_eq!(Cassette::sniff(&[0; 16]), "application/octet-stream");
     }
 
     #[test]

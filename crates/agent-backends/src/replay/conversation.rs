@@ -93,8 +93,11 @@ impl Backend for RecordedConversation {
 
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         let body = &self.rounds[self.round(request)];
+        // Binary framing cannot be told from the first bytes the way text framings are.
+        let sniffed = super::Cassette::sniff(body);
+        let content_type = (sniffed == "application/vnd.amazon.eventstream").then_some(sniffed);
         let events: Vec<Result<StreamEvent, BackendError>> =
-            match self.provider.decode(request, None, body, 0) {
+            match self.provider.decode(request, content_type, body, 0) {
                 Ok(events) => events.into_iter().map(Ok).collect(),
                 Err(error) => vec![Err(error)],
             };
@@ -148,6 +151,10 @@ pub fn demo(provider: Provider) -> (&'static str, [&'static [u8]; 3]) {
         Provider::Anthropic => ("claude-sonnet-4-5", rounds!("anthropic", "sse")),
         Provider::Gemini => ("gemini-2.5-flash", rounds!("gemini", "sse")),
         Provider::Ollama => ("qwen3:8b", rounds!("ollama", "ndjson")),
+        Provider::Bedrock => (
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            rounds!("bedrock", "eventstream"),
+        ),
     }
 }
 

@@ -8,6 +8,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod backend;
+#[cfg(all(feature = "bedrock", feature = "replay"))]
+mod bedrock;
 #[cfg(all(feature = "providers", feature = "replay"))]
 mod cloud;
 #[cfg(all(feature = "providers", feature = "replay"))]

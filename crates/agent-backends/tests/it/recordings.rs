@@ -294,7 +294,8 @@ fn check_usage(expected: &Expected, usage: Usage) {
         (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     };
     let (input, output) = match expected.provider {
-        Provider::Anthropic => (
+        // Both report input without the cache.
+        Provider::Anthropic | Provider::Bedrock => (
             input.map(|n| n + cache_read.unwrap_or(0) + cache_write.unwrap_or(0)),
             output,
         ),

@@ -97,6 +97,12 @@ async fn every_recorded_structured_answer_comes_out_of_the_loop_validated() {
                 .unwrap()
                 .iter()
                 .any(|tool| tool["name"] == "final_result"),
+            // Bedrock has no structured-output recording (Converse has no JSON-schema output).
+            Provider::Bedrock => body["toolConfig"]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|tool| tool["toolSpec"]["name"] == "final_result"),
         };
         assert!(asked, "{file}: request {body}");
 

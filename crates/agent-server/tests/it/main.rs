@@ -4,6 +4,7 @@
 
 mod ag_ui;
 mod approval;
+mod bedrock;
 mod checkpoint;
 mod connections;
 mod fields;
