@@ -255,7 +255,11 @@ impl Protocol for Anthropic {
     }
 
     fn prepare(&self, request: &ModelRequest) -> Result<Prepared, BackendError> {
-        let body = request::build(request, self.cache.as_ref())?;
+        // request builds the body, cache marks it: cache depends on request, never back.
+        let mut body = request::build(request, self.cache.as_ref())?;
+        if let Some(layout) = &self.cache {
+            cache::mark(layout, &mut body);
+        }
         Ok(Prepared {
             url: self.connection.url("/v1/messages"),
             headers: self.headers()?,
