@@ -122,6 +122,11 @@ max_connections_per_address = 4096
 requests_per_minute = 1000000
 concurrent_executes = 2000
 
+# Every phase creates 1,000+ sessions in one store: over the default session and byte quotas.
+[server.quotas]
+max_sessions = 0
+max_stored_bytes = 0
+
 [[server.models]]
 name = "demo"
 provider = "replay"
