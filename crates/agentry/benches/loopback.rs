@@ -153,7 +153,16 @@ fn tool_round(round: usize) -> Vec<u8> {
 /// The answer: about 200 tokens, one per chunk.
 fn answer() -> Vec<u8> {
     const WORDS: [&str; 10] = [
-        " Lisbon", " is", " sunny", " at", " 19", "°C,", " Oslo", " overcast", " and", " cold.",
+        " Lisbon",
+        " is",
+        " sunny",
+        " at",
+        " 19",
+        "°C,",
+        " Oslo",
+        " overcast",
+        " and",
+        " cold.",
     ];
     let mut events = vec![chunk(&json!({"role": "assistant", "content": ""}), None)];
     for index in 0..ANSWER_TOKENS {
@@ -666,7 +675,12 @@ impl Mock {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let port = line.trim().strip_prefix(PORT_LINE).unwrap().parse().unwrap();
+        let port = line
+            .trim()
+            .strip_prefix(PORT_LINE)
+            .unwrap()
+            .parse()
+            .unwrap();
         Self { child, port }
     }
 }

@@ -2042,12 +2042,18 @@ fn hosted_search_results_are_skipped() {
 #[test]
 fn request_builds_the_body_without_reaching_into_cache() {
     let source = include_str!("request.rs");
-    for line in source.lines().filter(|line| line.trim_start().starts_with("use ")) {
+    for line in source
+        .lines()
+        .filter(|line| line.trim_start().starts_with("use "))
+    {
         let names = line.replace(['{', '}', ',', ';', ':'], " ");
         assert!(
             !names.split_whitespace().any(|name| name == "cache"),
             "request.rs imports cache: {line}"
         );
     }
-    assert!(!source.contains("cache::mark("), "request.rs calls cache::mark");
+    assert!(
+        !source.contains("cache::mark("),
+        "request.rs calls cache::mark"
+    );
 }

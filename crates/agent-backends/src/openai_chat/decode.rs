@@ -768,7 +768,13 @@ mod content_tests {
         };
         assert_eq!(parts.len(), 2);
         assert_eq!(parts[0].text.as_deref(), Some("a"));
-        for other in [r#"["not a part"]"#, "5", "true", r#"{"a": [1]}"#, "[1, [2]]"] {
+        for other in [
+            r#"["not a part"]"#,
+            "5",
+            "true",
+            r#"{"a": [1]}"#,
+            "[1, [2]]",
+        ] {
             assert!(matches!(read(other), Content::Other(_)), "{other}");
         }
         // A chunk around it still parses whole after an `Other`.

@@ -348,8 +348,11 @@ async fn the_idle_timer_restarts_at_every_chunk_of_a_long_stream() {
     let (events, error) = run(&backend).await;
     assert!(error.is_none(), "{error:?}");
     assert_eq!(text(&events), "Hello world");
-    assert_eq!(started.elapsed(), Duration::from_secs(12), "four 3 s gaps, none idle");
-
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(12),
+        "four 3 s gaps, none idle"
+    );
 }
 
 #[tokio::test]
