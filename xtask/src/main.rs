@@ -27,7 +27,8 @@ commands:
              [--seed S] against a real `agentry serve`; [--all] adds the classes that
              wait for unmerged features (docs/reliability.md)
   bench      run the benchmarks of agent-tools, agent-loop, agent-backends (parse
-             throughput), agentry (loopback agent run) and agent-mcp (a tool call in
+             throughput), agentry (loopback agent runs, sequential and 256 at once:
+             CPU per run and peak RSS against a hand-written reqwest floor) and agent-mcp (a tool call in
              process, over MCP stdio and HTTP: to server-everything and to our own
              server) and agent-otel (the loop with the OpenTelemetry layer against
              without); each reports ratios to a baseline measured in the same run

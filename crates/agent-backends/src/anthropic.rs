@@ -263,7 +263,11 @@ impl Protocol for Anthropic {
     }
 
     fn prepare(&self, request: &ModelRequest) -> Result<Prepared, BackendError> {
-        let body = request::build(request, self.cache.as_ref())?;
+        // request builds the body, cache marks it: cache depends on request, never back.
+        let mut body = request::build(request, self.cache.as_ref())?;
+        if let Some(layout) = &self.cache {
+            cache::mark(layout, &mut body);
+        }
         #[cfg(feature = "vertex")]
         if self.vertex {
             return vertex::prepare(&self.connection, &self.betas, request, body);

@@ -59,7 +59,7 @@ fn malformed(message: impl Into<String>) -> BackendError {
 
 /// Finds the next line terminator (`\n` or `\r`) in `bytes`.
 fn find_eol(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n' || b == b'\r')
+    memchr::memchr2(b'\n', b'\r', bytes)
 }
 
 #[cfg(test)]

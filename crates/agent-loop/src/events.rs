@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 
 use agent_types::{AgentError, AgentEvent};
 use futures_core::Stream;
@@ -125,6 +125,73 @@ pub struct EventStream<'a> {
     run: Option<RunFuture<'a>>,
     queue: Queue,
     outcome: Option<Result<GenerateResult, AgentError>>,
+    /// The waker the run is polled with (see [`Relay`]).
+    relay: Arc<Relay>,
+    relay_waker: Waker,
+}
+
+/// The waker the stream polls the run with, standing between the run and the consumer's
+/// waker.
+///
+/// Each event's yield wakes its task so that the stream gets to hand the event out. When the
+/// stream does hand one out, that wake is redundant (the consumer polls again for the next
+/// event) and costs a trip through the scheduler and a spurious poll of the whole run, per
+/// event: under many concurrent runs most of an event's cost. So a wake during the stream's
+/// own poll of the run is only noted, and passed on only if the stream returns `Pending`;
+/// a wake at any other time (I/O, timers) goes straight to the consumer's waker.
+#[derive(Default)]
+struct Relay {
+    state: Mutex<RelayState>,
+}
+
+#[derive(Default)]
+struct RelayState {
+    consumer: Option<Waker>,
+    polling: bool,
+    woken: bool,
+}
+
+impl Relay {
+    fn state(&self) -> MutexGuard<'_, RelayState> {
+        // Only flags and a waker behind it: a panic cannot leave it inconsistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Before polling the run for a consumer polling with `waker`.
+    fn enter(&self, waker: &Waker) {
+        let mut state = self.state();
+        if !state
+            .consumer
+            .as_ref()
+            .is_some_and(|consumer| consumer.will_wake(waker))
+        {
+            state.consumer = Some(waker.clone());
+        }
+        state.polling = true;
+        state.woken = false;
+    }
+
+    /// After polling the run: whether it was woken meanwhile.
+    fn leave(&self) -> bool {
+        let mut state = self.state();
+        state.polling = false;
+        std::mem::take(&mut state.woken)
+    }
+}
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut state = self.state();
+        if state.polling {
+            state.woken = true;
+        } else if let Some(consumer) = &state.consumer {
+            consumer.wake_by_ref();
+        }
+    }
 }
 
 impl<'a> EventStream<'a> {
@@ -138,10 +205,13 @@ impl<'a> EventStream<'a> {
         let emitter = Emitter {
             queue: Some(Arc::clone(&queue)),
         };
+        let relay = Arc::new(Relay::default());
         Self {
             run: Some(Box::pin(start(emitter))),
             queue,
             outcome: None,
+            relay_waker: Waker::from(Arc::clone(&relay)),
+            relay,
         }
     }
 
@@ -151,8 +221,20 @@ impl<'a> EventStream<'a> {
     ///
     /// The [`AgentError`] that ended the run, with the partial trace and messages.
     pub async fn result(mut self) -> Result<GenerateResult, AgentError> {
-        if let Some(run) = self.run.take() {
-            let outcome = run.await;
+        if let Some(mut run) = self.run.take() {
+            // Through the relay still: what the run registered with it during the stream
+            // must reach this task (which may not be the one that read the events).
+            let relay = Arc::clone(&self.relay);
+            let relay_waker = self.relay_waker.clone();
+            let outcome = std::future::poll_fn(|cx| {
+                relay.enter(cx.waker());
+                let polled = run.as_mut().poll(&mut Context::from_waker(&relay_waker));
+                if relay.leave() && polled.is_pending() {
+                    cx.waker().wake_by_ref();
+                }
+                polled
+            })
+            .await;
             lock(&self.queue).clear();
             return outcome;
         }
@@ -175,7 +257,11 @@ impl Stream for EventStream<'_> {
         let Some(run) = this.run.as_mut() else {
             return Poll::Ready(None);
         };
-        let polled = run.as_mut().poll(cx);
+        this.relay.enter(cx.waker());
+        let polled = run
+            .as_mut()
+            .poll(&mut Context::from_waker(&this.relay_waker));
+        let woken = this.relay.leave();
         if let Poll::Ready(outcome) = polled {
             this.run = None;
             this.outcome = Some(outcome);
@@ -183,7 +269,12 @@ impl Stream for EventStream<'_> {
         match lock(&this.queue).pop_front() {
             Some(event) => Poll::Ready(Some(event)),
             None if this.run.is_none() => Poll::Ready(None),
-            None => Poll::Pending,
+            None => {
+                if woken {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
         }
     }
 }

@@ -174,7 +174,9 @@ impl Registry {
         self.tools.keys().map(String::as_str)
     }
 
-    /// Every spec, sorted by name: the tool list to send to a provider.
+    /// Every spec, sorted by name: the tool list to send to a provider. The schemas are shared
+    /// with the registry ([`ToolSpec::parameters`] is an `Arc`), so a request per model call
+    /// copies names and descriptions, not schemas.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools
             .values()

@@ -1,5 +1,7 @@
 //! The request a backend receives for one model call.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -12,8 +14,9 @@ pub struct ToolSpec {
     pub name: String,
     /// What the tool does and when to use it; the model reads this.
     pub description: String,
-    /// JSON Schema of the argument object.
-    pub parameters: Value,
+    /// JSON Schema of the argument object. Shared: cloning a spec (every model request
+    /// carries the registry's specs) copies a pointer, not the schema.
+    pub parameters: Arc<Value>,
     /// Ask the provider to constrain the call's arguments to the schema (OpenAI's strict
     /// function calling). Adapters for OpenAI Chat and Responses send `strict: true` with the
     /// schema in strict form ([`strict_schema`](crate::strict_schema)); the other providers
@@ -28,7 +31,7 @@ impl ToolSpec {
         Self {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: Arc::new(parameters),
             strict: false,
         }
     }

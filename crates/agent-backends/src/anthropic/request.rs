@@ -10,7 +10,7 @@ use agent_types::{
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{CacheLayout, DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET, cache, thinking_budget};
+use super::{CacheLayout, DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET, thinking_budget};
 
 /// The request body. Fields are declared in the order Anthropic renders a prompt (tools, then
 /// system, then messages), so with caching on the serialized body starts with the cached
@@ -239,7 +239,8 @@ fn invalid(message: impl Into<String>) -> BackendError {
     BackendError::new(BackendErrorKind::InvalidRequest, message)
 }
 
-/// Builds the body for `request`, with the cache layout applied when one is given.
+/// Builds the body for `request`. With a cache layout the tools are sorted and history system
+/// notes travel in the user turns; the breakpoints are `cache::mark`'s, applied after.
 pub(super) fn build<'a>(
     request: &'a ModelRequest,
     layout: Option<&CacheLayout>,
@@ -313,14 +314,13 @@ pub(super) fn build<'a>(
         stream: request.stream,
         extras: &request.extras,
     };
-    if let Some(layout) = layout {
+    if layout.is_some() {
         // Sorted, so the prefix does not depend on the order the caller registered tools in.
+        // The breakpoints are the caller's next step (`cache::mark`): this module builds the
+        // body and knows nothing of them.
         tools.sort_by(|a, b| a.name.cmp(b.name));
-        body.tools = tools;
-        cache::mark(layout, &mut body);
-    } else {
-        body.tools = tools;
     }
+    body.tools = tools;
     if let Some(field) = body
         .fields()
         .find(|field| request.extras.contains_key(*field))

@@ -2036,3 +2036,24 @@ fn hosted_search_results_are_skipped() {
     WireDecoder::new().body(&body, &mut out).unwrap();
     assert_eq!(assemble(&out).text_content(), "Found it.");
 }
+
+// The adapter's modules have a direction (issue 16): `request` builds the body and `cache`
+// marks it, so `request` never names `cache` (the cache_* snapshots hold the behaviour).
+#[test]
+fn request_builds_the_body_without_reaching_into_cache() {
+    let source = include_str!("request.rs");
+    for line in source
+        .lines()
+        .filter(|line| line.trim_start().starts_with("use "))
+    {
+        let names = line.replace(['{', '}', ',', ';', ':'], " ");
+        assert!(
+            !names.split_whitespace().any(|name| name == "cache"),
+            "request.rs imports cache: {line}"
+        );
+    }
+    assert!(
+        !source.contains("cache::mark("),
+        "request.rs calls cache::mark"
+    );
+}

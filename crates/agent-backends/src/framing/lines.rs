@@ -25,7 +25,7 @@ impl NdjsonParser {
     ///
     /// A protocol error for a line that is not UTF-8, or whatever `on_line` returns.
     pub fn feed(&mut self, mut chunk: &[u8], on_line: &mut OnText<'_>) -> Result<(), BackendError> {
-        while let Some(eol) = chunk.iter().position(|&b| b == b'\n') {
+        while let Some(eol) = memchr::memchr(b'\n', chunk) {
             if self.line.is_empty() {
                 emit(&chunk[..eol], on_line)?;
             } else {

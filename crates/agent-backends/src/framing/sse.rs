@@ -60,7 +60,21 @@ impl SseParser {
             chunk = chunk.strip_prefix(b"\n").unwrap_or(chunk);
         }
         while let Some(eol) = find_eol(chunk) {
-            if self.line.is_empty() {
+            if self.line.is_empty() && !self.has_data {
+                // The common event, `data: …` and its blank line whole in this chunk, goes
+                // out borrowed from the chunk instead of copied into `data` first.
+                if let Some((data, end)) = whole_data_event(chunk, eol) {
+                    let result = on_event(SseEvent {
+                        event: &self.event,
+                        data,
+                    });
+                    self.event.clear();
+                    result?;
+                    chunk = &chunk[end..];
+                    continue;
+                }
+                self.line_complete(&chunk[..eol], on_event)?;
+            } else if self.line.is_empty() {
                 self.line_complete(&chunk[..eol], on_event)?;
             } else {
                 self.line.extend_from_slice(&chunk[..eol]);
@@ -151,6 +165,21 @@ impl SseParser {
     }
 }
 
+/// A `data` line ending at `eol` and followed at once by the blank line ending the event
+/// (`\n\n` or `\r\n\r\n`, both in `chunk`): its UTF-8 value and where the event ends.
+/// Anything else (more lines, a split terminator, bytes that are not UTF-8) is `None`, for
+/// the general path.
+fn whole_data_event(chunk: &[u8], eol: usize) -> Option<(&str, usize)> {
+    let value = chunk[..eol].strip_prefix(b"data:")?;
+    let value = value.strip_prefix(b" ").unwrap_or(value);
+    let end = match &chunk[eol..] {
+        [b'\n', b'\n', ..] => eol + 2,
+        [b'\r', b'\n', b'\r', b'\n', ..] => eol + 4,
+        _ => return None,
+    };
+    Some((std::str::from_utf8(value).ok()?, end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +217,30 @@ mod tests {
             let bytes: Vec<&[u8]> = body.chunks(1).collect();
             assert_eq!(parse(&bytes), expected);
         }
+    }
+
+    // Events whole in one chunk go out borrowed (issue 16); every shape must give what the
+    // copying path gives, which one byte per chunk always takes.
+    #[test]
+    fn events_whole_in_a_chunk_match_the_byte_by_byte_parse() {
+        let body: &[u8] = b"event: a\ndata: 1\n\ndata:2\n\ndata: 3\r\n\r\ndata: 4\ndata: 5\n\n\
+            data:\n\ndatax: 6\n\ndata: \xC3\xA9\n\ndata: \xFF\n\nevent: b\r\ndata: 7\r\n\r\n";
+        let bytes: Vec<&[u8]> = body.chunks(1).collect();
+        let whole = parse(&[body]);
+        assert_eq!(whole, parse(&bytes));
+        assert_eq!(
+            whole,
+            vec![
+                pair("a", "1"),
+                pair("", "2"),
+                pair("", "3"),
+                pair("", "4\n5"),
+                pair("", ""),
+                pair("", "é"),
+                pair("", "\u{FFFD}"),
+                pair("b", "7"),
+            ]
+        );
     }
 
     #[test]

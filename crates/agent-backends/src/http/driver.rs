@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::hash::BuildHasher;
+use std::pin::Pin;
+use std::task::Poll;
 
 use agent_types::{
     BackendError, BackendErrorKind, BackendStream, Capabilities, MessageAssembler, ModelRequest,
@@ -135,8 +137,9 @@ pub(crate) fn stream<'a, P: Protocol>(
             let mut held: Vec<StreamEvent> = Vec::new();
             let mut shown = false;
             let mut finished = false;
+            let mut timer = BodyTimer::default();
             loop {
-                let step = match limits.within(body.next()).await {
+                let step = match timer.within(&limits, body.next()).await {
                     Err(timeout) => Err(timeout),
                     Ok(None) => framer
                         .finish(&mut decoder, &mut out)
@@ -245,29 +248,79 @@ impl Limits {
         }
     }
 
-    /// Runs `future` within the idle limit and the deadline.
-    async fn within<F: Future>(&self, future: F) -> Result<F::Output, BackendError> {
+    /// When the next wait must end: the idle limit from now, or the deadline if sooner.
+    fn end(&self) -> Option<Instant> {
         let idle_end = self.idle.map(|idle| Instant::now() + idle);
-        let end = match (idle_end, self.deadline) {
+        match (idle_end, self.deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        }
+    }
+
+    /// The error for a wait that reached `end`.
+    fn elapsed(&self, end: Instant) -> BackendError {
+        let which = if Some(end) == self.deadline {
+            "the call's total timeout"
+        } else {
+            "the idle timeout (no bytes from the provider)"
         };
-        let Some(end) = end else {
+        BackendError::new(BackendErrorKind::Timeout, format!("{which} elapsed"))
+    }
+
+    /// Runs `future` within the idle limit and the deadline.
+    async fn within<F: Future>(&self, future: F) -> Result<F::Output, BackendError> {
+        let Some(end) = self.end() else {
             return Ok(future.await);
         };
-        tokio::time::timeout_at(end, future).await.map_err(|_| {
-            let which = if Some(end) == self.deadline {
-                "the call's total timeout"
-            } else {
-                "the idle timeout (no bytes from the provider)"
-            };
-            BackendError::new(BackendErrorKind::Timeout, format!("{which} elapsed"))
-        })
+        tokio::time::timeout_at(end, future)
+            .await
+            .map_err(|_| self.elapsed(end))
     }
 
     fn remaining(&self) -> Option<std::time::Duration> {
         self.deadline
             .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// The limits over one response body, with one timer for all of its chunks.
+///
+/// [`Limits::within`] registers a fresh timer per call and cancels it after; per chunk of a
+/// stream (one per token) that was a lock, a wheel insert and a wheel removal each time. Here
+/// one `Sleep` is moved forward instead: tokio's `Sleep::reset` to a later instant only
+/// updates the entry's deadline, and the wheel sees it when the old deadline comes.
+#[derive(Default)]
+struct BodyTimer {
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl BodyTimer {
+    /// As [`Limits::within`], re-arming the one timer.
+    async fn within<F: Future + Unpin>(
+        &mut self,
+        limits: &Limits,
+        mut future: F,
+    ) -> Result<F::Output, BackendError> {
+        let Some(end) = limits.end() else {
+            return Ok(future.await);
+        };
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                sleep.as_mut().reset(end);
+                sleep
+            }
+            None => self.sleep.insert(Box::pin(tokio::time::sleep_until(end))),
+        };
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(output) = Pin::new(&mut future).poll(cx) {
+                return Poll::Ready(Ok(output));
+            }
+            match sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(limits.elapsed(end))),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
     }
 }
 

@@ -1,5 +1,7 @@
 //! Decoding Chat Completions responses: streamed chunks, whole responses and error bodies.
 
+use std::borrow::Cow;
+
 use agent_types::{BackendError, BackendErrorKind, StopReason, StreamEvent, ToolCallId, Usage};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
@@ -296,12 +298,18 @@ impl ChatDecoder {
     }
 
     fn chunk(&mut self, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
-        let chunk: Chunk = serde_json::from_str(data)
+        let chunk: Chunk<'_> = serde_json::from_str(data)
             .map_err(|error| malformed("a chat completion chunk", &error, data))?;
         if let Some(error) = chunk.error.filter(|error| !error.is_null()) {
             return Err(in_band_error(&error, data));
         }
-        self.start(chunk.id, chunk.model, out);
+        if !self.started {
+            self.start(
+                chunk.id.map(Cow::into_owned),
+                chunk.model.map(Cow::into_owned),
+                out,
+            );
+        }
         for choice in chunk.choices.into_iter().flatten() {
             if choice.index.unwrap_or(0) != 0 {
                 continue;
@@ -546,11 +554,15 @@ fn lenient_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<S
     })
 }
 
+// Every chunk repeats the id and model, needed only from the first: borrowed, not copied.
 #[derive(Deserialize)]
-struct Chunk {
-    id: Option<String>,
-    model: Option<String>,
-    choices: Option<Vec<ChunkChoice>>,
+struct Chunk<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    choices: Option<Vec<ChunkChoice<'a>>>,
     usage: Option<WireUsage>,
     x_groq: Option<XGroq>,
     error: Option<Value>,
@@ -562,10 +574,11 @@ struct XGroq {
 }
 
 #[derive(Deserialize)]
-struct ChunkChoice {
+struct ChunkChoice<'a> {
     index: Option<u32>,
     delta: Option<WireMessage>,
-    finish_reason: Option<String>,
+    #[serde(borrow)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -603,13 +616,73 @@ struct WireMessage {
     images: Option<Vec<IgnoredAny>>,
 }
 
-/// Message content: a string, or (some compatible servers) a list of typed parts.
-#[derive(Deserialize)]
-#[serde(untagged)]
+/// Message content: a string, or (some compatible servers) a list of typed parts; anything
+/// else is `Other`.
 enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
     Other(serde::de::IgnoredAny),
+}
+
+// By hand rather than `#[serde(untagged)]`, which buffers every value into an intermediate
+// tree before trying each variant: per text delta, an allocation and a copy (issue 16).
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Content;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("message content")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
+                Ok(Content::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
+                Ok(Content::Text(text))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Content, A::Error> {
+                // Rare (some compatible servers), so read as values first: as untagged did, a
+                // list that is not of parts is `Other`, not an error.
+                let values =
+                    Vec::<Value>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+                let parts: Result<Vec<ContentPart>, _> =
+                    values.into_iter().map(ContentPart::deserialize).collect();
+                Ok(parts.map_or(Content::Other(IgnoredAny), Content::Parts))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Content, A::Error> {
+                IgnoredAny::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Content::Other)
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Content, E> {
+                Ok(Content::Other(IgnoredAny))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Content, E> {
+                Ok(Content::Other(IgnoredAny))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Content, E> {
+                Ok(Content::Other(IgnoredAny))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Content, E> {
+                Ok(Content::Other(IgnoredAny))
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Content, E> {
+                Ok(Content::Other(IgnoredAny))
+            }
+        }
+
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 #[derive(Deserialize)]
@@ -674,5 +747,41 @@ impl WireUsage {
                 .completion_tokens_details
                 .and_then(|details| details.reasoning_tokens),
         }
+    }
+}
+
+#[cfg(test)]
+mod content_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    // `Content` is read by hand now (issue 16); what it accepts is what `untagged` accepted:
+    // a string, a list of parts, and anything else as `Other` (refused by name later).
+    #[test]
+    fn content_reads_as_the_untagged_enum_did() {
+        let read = |json: &str| serde_json::from_str::<Content>(json).unwrap();
+        assert!(matches!(read(r#""hé\n""#), Content::Text(text) if text == "hé\n"));
+        let Content::Parts(parts) = read(r#"[{"type": "text", "text": "a"}, {"type": "x"}]"#)
+        else {
+            panic!("parts")
+        };
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].text.as_deref(), Some("a"));
+        for other in [
+            r#"["not a part"]"#,
+            "5",
+            "true",
+            r#"{"a": [1]}"#,
+            "[1, [2]]",
+        ] {
+            assert!(matches!(read(other), Content::Other(_)), "{other}");
+        }
+        // A chunk around it still parses whole after an `Other`.
+        let chunk: Chunk<'_> = serde_json::from_str(
+            r#"{"id": "c", "choices": [{"index": 0, "delta": {"content": [1, {"b": 2}]}}], "model": "m"}"#,
+        )
+        .unwrap();
+        assert_eq!(chunk.model.as_deref(), Some("m"));
     }
 }

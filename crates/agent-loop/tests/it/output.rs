@@ -93,7 +93,7 @@ async fn auto_without_native_support_uses_a_final_answer_tool_the_model_must_cal
     assert_eq!(request.tools.len(), 1);
     assert_eq!(request.tools[0].name, "final_answer");
     assert_eq!(
-        request.tools[0].parameters,
+        *request.tools[0].parameters,
         agent_tools::schema_for::<Report>()
     );
     assert!(request.response_format.is_none());

@@ -370,7 +370,7 @@ async fn a_mixed_round_runs_the_local_call_then_suspends_for_the_remote_one() {
         Tool::remote(
             "approve_payment",
             "Asks a human to approve a payment.",
-            approve_spec().parameters,
+            (*approve_spec().parameters).clone(),
         ),
     ]));
     let backend = ScriptedBackend::new([ScriptedTurn::tool_calls([

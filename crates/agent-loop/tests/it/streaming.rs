@@ -567,3 +567,60 @@ async fn a_consumer_that_stops_reading_pauses_the_loop() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(backend.calls(), 2);
 }
+
+/// Counts how often the scheduler polls the future it wraps.
+struct CountPolls<F> {
+    inner: std::pin::Pin<Box<F>>,
+    polls: usize,
+}
+
+impl<F: std::future::Future> std::future::Future for CountPolls<F> {
+    type Output = (F::Output, usize);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.polls += 1;
+        let polls = self.polls;
+        self.inner.as_mut().poll(cx).map(|output| (output, polls))
+    }
+}
+
+// Each event's yield used to wake the consumer's task, so every wait for the provider
+// (every chunk) cost a second, spurious poll of the whole run (issue 16). The stream
+// answers its own yields now: one poll per chunk that arrives, plus the run's start and end.
+#[tokio::test(start_paused = true)]
+async fn a_streamed_run_is_polled_once_per_chunk_not_twice() {
+    const CHUNKS: usize = 50;
+    let mut turn = ScriptedTurn::new();
+    for index in 0..CHUNKS {
+        turn = turn
+            .with_delay(Duration::from_millis(1))
+            .with_text(format!("{index} "));
+    }
+    let backend = ScriptedBackend::new([turn]);
+    let input = Input::new(MODEL).user("Count.");
+    let options = Options::default();
+    let consume = async {
+        let mut stream = generate_stream(&backend, input, &options);
+        let mut deltas = 0;
+        while let Some(event) = stream.next().await {
+            if matches!(event, AgentEvent::TextDelta { .. }) {
+                deltas += 1;
+            }
+        }
+        (deltas, stream.result().await.unwrap().text())
+    };
+    let ((deltas, text), polls) = CountPolls {
+        inner: Box::pin(consume),
+        polls: 0,
+    }
+    .await;
+    assert_eq!(deltas, CHUNKS);
+    assert!(text.starts_with("0 1 2 "), "{text}");
+    assert!(
+        polls <= CHUNKS + 5,
+        "{polls} polls for {CHUNKS} chunks: a yield woke the task again"
+    );
+}

@@ -214,7 +214,7 @@ fn spec(name: &str) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         description: String::new(),
-        parameters: json!({"type": "object"}),
+        parameters: json!({"type": "object"}).into(),
         strict: false,
     }
 }

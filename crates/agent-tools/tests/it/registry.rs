@@ -253,3 +253,23 @@ fn approval_is_marked_by_builder_or_by_name_and_unknown_names_change_nothing() {
     );
     assert!(!before.get("a").unwrap().tool().requires_approval());
 }
+
+// Every model call takes the registry's specs; the schemas must be shared, not deep-copied
+// into each request (issue 16: memory per open stream on the server).
+#[test]
+fn specs_share_the_registered_schemas() {
+    let registry = registry(&["alpha", "beta"]);
+    let first = registry.specs();
+    let second = registry.specs();
+    for (index, name) in ["alpha", "beta"].into_iter().enumerate() {
+        let registered = &registry.get(name).unwrap().spec().parameters;
+        assert!(
+            std::sync::Arc::ptr_eq(registered, &first[index].parameters),
+            "{name}"
+        );
+        assert!(
+            std::sync::Arc::ptr_eq(registered, &second[index].parameters),
+            "{name}"
+        );
+    }
+}

@@ -16,7 +16,8 @@ fn weather_tool() -> ToolSpec {
             "properties": {"city": {"type": "string"}},
             "required": ["city"],
             "additionalProperties": false
-        }),
+        })
+        .into(),
         strict: false,
     }
 }

@@ -333,6 +333,28 @@ async fn idle_and_total_timeouts_end_the_call_with_the_partial_message() {
     assert_eq!(started.elapsed(), Duration::from_secs(12));
 }
 
+// The body's one idle timer is pushed forward at every chunk (issue 16): a stream whose
+// chunks each come within the idle limit finishes, however long it lasts in total (a silence
+// still ends it: idle_and_total_timeouts_end_the_call_with_the_partial_message).
+#[tokio::test(start_paused = true)]
+async fn the_idle_timer_restarts_at_every_chunk_of_a_long_stream() {
+    let steady = sse(OK)
+        .with_chunking(Chunking::At(vec![4, 13, 20, 26]))
+        .with_chunk_delay(Duration::from_secs(3));
+    let server = ReplayServer::start([steady]).await.unwrap();
+    let idle = Timeouts::none().with_idle(Some(Duration::from_secs(5)));
+    let backend = toy(&server, RetryPolicy::none(), idle);
+    let started = tokio::time::Instant::now();
+    let (events, error) = run(&backend).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text(&events), "Hello world");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(12),
+        "four 3 s gaps, none idle"
+    );
+}
+
 #[tokio::test]
 async fn tools_on_a_backend_without_tool_support_fail_before_any_request() {
     let server = ReplayServer::start([sse(OK)]).await.unwrap();
