@@ -487,3 +487,82 @@ async fn our_requests_match_the_bodies_recorded_against_bedrock() {
     object.insert("inferenceConfig".into(), json!({"maxTokens": 1024 + 4096}));
     assert_eq!(sent, recorded);
 }
+
+/// The Bedrock fixtures are derived from pydantic-ai's cassettes: framing and field layout
+/// kept, content ours. Fails if a file is copied back verbatim (the cassettes' ids, signature
+/// and sentences), if an event stream is not canonical framing (each message decodes with
+/// both CRCs and re-encodes to the same bytes), or if SOURCES.md stops saying so.
+#[test]
+fn the_bedrock_fixtures_keep_the_recorded_framing_with_our_own_content() {
+    use agent_backends::framing::{HeaderValue, decode_message, encode_message};
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/providers/bedrock");
+    // Strings only pydantic-ai's recordings hold: toolUseIds, the reasoning signatures'
+    // openings and the answers' own sentences.
+    let copied = [
+        "tooluse_W9DaUFg4Tj2cRPpndqxWSg",
+        "tooluse_Ze_bgl9CSqu8aJv7XD-_Dw",
+        "tooluse_lAG_zP8QRHmSYOwZzzaCqA",
+        "ErcBCkgIBhABGAIiQDYN",
+        "Eu0CCkgIBxABGAIqQJDc",
+        "How can I assist you today",
+        "largest city in the user country",
+        "capital of France",
+        "get_temperature",
+        "SINGLE NUMBER",
+        "greeted me with",
+    ];
+    let mut files = 0;
+    let mut messages = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".eventstream") {
+            let mut rest = &bytes[..];
+            let mut text = String::new();
+            while !rest.is_empty() {
+                let (message, used) = decode_message(rest).unwrap().unwrap();
+                let headers: Vec<(&str, &str)> = message
+                    .headers()
+                    .map(|(name, value)| match value {
+                        HeaderValue::String(value) => (name, value),
+                        other => panic!("{name}: unexpected header {other:?}"),
+                    })
+                    .collect();
+                assert_eq!(
+                    encode_message(&headers, message.payload),
+                    &rest[..used],
+                    "{name}: canonical framing"
+                );
+                text.push_str(std::str::from_utf8(message.payload).unwrap());
+                rest = &rest[used..];
+                messages += 1;
+            }
+            for phrase in copied {
+                assert!(!text.contains(phrase), "{name} still holds {phrase:?}");
+            }
+        } else {
+            let text = String::from_utf8(bytes).unwrap();
+            for phrase in copied {
+                assert!(!text.contains(phrase), "{name} still holds {phrase:?}");
+            }
+        }
+        files += 1;
+    }
+    assert_eq!(files, 19);
+    assert!(messages > 80, "{messages} event-stream messages");
+
+    let sources = std::fs::read_to_string(dir.join("../SOURCES.md")).unwrap();
+    let rows: Vec<&str> = sources
+        .lines()
+        .filter(|line| line.starts_with("| `bedrock/"))
+        .collect();
+    assert_eq!(rows.len(), 10);
+    for row in rows {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        assert!(cells[6].contains("test_bedrock/"), "source named: {row}");
+        assert!(cells[7].contains("derived: content changed"), "{row}");
+        assert!(!cells[7].contains("REAL"), "{row}");
+    }
+}
