@@ -1403,7 +1403,7 @@ fn bedrock_runs_signed_with_sigv4_against_its_recorded_answer() {
             "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
         ));
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("Paris"), "{stdout}");
+    assert!(stdout.contains("Lisbon"), "{stdout}");
     assert!(
         !stderr.contains("wJalrXUtnFEMI"),
         "the secret never reaches the output"

@@ -238,7 +238,7 @@ async fn a_throttled_call_is_retried_and_signed_again() {
         );
     let mut request = ModelRequest::new(
         "us.amazon.nova-micro-v1:0",
-        vec![Message::user("Capital of France?")],
+        vec![Message::user("Capital of Portugal?")],
     );
     request.stream = true;
     let events: Vec<_> = backend.stream(&request).collect().await;
@@ -438,7 +438,8 @@ async fn sent_body(request: &ModelRequest, response: &str) -> Value {
 
 #[tokio::test]
 async fn our_requests_match_the_bodies_recorded_against_bedrock() {
-    // pydantic-ai's streamed tool-use request, byte for byte the same JSON.
+    // The streamed tool-use request (derived from pydantic-ai's recording, our own content),
+    // byte for byte the same JSON.
     let recorded = recorded_request("stream-tool-use");
     let tool = |index: usize| {
         let spec = &recorded["toolConfig"]["tools"][index]["toolSpec"];
@@ -451,10 +452,10 @@ async fn our_requests_match_the_bodies_recorded_against_bedrock() {
     let mut request = ModelRequest::new(
         "us.amazon.nova-micro-v1:0",
         vec![Message::user(
-            "What is the temperature of the capital of France?",
+            "How warm is it in the capital of Norway right now?",
         )],
     );
-    request.system = Some("You are a helpful chatbot.".into());
+    request.system = Some("You are a helpful assistant.".into());
     request.tools = vec![tool(0), tool(1)];
     request.settings.top_p = Some(0.5);
     assert_eq!(
@@ -468,12 +469,10 @@ async fn our_requests_match_the_bodies_recorded_against_bedrock() {
     let mut recorded = recorded_request("converse-thinking-tool-use");
     let mut request = ModelRequest::new(
         "us.anthropic.claude-3-7-sonnet-20250219-v1:0",
-        vec![Message::user(
-            "What is the largest city in the user country?",
-        )],
+        vec![Message::user("What time is it where I am?")],
     );
     request.tools = vec![ToolSpec::new(
-        "get_user_country",
+        "clock",
         "",
         recorded["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"].clone(),
     )];
@@ -487,4 +486,83 @@ async fn our_requests_match_the_bodies_recorded_against_bedrock() {
     object.remove("system");
     object.insert("inferenceConfig".into(), json!({"maxTokens": 1024 + 4096}));
     assert_eq!(sent, recorded);
+}
+
+/// The Bedrock fixtures are derived from pydantic-ai's cassettes: framing and field layout
+/// kept, content ours. Fails if a file is copied back verbatim (the cassettes' ids, signature
+/// and sentences), if an event stream is not canonical framing (each message decodes with
+/// both CRCs and re-encodes to the same bytes), or if SOURCES.md stops saying so.
+#[test]
+fn the_bedrock_fixtures_keep_the_recorded_framing_with_our_own_content() {
+    use agent_backends::framing::{HeaderValue, decode_message, encode_message};
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/providers/bedrock");
+    // Strings only pydantic-ai's recordings hold: toolUseIds, the reasoning signatures'
+    // openings and the answers' own sentences.
+    let copied = [
+        "tooluse_W9DaUFg4Tj2cRPpndqxWSg",
+        "tooluse_Ze_bgl9CSqu8aJv7XD-_Dw",
+        "tooluse_lAG_zP8QRHmSYOwZzzaCqA",
+        "ErcBCkgIBhABGAIiQDYN",
+        "Eu0CCkgIBxABGAIqQJDc",
+        "How can I assist you today",
+        "largest city in the user country",
+        "capital of France",
+        "get_temperature",
+        "SINGLE NUMBER",
+        "greeted me with",
+    ];
+    let mut files = 0;
+    let mut messages = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".eventstream") {
+            let mut rest = &bytes[..];
+            let mut text = String::new();
+            while !rest.is_empty() {
+                let (message, used) = decode_message(rest).unwrap().unwrap();
+                let headers: Vec<(&str, &str)> = message
+                    .headers()
+                    .map(|(name, value)| match value {
+                        HeaderValue::String(value) => (name, value),
+                        other => panic!("{name}: unexpected header {other:?}"),
+                    })
+                    .collect();
+                assert_eq!(
+                    encode_message(&headers, message.payload),
+                    &rest[..used],
+                    "{name}: canonical framing"
+                );
+                text.push_str(std::str::from_utf8(message.payload).unwrap());
+                rest = &rest[used..];
+                messages += 1;
+            }
+            for phrase in copied {
+                assert!(!text.contains(phrase), "{name} still holds {phrase:?}");
+            }
+        } else {
+            let text = String::from_utf8(bytes).unwrap();
+            for phrase in copied {
+                assert!(!text.contains(phrase), "{name} still holds {phrase:?}");
+            }
+        }
+        files += 1;
+    }
+    assert_eq!(files, 19);
+    assert!(messages > 80, "{messages} event-stream messages");
+
+    let sources = std::fs::read_to_string(dir.join("../SOURCES.md")).unwrap();
+    let rows: Vec<&str> = sources
+        .lines()
+        .filter(|line| line.starts_with("| `bedrock/"))
+        .collect();
+    assert_eq!(rows.len(), 10);
+    for row in rows {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        assert!(cells[6].contains("test_bedrock/"), "source named: {row}");
+        assert!(cells[7].contains("derived: content changed"), "{row}");
+        assert!(!cells[7].contains("REAL"), "{row}");
+    }
 }

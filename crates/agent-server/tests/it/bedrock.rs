@@ -41,7 +41,7 @@ api_keys = ["key-acme-test-0001"]
         .post("/v1/chat/completions", "key-acme-test-0001")
         .json(&json!({
             "model": "nova",
-            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "messages": [{"role": "user", "content": "What is the capital of Portugal?"}],
         }))
         .send()
         .await
@@ -50,10 +50,10 @@ api_keys = ["key-acme-test-0001"]
     let body: Value = response.json().await.unwrap();
     let answer = body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(
-        answer.starts_with("The capital of France is Paris."),
+        answer.starts_with("The capital of Portugal is Lisbon."),
         "{body}"
     );
-    assert_eq!(body["usage"]["prompt_tokens"], 13, "{body}");
+    assert_eq!(body["usage"]["prompt_tokens"], 12, "{body}");
 
     let sent = upstream.requests();
     assert_eq!(sent.len(), 1);
