@@ -783,6 +783,73 @@ fn a_result_the_client_read_survives_a_crash_right_after() {
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
+/// The same window through `POST /v1/ui/chat` (the AI SDK's UI message stream), which runs
+/// the execute pipeline with its own encoder: the fast call's `tool-output-available` goes
+/// out only once the round's checkpoint holds it, so a crash the moment the client reads it
+/// loses nothing. Before the frontends shared the pipeline (their run task was a copy
+/// without the result gate) the chunk streamed 1.5 s before the checkpoint, and the crash
+/// turned the result the client had shown into the recovery's error result.
+#[test]
+fn a_ui_stream_result_the_client_read_survives_a_crash_right_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("sessions.db").display()
+    );
+    let upstream_runtime = client_runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([sse(two_calls_stream()), stalled()]))
+        .unwrap();
+    let config = config(&upstream.url(), &store);
+    let count = Arc::new(AtomicUsize::new(0));
+    let a = Instance::start(&config, tally(&count, 1500));
+    let id = unique("ui-window");
+    let client = client_runtime();
+    let body = json!({"id": id, "trigger": "submit-message", "messages": [
+        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "6 * 7, and count"}]}],
+        "session": {"model": "up", "tools": ["calculator", "tally"]}});
+    let (seen, read_at) = client.block_on(async {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/ui/chat", a.url))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let started = Instant::now();
+        let frames = read_until(response, "tool-output-available").await;
+        (frames, started.elapsed())
+    });
+    a.crash();
+    let shown = seen.last().unwrap();
+    assert_eq!(shown["toolCallId"], "call_1", "{seen:?}");
+    assert_eq!(shown["output"]["result"], 42, "{shown}");
+    // The fast call's result waited for the slow one and the round's checkpoint.
+    assert!(read_at >= Duration::from_millis(1500), "{read_at:?}");
+
+    let b = Instance::start(&config, tally(&count, 0));
+    client.block_on(async {
+        let stored = session(&b.url, &id).await;
+        let messages = stored["messages"].as_array().unwrap();
+        let result = messages
+            .iter()
+            .find(|message| message["role"] == "tool" && message["tool_call_id"] == "call_1")
+            .unwrap_or_else(|| panic!("the result the client read is not stored: {stored}"));
+        assert!(
+            result["content"].to_string().contains("42"),
+            "the result the client read came back as {result}"
+        );
+        assert!(
+            !result["content"]
+                .to_string()
+                .contains("may or may not have run"),
+            "{result}"
+        );
+    });
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
 /// What holding results back costs: `ROUNDS` rounds of one calculator call, each result
 /// (its `tool_execution_end` and its `message_end`) held until its round's checkpoint
 /// commits; the server's own `/metrics` sums the wait. Run with `--nocapture` for the figures
