@@ -3,14 +3,19 @@
 //! 1. **admit** ([`handler`]): the tenant's spend cap, the body, the input, a run permit;
 //! 2. **lease** ([`take`]): the session created already leased to this execute (a `context`),
 //!    or the lease of the existing one taken;
-//! 3. **prepare** ([`prepare`]): a crashed run's checkpoint recovered, then every refusal
-//!    (nothing to continue, expired calls, size and quota, input, model), each giving the
-//!    lease back;
-//! 4. **run** ([`start`], [`run`]): the loop on its own task, its events out as SSE, each
-//!    completed turn checkpointed under the lease (kept alive by a heartbeat), a tool's result
-//!    shown only once the store holds it;
+//! 3. **prepare** ([`prepare`]): a crashed run's checkpoint recovered, the run's input
+//!    taken, then every refusal (nothing to continue, expired calls, size and quota, input,
+//!    model), each giving the lease back;
+//! 4. **run** ([`start`], [`run`]): the loop on its own task, its events out as SSE through
+//!    a [`Sink`], each completed turn checkpointed under the lease (kept alive by a
+//!    heartbeat), a tool's result shown only once the store holds it;
 //! 5. **save and release**: the final save writes the outcome and releases the lease, before
-//!    `execute_complete` is sent.
+//!    the last frames (`execute_complete`) are sent.
+//!
+//! This is the one pipeline that runs a session for a client: the web-frontend endpoints
+//! (frontend.rs: `POST /v1/ui/chat`, `POST /v1/ag-ui`) lease their client-named session,
+//! then go through [`prepare`] with their own input mapping and [`start`] with their
+//! protocol's encoder ([`Encoded`]); execute writes its native events ([`Native`]).
 //!
 //! The loop runs on a spawned task, not inside the response body: a client that hangs up
 //! drops the body, which closes the event channel, which cancels the loop's token, and the
