@@ -256,18 +256,24 @@ where
         id,
         holder,
     } = *leased;
+    // A session not in the store yet holds no lease to give back.
+    let refuse = move |error: ApiError| async move {
+        match stored {
+            true => leased.give_back(error).await,
+            false => error,
+        }
+    };
     crate::checkpoint::recover_for_run(state, record);
     let input = match input(record) {
         Ok(input) => input,
-        Err(error) => return Err(leased.give_back(error).await),
+        Err(error) => return Err(refuse(error).await),
     };
     if matches!(input, SessionInput::Continue) && !crate::checkpoint::can_continue(record) {
-        return Err(leased
-            .give_back(ApiError::bad_request(format!(
-                "session {id} has nothing to continue: its history ends with the model's \
-                 message; send a `message` (or the `tool_results` it waits for)"
-            )))
-            .await);
+        return Err(refuse(ApiError::bad_request(format!(
+            "session {id} has nothing to continue: its history ends with the model's \
+             message; send a `message` (or the `tool_results` it waits for)"
+        )))
+        .await);
     }
     // An expired session goes on from a user message (its calls now have error results);
     // late results are refused.
@@ -287,19 +293,18 @@ where
         Err(error) => Some(error),
     };
     if let Some(error) = over {
-        return Err(leased.give_back(error).await);
+        return Err(refuse(error).await);
     }
     if let Err(error) = record.session.check_input(&input) {
-        return Err(leased.give_back(ApiError::bad_request(error.message)).await);
+        return Err(refuse(ApiError::bad_request(error.message)).await);
     }
     match state.inner.models.get(&record.model).cloned() {
         Some(model) => Ok((input, model)),
-        None => Err(leased
-            .give_back(ApiError::bad_request(format!(
-                "the session's model `{}` is no longer offered by this server",
-                record.model
-            )))
-            .await),
+        None => Err(refuse(ApiError::bad_request(format!(
+            "the session's model `{}` is no longer offered by this server",
+            record.model
+        )))
+        .await),
     }
 }
 
