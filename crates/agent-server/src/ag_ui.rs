@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 
 use crate::encode::{Encoder, End, write_json, write_str, write_u64};
 use crate::error::ApiError;
+use crate::execute::{self, Encoded};
 use crate::frontend;
 use crate::http::json_body;
 use crate::sessions::{NewSession, respond};
@@ -129,7 +130,7 @@ pub(crate) async fn run(State(state): State<AppState>, headers: HeaderMap, body:
         })
         .await?;
         let encoder = AgUiEncoder::new(&input.thread_id, &input.run_id);
-        Ok(frontend::start(state, execute, encoder))
+        Ok(execute::start(state, execute, Encoded(encoder)))
     })
     .await
     .into_response()

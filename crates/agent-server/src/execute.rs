@@ -3,14 +3,19 @@
 //! 1. **admit** ([`handler`]): the tenant's spend cap, the body, the input, a run permit;
 //! 2. **lease** ([`take`]): the session created already leased to this execute (a `context`),
 //!    or the lease of the existing one taken;
-//! 3. **prepare** ([`prepare`]): a crashed run's checkpoint recovered, then every refusal
-//!    (nothing to continue, expired calls, size and quota, input, model), each giving the
-//!    lease back;
-//! 4. **run** ([`start`], [`run`]): the loop on its own task, its events out as SSE, each
-//!    completed turn checkpointed under the lease (kept alive by a heartbeat), a tool's result
-//!    shown only once the store holds it;
+//! 3. **prepare** ([`prepare`]): a crashed run's checkpoint recovered, the run's input
+//!    taken, then every refusal (nothing to continue, expired calls, size and quota, input,
+//!    model), each giving the lease back;
+//! 4. **run** ([`start`], [`run`]): the loop on its own task, its events out as SSE through
+//!    a [`Sink`], each completed turn checkpointed under the lease (kept alive by a
+//!    heartbeat), a tool's result shown only once the store holds it;
 //! 5. **save and release**: the final save writes the outcome and releases the lease, before
-//!    `execute_complete` is sent.
+//!    the last frames (`execute_complete`) are sent.
+//!
+//! This is the one pipeline that runs a session for a client: the web-frontend endpoints
+//! (frontend.rs: `POST /v1/ui/chat`, `POST /v1/ag-ui`) lease their client-named session,
+//! then go through [`prepare`] with their own input mapping and [`start`] with their
+//! protocol's encoder ([`Encoded`]); execute writes its native events ([`Native`]).
 //!
 //! The loop runs on a spawned task, not inside the response body: a client that hangs up
 //! drops the body, which closes the event channel, which cancels the loop's token, and the
@@ -18,6 +23,7 @@
 //! session. The session is written before `execute_complete` is sent, so a client that
 //! reads that event and sends its next request to another instance finds the session there.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,12 +34,13 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::encode::{Encoder, End};
 use crate::error::{ApiError, redact_agent_error};
 use crate::http::json_body;
 use crate::limits::Permit;
@@ -155,12 +162,7 @@ pub(crate) async fn handler(
         state.inner.spend.admit(&tenant.name).await?;
         let mut body: ExecuteBody = json_body(state, headers, body).await?;
         let input = body.input()?;
-        let permit = tenant.gate.enter().ok_or_else(|| {
-            ApiError::rate_limited(
-                format!("tenant `{}` has too many executes running", tenant.name),
-                1,
-            )
-        })?;
+        let permit = permit(&tenant)?;
         // 2. Lease.
         let holder = holder(state);
         let leased = Leased {
@@ -171,7 +173,7 @@ pub(crate) async fn handler(
         };
         let mut record = take(&leased, body.context).await?;
         // 3. Prepare.
-        let model = prepare(&leased, &mut record, &input).await?;
+        let (input, model) = prepare(&leased, &mut record, true, |_| Ok(input)).await?;
         // 4 and 5: run, save, release.
         Ok(start(
             state,
@@ -183,6 +185,7 @@ pub(crate) async fn handler(
                 holder,
                 permit,
             },
+            Native,
         ))
     })
     .await
@@ -232,28 +235,45 @@ async fn take(leased: &Leased<'_>, context: Option<NewSession>) -> Result<Sessio
     }
 }
 
-/// Makes the leased session ready to run `input`: a run cut off by a crash recovered from its
-/// checkpoint first, then every reason not to run checked; the lease is given back with any
-/// refusal. Returns the session's model.
-async fn prepare(
+/// Makes the leased session ready to run: a run cut off by a crash recovered from its
+/// checkpoint first, then the run's input taken from `input` (given the session as it is:
+/// a frontend maps its client's messages against it), then every reason not to run
+/// checked; the lease is given back with any refusal. `stored`: the session is in the store
+/// (leased); a frontend's session created on first use is not yet, and its insert checks
+/// the byte quota. Returns the run's input and the session's model.
+pub(crate) async fn prepare<F>(
     leased: &Leased<'_>,
     record: &mut SessionRecord,
-    input: &SessionInput,
-) -> Result<Model, ApiError> {
+    stored: bool,
+    input: F,
+) -> Result<(SessionInput, Model), ApiError>
+where
+    F: FnOnce(&mut SessionRecord) -> Result<SessionInput, ApiError>,
+{
     let Leased {
         state,
         tenant,
         id,
         holder,
     } = *leased;
+    // A session not in the store yet holds no lease to give back.
+    let refuse = move |error: ApiError| async move {
+        match stored {
+            true => leased.give_back(error).await,
+            false => error,
+        }
+    };
     crate::checkpoint::recover_for_run(state, record);
+    let input = match input(record) {
+        Ok(input) => input,
+        Err(error) => return Err(refuse(error).await),
+    };
     if matches!(input, SessionInput::Continue) && !crate::checkpoint::can_continue(record) {
-        return Err(leased
-            .give_back(ApiError::bad_request(format!(
-                "session {id} has nothing to continue: its history ends with the model's \
-                 message; send a `message` (or the `tool_results` it waits for)"
-            )))
-            .await);
+        return Err(refuse(ApiError::bad_request(format!(
+            "session {id} has nothing to continue: its history ends with the model's \
+             message; send a `message` (or the `tool_results` it waits for)"
+        )))
+        .await);
     }
     // An expired session goes on from a user message (its calls now have error results);
     // late results are refused.
@@ -268,38 +288,38 @@ async fn prepare(
     }
     // The history cap and the tenant's byte quota, before anything is spent.
     let over = match quota::check_session_size(state, tenant, record) {
-        Ok(()) => quota::check_stored_bytes(state, tenant).await.err(),
+        Ok(()) if stored => quota::check_stored_bytes(state, tenant).await.err(),
+        Ok(()) => None,
         Err(error) => Some(error),
     };
     if let Some(error) = over {
-        return Err(leased.give_back(error).await);
+        return Err(refuse(error).await);
     }
-    if let Err(error) = record.session.check_input(input) {
-        return Err(leased.give_back(ApiError::bad_request(error.message)).await);
+    if let Err(error) = record.session.check_input(&input) {
+        return Err(refuse(ApiError::bad_request(error.message)).await);
     }
     match state.inner.models.get(&record.model).cloned() {
-        Some(model) => Ok(model),
-        None => Err(leased
-            .give_back(ApiError::bad_request(format!(
-                "the session's model `{}` is no longer offered by this server",
-                record.model
-            )))
-            .await),
+        Some(model) => Ok((input, model)),
+        None => Err(refuse(ApiError::bad_request(format!(
+            "the session's model `{}` is no longer offered by this server",
+            record.model
+        )))
+        .await),
     }
 }
 
 /// A lease held by a request that has not started its run yet.
 #[derive(Clone, Copy)]
-struct Leased<'a> {
-    state: &'a AppState,
-    tenant: &'a Tenant,
-    id: &'a str,
-    holder: &'a str,
+pub(crate) struct Leased<'a> {
+    pub(crate) state: &'a AppState,
+    pub(crate) tenant: &'a Tenant,
+    pub(crate) id: &'a str,
+    pub(crate) holder: &'a str,
 }
 
 impl Leased<'_> {
     /// Releases the lease and returns `error`.
-    async fn give_back(self, error: ApiError) -> ApiError {
+    pub(crate) async fn give_back(self, error: ApiError) -> ApiError {
         if let Err(release) = self
             .state
             .inner
@@ -311,6 +331,16 @@ impl Leased<'_> {
         }
         error
     }
+}
+
+/// Step 1's run permit: 429 when the tenant has too many runs going.
+pub(crate) fn permit(tenant: &Tenant) -> Result<Permit, ApiError> {
+    tenant.gate.enter().ok_or_else(|| {
+        ApiError::rate_limited(
+            format!("tenant `{}` has too many executes running", tenant.name),
+            1,
+        )
+    })
 }
 
 /// A lease holder id unique to this request.
@@ -352,13 +382,14 @@ pub(crate) async fn lease(
     }
 }
 
-/// Starts the run and returns the SSE response that streams it.
-pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
+/// Starts the run and returns the SSE response that streams it, each event written by
+/// `sink` (the native events, or a frontend protocol's encoder).
+pub(crate) fn start<S: Sink>(state: &AppState, execute: Execute, sink: S) -> Response {
     let (sender, receiver) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
     let id = execute.record.id().to_owned();
     let tenant = execute.tenant.name.clone();
     let task_state = state.clone();
-    tokio::spawn(async move { run(task_state, execute, sender).await });
+    tokio::spawn(async move { run(task_state, execute, sink, sender).await });
 
     let open = OpenStream::open(state, &tenant);
     let body = futures_util::stream::unfold((receiver, open), |(mut receiver, open)| async move {
@@ -383,6 +414,147 @@ pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
         response.headers_mut().insert("x-session-id", value);
     }
     response
+}
+
+/// How the pipeline's events become the response's bytes: [`Native`] (execute's own SSE
+/// events) or a frontend protocol's [`Encoder`] ([`Encoded`]). The pipeline hands it only
+/// what the client may see: errors redacted, a tool's result once the store holds it.
+pub(crate) trait Sink: Send + 'static {
+    /// The frames before the first event.
+    fn open(&mut self, out: &mut BytesMut);
+    /// One loop event, already redacted and let through by the result gate.
+    fn event(&mut self, event: &AgentEvent, out: &mut BytesMut);
+    /// The last frames, once the session is saved and released.
+    fn close(&mut self, end: &Ended<'_>, out: &mut BytesMut);
+    /// The only frames of a run refused as it was about to start (the server is draining).
+    fn refused(&mut self, record: &SessionRecord, error: &ApiError, out: &mut BytesMut);
+}
+
+/// How a run ended, for [`Sink::close`].
+pub(crate) struct Ended<'a> {
+    /// The session as saved.
+    pub(crate) record: &'a SessionRecord,
+    /// The run's result (its messages dropped: they are in the session).
+    pub(crate) outcome: &'a Result<GenerateResult, AgentError>,
+    /// Why the run failed, redacted (the save's failure included).
+    pub(crate) error: Option<&'a AgentError>,
+    /// The tenant's spend cap that refused a model call.
+    pub(crate) spend_cap: Option<crate::spend::CapHit>,
+}
+
+impl Ended<'_> {
+    /// What the run spent, on every path: a failed run's error carries it too.
+    pub(crate) fn spent(&self) -> (Usage, Option<f64>) {
+        match self.outcome {
+            Ok(result) => (result.usage, result.cost_usd),
+            Err(error) => (error.spent.usage, error.spent.cost_usd),
+        }
+    }
+}
+
+/// `POST /v1/sessions/{id}/execute`'s events: each one as `data: <json>\n\n`, then
+/// `execute_complete`.
+pub(crate) struct Native;
+
+impl Sink for Native {
+    fn open(&mut self, _out: &mut BytesMut) {}
+
+    fn event(&mut self, event: &AgentEvent, out: &mut BytesMut) {
+        write_frame(event, out);
+    }
+
+    fn close(&mut self, end: &Ended<'_>, out: &mut BytesMut) {
+        let mut complete = complete_event(end.record, end.outcome, end.error);
+        complete.spend_cap = end.spend_cap.clone();
+        write_frame(&complete, out);
+    }
+
+    fn refused(&mut self, _record: &SessionRecord, error: &ApiError, out: &mut BytesMut) {
+        write_frame(
+            &serde_json::json!({"type": "error", "error": error.body()["error"]}),
+            out,
+        );
+    }
+}
+
+/// A frontend protocol's [`Encoder`] as the pipeline's [`Sink`].
+pub(crate) struct Encoded<E>(pub(crate) E);
+
+impl<E: Encoder> Sink for Encoded<E> {
+    fn open(&mut self, out: &mut BytesMut) {
+        self.0.open(out);
+    }
+
+    fn event(&mut self, event: &AgentEvent, out: &mut BytesMut) {
+        self.0.event(event, out);
+    }
+
+    fn close(&mut self, end: &Ended<'_>, out: &mut BytesMut) {
+        let (usage, cost_usd) = end.spent();
+        self.0.close(
+            &End {
+                session: &end.record.session,
+                usage,
+                cost_usd,
+                error: end.error,
+            },
+            out,
+        );
+    }
+
+    fn refused(&mut self, record: &SessionRecord, error: &ApiError, out: &mut BytesMut) {
+        let error = AgentError::new(agent_types::ErrorKind::Aborted, error.message.clone());
+        self.0.open(out);
+        self.0.close(
+            &End {
+                session: &record.session,
+                usage: Usage::default(),
+                cost_usd: None,
+                error: Some(&error),
+            },
+            out,
+        );
+    }
+}
+
+/// `value` as one SSE frame into `out`.
+fn write_frame<T: Serialize + ?Sized>(value: &T, out: &mut BytesMut) {
+    use bytes::BufMut;
+    let start = out.len();
+    out.extend_from_slice(b"data: ");
+    // Our events always serialize; a failure would be a bug, sent as an error frame.
+    if serde_json::to_writer(out.writer(), value).is_err() {
+        out.truncate(start + 6);
+        out.extend_from_slice(br#"{"type":"error","error":{"message":"unserializable event"}}"#);
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The run's way out to the client: the sink, its buffer, the channel to the response.
+struct Out<S> {
+    sink: S,
+    buf: BytesMut,
+    sender: mpsc::Sender<Bytes>,
+    cancel: CancellationToken,
+    tenant: String,
+    session_id: String,
+}
+
+impl<S: Sink> Out<S> {
+    /// Writes `event` (redacted) and sends it; `false` when the client is gone.
+    async fn send(&mut self, event: &AgentEvent) -> bool {
+        let event = redacted(event, &self.tenant, &self.session_id);
+        self.sink.event(&event, &mut self.buf);
+        self.flush().await
+    }
+
+    /// Sends what the sink wrote; `false` when the client is gone.
+    async fn flush(&mut self) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        deliver(&self.sender, self.buf.split().freeze(), &self.cancel).await
+    }
 }
 
 /// A `text/event-stream` response (not cached) with `body`.
@@ -424,19 +596,6 @@ impl Drop for OpenStream {
             .metrics
             .add("agentry_active_streams", &[("tenant", &self.tenant)], -1.0);
     }
-}
-
-/// One SSE frame: `data: <json>\n\n`.
-pub(crate) fn frame<T: Serialize>(event: &T) -> Bytes {
-    let mut bytes = Vec::with_capacity(256);
-    bytes.extend_from_slice(b"data: ");
-    // Our events always serialize; a failure would be a bug, sent as an error frame.
-    if serde_json::to_writer(&mut bytes, event).is_err() {
-        bytes.truncate(6);
-        bytes.extend_from_slice(br#"{"type":"error","error":{"message":"unserializable event"}}"#);
-    }
-    bytes.extend_from_slice(b"\n\n");
-    Bytes::from(bytes)
 }
 
 /// The loop options for this session: the server's tools narrowed to the session's, its
@@ -515,8 +674,10 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-/// The run task.
-async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
+/// The run task: the loop's events out through `sink`, each completed turn checkpointed, a
+/// tool's result shown only once the store holds it, the final save and release before the
+/// last frames.
+async fn run<S: Sink>(state: AppState, execute: Execute, sink: S, sender: mpsc::Sender<Bytes>) {
     let Execute {
         tenant,
         mut record,
@@ -526,6 +687,14 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         permit,
     } = execute;
     let cancel = CancellationToken::new();
+    let mut out = Out {
+        sink,
+        buf: BytesMut::with_capacity(4096),
+        sender,
+        cancel: cancel.clone(),
+        tenant: tenant.name.clone(),
+        session_id: record.id().to_owned(),
+    };
     let Some(_registered) = state.inner.runs.register(cancel.clone()) else {
         // Draining began between admission and now: give the session back untouched.
         let _ = state
@@ -533,14 +702,14 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
             .store
             .release(&tenant.name, record.id(), &holder)
             .await;
-        let _ = sender
-            .send(frame(&serde_json::json!({"type": "error", "error": ApiError::unavailable("the server is shutting down").body()["error"]})))
-            .await;
+        let error = ApiError::unavailable("the server is shutting down");
+        out.sink.refused(&record, &error, &mut out.buf);
+        out.flush().await;
         return;
     };
     // A client that hangs up closes the channel: stop the loop (model call and tools).
     let watcher = {
-        let sender = sender.clone();
+        let sender = out.sender.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
             sender.closed().await;
@@ -564,8 +733,8 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     let heartbeat =
         crate::checkpoint::heartbeat(&state, &tenant.name, record.id(), &holder, cancel.clone());
     let metrics = &state.inner.metrics;
-    let mut client = true;
-    let session_id = record.id().to_owned();
+    out.sink.open(&mut out.buf);
+    let mut client = out.flush().await;
     let outcome = {
         let agent = agent_for(&model, options);
         let mut stream = agent.resume_stream(&mut record.session, input);
@@ -579,18 +748,7 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
                 Pumped::Event(Some(event)) => event,
                 Pumped::Event(None) => break,
                 Pumped::Committed => {
-                    if client
-                        && gate.ready()
-                        && !send_held(
-                            &mut gate,
-                            false,
-                            &sender,
-                            &cancel,
-                            &tenant.name,
-                            &session_id,
-                        )
-                        .await
-                    {
+                    if client && gate.ready() && !send_held(&mut gate, false, &mut out).await {
                         client = false;
                         cancel.cancel();
                     }
@@ -602,17 +760,7 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
                 continue;
             }
             // Results the store now holds go out before what came after them.
-            if gate.ready()
-                && !send_held(
-                    &mut gate,
-                    false,
-                    &sender,
-                    &cancel,
-                    &tenant.name,
-                    &session_id,
-                )
-                .await
-            {
+            if gate.ready() && !send_held(&mut gate, false, &mut out).await {
                 client = false;
                 cancel.cancel();
                 continue;
@@ -620,13 +768,7 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
             let Some(event) = gate.pass(event) else {
                 continue;
             };
-            if !deliver(
-                &sender,
-                event_frame(&event, &tenant.name, &session_id),
-                &cancel,
-            )
-            .await
-            {
+            if !out.send(&event).await {
                 client = false;
                 cancel.cancel();
             }
@@ -659,7 +801,7 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
         // What the run showed last (results it closed, its end) is in the store now; if the
         // save failed, the store does not hold it and the client hears only the error.
         if saved.is_ok() {
-            client = send_held(&mut gate, true, &sender, &cancel, &tenant.name, &session_id).await;
+            client = send_held(&mut gate, true, &mut out).await;
         } else {
             gate.discard();
         }
@@ -689,9 +831,14 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
             _ => None,
         };
         let error = error.as_ref().map(redact_agent_error);
-        let mut complete = complete_event(&record, &outcome, error.as_ref());
-        complete.spend_cap = meter.as_ref().and_then(|meter| meter.hit_for(&outcome));
-        deliver(&sender, frame(&complete), &cancel).await;
+        let ended = Ended {
+            record: &record,
+            outcome: &outcome,
+            error: error.as_ref(),
+            spend_cap: meter.as_ref().and_then(|meter| meter.hit_for(&outcome)),
+        };
+        out.sink.close(&ended, &mut out.buf);
+        out.flush().await;
     }
 }
 
@@ -703,9 +850,9 @@ enum Pumped {
     Committed,
 }
 
-/// The SSE frame of one of the loop's events. The tenant sees an error without upstream URLs
-/// or credentials; the log has all of it.
-fn event_frame(event: &AgentEvent, tenant: &str, session_id: &str) -> Bytes {
+/// One of the loop's events as the tenant may see it: an error without upstream URLs or
+/// credentials (the log has all of it).
+fn redacted<'a>(event: &'a AgentEvent, tenant: &str, session_id: &str) -> Cow<'a, AgentEvent> {
     match event {
         AgentEvent::Error { error } => {
             tracing::warn!(
@@ -714,7 +861,7 @@ fn event_frame(event: &AgentEvent, tenant: &str, session_id: &str) -> Bytes {
                 error = %error.message,
                 "the run failed"
             );
-            frame(&AgentEvent::Error {
+            Cow::Owned(AgentEvent::Error {
                 error: redact_agent_error(error),
             })
         }
@@ -722,28 +869,25 @@ fn event_frame(event: &AgentEvent, tenant: &str, session_id: &str) -> Bytes {
         AgentEvent::SubAgent { event: inner, .. }
             if matches!(**inner, AgentEvent::Error { .. }) =>
         {
-            frame(&crate::error::redact_nested(event.clone()))
+            Cow::Owned(crate::error::redact_nested(event.clone()))
         }
-        _ => frame(event),
+        _ => Cow::Borrowed(event),
     }
 }
 
 /// Sends the events `gate` held that may go out (`all`: after the final save, every one),
 /// in order; `false` when the client is gone.
-async fn send_held(
+async fn send_held<S: Sink>(
     gate: &mut crate::result_gate::Gate,
     all: bool,
-    sender: &mpsc::Sender<Bytes>,
-    cancel: &CancellationToken,
-    tenant: &str,
-    session_id: &str,
+    out: &mut Out<S>,
 ) -> bool {
     let mut events: Box<dyn Iterator<Item = AgentEvent> + Send + '_> = match all {
         true => Box::new(gate.release_all()),
         false => Box::new(gate.release()),
     };
     for event in events.by_ref() {
-        if !deliver(sender, event_frame(&event, tenant, session_id), cancel).await {
+        if !out.send(&event).await {
             return false;
         }
     }

@@ -48,6 +48,7 @@ use serde_json::Value;
 
 use crate::encode::{Encoder, End, write_json, write_output, write_str, write_u64};
 use crate::error::ApiError;
+use crate::execute::{self, Encoded};
 use crate::frontend;
 use crate::http::json_body;
 use crate::sessions::{NewSession, respond};
@@ -98,7 +99,7 @@ pub(crate) async fn chat(
             input(record, last, regenerate, &mut denied)
         })
         .await?;
-        let mut response = frontend::start(state, execute, UiEncoder::new(denied));
+        let mut response = execute::start(state, execute, Encoded(UiEncoder::new(denied)));
         let headers = response.headers_mut();
         headers.insert(
             "x-vercel-ai-ui-message-stream",

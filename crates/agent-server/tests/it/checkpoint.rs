@@ -735,6 +735,77 @@ async fn read_until(response: reqwest::Response, kind: &str) -> Vec<Value> {
 /// it; now the client reads it only once the store holds it, so it survives the crash.
 #[test]
 fn a_result_the_client_read_survives_a_crash_right_after() {
+    let window = result_window("/v1/sessions/{id}/execute", "tool_execution_end", |_| {
+        json!({"message": "6 * 7, and count",
+            "context": {"model": "up", "tools": ["calculator", "tally"]}})
+    });
+    assert_eq!(window.shown["call_id"], "call_1");
+    assert_eq!(
+        window.shown["output"],
+        "{\"expression\":\"6 * 7\",\"result\":42}"
+    );
+    window.client.block_on(async {
+        window.upstream.push(sse(answer_stream("42, counted")));
+        let events = continue_after_lease(&window.b.url, &window.id).await;
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
+    });
+    assert_eq!(window.count.load(Ordering::SeqCst), 1);
+}
+
+/// The same window through `POST /v1/ui/chat` (the AI SDK's UI message stream), which runs
+/// the execute pipeline with its own encoder: the fast call's `tool-output-available` goes
+/// out only once the round's checkpoint holds it, so a crash the moment the client reads it
+/// loses nothing. Before the frontends shared the pipeline (their run task was a copy
+/// without the result gate) the chunk streamed within milliseconds, 1.5 s before the
+/// checkpoint, and the crash turned the result the client had shown into the recovery's
+/// error result.
+#[test]
+fn a_ui_stream_result_the_client_read_survives_a_crash_right_after() {
+    let window = result_window("/v1/ui/chat", "tool-output-available", |id| {
+        json!({"id": id, "trigger": "submit-message", "messages": [{"id": "u1",
+            "role": "user", "parts": [{"type": "text", "text": "6 * 7, and count"}]}],
+            "session": {"model": "up", "tools": ["calculator", "tally"]}})
+    });
+    assert_eq!(window.shown["toolCallId"], "call_1");
+    assert_eq!(window.shown["output"]["result"], 42, "{}", window.shown);
+    assert_eq!(window.count.load(Ordering::SeqCst), 1);
+}
+
+/// The same window through `POST /v1/ag-ui`: `TOOL_CALL_RESULT` waits for the checkpoint.
+#[test]
+fn an_ag_ui_result_the_client_read_survives_a_crash_right_after() {
+    let window = result_window("/v1/ag-ui", "TOOL_CALL_RESULT", |id| {
+        json!({"threadId": id, "runId": "r1", "state": {}, "tools": [], "context": [],
+            "messages": [{"id": "u1", "role": "user", "content": "6 * 7, and count"}],
+            "forwardedProps": {"session": {"model": "up", "tools": ["calculator", "tally"]}}})
+    });
+    assert_eq!(window.shown["toolCallId"], "call_1");
+    assert!(
+        window.shown["content"].to_string().contains("42"),
+        "{}",
+        window.shown
+    );
+    assert_eq!(window.count.load(Ordering::SeqCst), 1);
+}
+
+/// After [`result_window`]: the second instance, and what the test goes on with.
+struct Window {
+    /// The result frame the client read as the first instance crashed.
+    shown: Value,
+    id: String,
+    b: Instance,
+    count: Arc<AtomicUsize>,
+    client: tokio::runtime::Runtime,
+    upstream: ReplayServer,
+    _upstream_runtime: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+/// The checkpoint window through `path` (`{id}` stands for the session id): a round of a
+/// fast call and a slow one (1.5 s); the instance is crashed the moment the client reads the
+/// fast call's result frame (`kind`), which must have waited for the round's checkpoint, and
+/// a second instance must hold that result, not the recovery's error result.
+fn result_window(path: &str, kind: &str, body: impl Fn(&str) -> Value) -> Window {
     let dir = tempfile::tempdir().unwrap();
     let store = format!(
         "kind = \"sqlite\"\npath = \"{}\"",
@@ -749,18 +820,21 @@ fn a_result_the_client_read_survives_a_crash_right_after() {
     let a = Instance::start(&config, tally(&count, 1500));
     let id = unique("window");
     let client = client_runtime();
-    let body = json!({"message": "6 * 7, and count",
-        "context": {"model": "up", "tools": ["calculator", "tally"]}});
     let (seen, read_at) = client.block_on(async {
-        let response = post(&a.url, &id, &body).await;
+        let response = reqwest::Client::new()
+            .post(format!("{}{}", a.url, path.replace("{id}", &id)))
+            .bearer_auth(KEY)
+            .json(&body(&id))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
         let started = Instant::now();
-        let frames = read_until(response, "tool_execution_end").await;
+        let frames = read_until(response, kind).await;
         (frames, started.elapsed())
     });
     a.crash();
-    let shown = seen.last().unwrap();
-    assert_eq!(shown["call_id"], "call_1", "{seen:?}");
-    assert_eq!(shown["output"], "{\"expression\":\"6 * 7\",\"result\":42}");
+    let shown = seen.last().unwrap().clone();
     // The fast call's result waited for the slow one and the round's checkpoint.
     assert!(read_at >= Duration::from_millis(1500), "{read_at:?}");
 
@@ -776,11 +850,17 @@ fn a_result_the_client_read_survives_a_crash_right_after() {
             result["content"].to_string().contains("42"),
             "the result the client read came back as {result}"
         );
-        upstream.push(sse(answer_stream("42, counted")));
-        let events = continue_after_lease(&b.url, &id).await;
-        assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
     });
-    assert_eq!(count.load(Ordering::SeqCst), 1);
+    Window {
+        shown,
+        id,
+        b,
+        count,
+        client,
+        upstream,
+        _upstream_runtime: upstream_runtime,
+        _dir: dir,
+    }
 }
 
 /// What holding results back costs: `ROUNDS` rounds of one calculator call, each result
