@@ -116,9 +116,81 @@ const RULES: &[Rule] = &[
     },
 ];
 
+/// Within a crate: modules that must not name another module (its path in code, doc comments
+/// aside), so the crate keeps a direction: data at the bottom, orchestration on top.
+struct ModuleRule {
+    files: &'static [&'static str],
+    forbidden: &'static [&'static str],
+    why: &'static str,
+}
+
+const MODULE_RULES: &[ModuleRule] = &[
+    ModuleRule {
+        files: &[
+            "crates/agent-loop/src/session.rs",
+            "crates/agent-loop/src/options.rs",
+            "crates/agent-loop/src/result.rs",
+            "crates/agent-loop/src/events.rs",
+        ],
+        forbidden: &["crate::run", "crate::dispatch"],
+        why: "agent-loop's data modules sit below dispatch and run",
+    },
+    ModuleRule {
+        files: &[
+            "crates/agent-loop/src/approval.rs",
+            "crates/agent-loop/src/audit.rs",
+            "crates/agent-loop/src/bounded.rs",
+            "crates/agent-loop/src/checkpoint.rs",
+            "crates/agent-loop/src/dispatch.rs",
+            "crates/agent-loop/src/estimate.rs",
+            "crates/agent-loop/src/history.rs",
+            "crates/agent-loop/src/hooks.rs",
+            "crates/agent-loop/src/output.rs",
+            "crates/agent-loop/src/prepare.rs",
+            "crates/agent-loop/src/span_sink.rs",
+            "crates/agent-loop/src/telemetry.rs",
+        ],
+        forbidden: &["crate::run"],
+        why: "only the crate root and `Agent` call into agent-loop's `run`",
+    },
+    ModuleRule {
+        files: &["crates/agent-backends/src/anthropic/request.rs"],
+        forbidden: &["cache::", "super::cache"],
+        why: "the Anthropic body is built by request.rs and marked by cache.rs, never back",
+    },
+];
+
+/// Each rule's files, read from the workspace root, checked for the names they must not use.
+fn module_violations() -> Result<Vec<String>, String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("xtask has no parent directory")?;
+    let mut violations = Vec::new();
+    for rule in MODULE_RULES {
+        for file in rule.files {
+            let text = std::fs::read_to_string(root.join(file))
+                .map_err(|error| format!("reading {file}: {error}"))?;
+            for (number, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                if let Some(name) = rule.forbidden.iter().find(|name| code.contains(**name)) {
+                    violations.push(format!(
+                        "{file}:{} names `{name}`: {}",
+                        number + 1,
+                        rule.why
+                    ));
+                }
+            }
+        }
+    }
+    Ok(violations)
+}
+
 pub(crate) fn run() -> Result<(), String> {
     println!("\n==> layering");
-    let mut violations = Vec::new();
+    let mut violations = module_violations()?;
     for rule in RULES {
         let names = dependency_names(rule)?;
         for forbidden in rule.forbidden {
@@ -136,7 +208,11 @@ pub(crate) fn run() -> Result<(), String> {
         }
     }
     if violations.is_empty() {
-        println!("==> layering: ok ({} rules)", RULES.len());
+        println!(
+            "==> layering: ok ({} crate rules, {} module rules)",
+            RULES.len(),
+            MODULE_RULES.len()
+        );
         Ok(())
     } else {
         Err(format!(
@@ -192,6 +268,18 @@ mod tests {
         let tree =
             "agent-types v0.1.0 (/w/crates/agent-types)\nserde v1.0.1\nreqwest v0.12.0 (*)\n\n";
         assert_eq!(package_names(tree), ["agent-types", "serde", "reqwest"]);
+    }
+
+    #[test]
+    fn every_module_rule_names_files_that_exist_and_holds_today() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for rule in MODULE_RULES {
+            assert!(!rule.forbidden.is_empty(), "{}", rule.why);
+            for file in rule.files {
+                assert!(root.join(file).is_file(), "{file} is gone: update the rule");
+            }
+        }
+        assert_eq!(module_violations().unwrap(), Vec::<String>::new());
     }
 
     #[test]

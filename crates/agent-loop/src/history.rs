@@ -685,7 +685,7 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
     use futures_util::StreamExt;
     use tracing::{Instrument, field};
 
-    use crate::run::{Bounded, bounded};
+    use crate::bounded::{Bounded, bounded};
     use crate::telemetry::{self, SpanName};
 
     let direct = crate::span_sink::with_run(|run| {

@@ -78,6 +78,7 @@
 mod agent;
 mod approval;
 pub mod audit;
+mod bounded;
 mod checkpoint;
 mod dispatch;
 mod estimate;

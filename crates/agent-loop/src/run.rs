@@ -3,8 +3,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
-use std::pin::{Pin, pin};
-use std::time::Duration;
+use std::pin::Pin;
 
 use agent_conversation::Turn;
 use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
@@ -14,11 +13,11 @@ use agent_types::{
     Role, StopReason, ToolCall, ToolChoice, ToolResult, TraceEntry, Usage,
 };
 use futures_util::StreamExt;
-use futures_util::future::{Either, select};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
 
+use crate::bounded::{Bounded, bounded};
 use crate::dispatch::{Job, Outcome};
 use crate::estimate::CountCache;
 use crate::events::Emitter;
@@ -292,7 +291,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         scope: Scope,
     ) -> Result<Self, AgentError> {
         options.validate()?;
-        check_input(session, &input)?;
+        session.check_input(&input)?;
         let tools = effective_tools(options, session)?;
         if !tools.is_empty() && !backend.capabilities().tools {
             return Err(AgentError::config(format!(
@@ -1698,35 +1697,6 @@ impl<B: ?Sized> Drop for Run<'_, '_, B> {
     }
 }
 
-/// The outcome of a future raced against cancellation and a timeout.
-pub(crate) enum Bounded<T> {
-    Done(T),
-    Cancelled,
-    TimedOut(Duration),
-}
-
-/// Runs `future` until it ends, `token` fires, or `timeout` passes.
-pub(crate) async fn bounded<F: Future>(
-    future: F,
-    token: &CancellationToken,
-    timeout: Option<Duration>,
-) -> Bounded<F::Output> {
-    let cancelled = pin!(token.cancelled());
-    let future = pin!(future);
-    let raced = async {
-        match select(future, cancelled).await {
-            Either::Left((output, _)) => Bounded::Done(output),
-            Either::Right(((), _)) => Bounded::Cancelled,
-        }
-    };
-    match timeout {
-        Some(limit) => tokio::time::timeout(limit, raced)
-            .await
-            .unwrap_or(Bounded::TimedOut(limit)),
-        None => raced.await,
-    }
-}
-
 fn aborted(message: &str) -> AgentError {
     AgentError::new(ErrorKind::Aborted, message)
 }
@@ -1764,87 +1734,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The input must fit the session's state: results only for exactly the pending calls, and
-/// no new user message while calls are pending.
-pub(crate) fn check_input(session: &Session, input: &SessionInput) -> Result<(), AgentError> {
-    let awaiting = session.status == SessionStatus::AwaitingToolExecution;
-    match input {
-        SessionInput::Approvals(decisions) => crate::approval::check(session, decisions),
-        _ if session.status == SessionStatus::AwaitingApproval => {
-            Err(crate::approval::waiting_error(session))
-        }
-        SessionInput::ToolResults(results) => {
-            if !awaiting {
-                return Err(AgentError::config(format!(
-                    "tool results were given but session {} is not waiting for any (status: {})",
-                    session.id,
-                    crate::approval::wire_name(&session.status)
-                )));
-            }
-            let expected: HashSet<&str> = session
-                .pending_tool_calls
-                .iter()
-                .map(|call| call.id.as_str())
-                .collect();
-            let mut seen = HashSet::new();
-            let mut unexpected = Vec::new();
-            let mut duplicated = Vec::new();
-            for result in results {
-                let id = result.tool_call_id.as_str();
-                if !expected.contains(id) {
-                    unexpected.push(id);
-                } else if !seen.insert(id) {
-                    duplicated.push(id);
-                }
-            }
-            let mut missing: Vec<&str> = session
-                .pending_tool_calls
-                .iter()
-                .map(|call| call.id.as_str())
-                .filter(|id| !seen.contains(id))
-                .collect();
-            missing.dedup();
-            if unexpected.is_empty() && duplicated.is_empty() && missing.is_empty() {
-                return Ok(());
-            }
-            let mut problems = Vec::new();
-            if !missing.is_empty() {
-                problems.push(format!("missing results for {}", missing.join(", ")));
-            }
-            if !unexpected.is_empty() {
-                problems.push(format!(
-                    "results for calls that are not pending: {}",
-                    unexpected.join(", ")
-                ));
-            }
-            if !duplicated.is_empty() {
-                problems.push(format!(
-                    "more than one result for {}",
-                    duplicated.join(", ")
-                ));
-            }
-            Err(AgentError::config(format!(
-                "session {} needs exactly one result per pending call: {}; nothing was changed",
-                session.id,
-                problems.join("; ")
-            )))
-        }
-        SessionInput::User(_) | SessionInput::Continue if awaiting => {
-            let ids: Vec<&str> = session
-                .pending_tool_calls
-                .iter()
-                .map(|call| call.id.as_str())
-                .collect();
-            Err(AgentError::config(format!(
-                "session {} is waiting for tool results ({}); resume it with one result per call",
-                session.id,
-                ids.join(", ")
-            )))
-        }
-        SessionInput::User(_) | SessionInput::Continue => Ok(()),
-    }
 }
 
 /// The results in the pending calls' order, each capped like a local result.

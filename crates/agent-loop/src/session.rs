@@ -1,11 +1,12 @@
 //! [`Session`]: a conversation the loop can run, suspend and resume, in one process or another.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_types::{
-    GenerationSettings, Message, SessionId, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage,
-    UserMessage,
+    AgentError, GenerationSettings, Message, SessionId, ToolCall, ToolChoice, ToolResult, ToolSpec,
+    Usage, UserMessage,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -238,8 +239,8 @@ impl Session {
     /// # Errors
     ///
     /// A configuration error (400) saying which calls are missing, unknown or answered twice.
-    pub fn check_input(&self, input: &SessionInput) -> Result<(), agent_types::AgentError> {
-        crate::run::check_input(self, input)
+    pub fn check_input(&self, input: &SessionInput) -> Result<(), AgentError> {
+        check_input(self, input)
     }
 
     /// The session as JSON.
@@ -373,6 +374,87 @@ pub(crate) fn new_session_id() -> SessionId {
         "sess_{millis:x}{:04x}{count:x}",
         std::process::id() & 0xffff
     ))
+}
+
+/// The input must fit the session's state: results only for exactly the pending calls, and
+/// no new user message while calls are pending.
+fn check_input(session: &Session, input: &SessionInput) -> Result<(), AgentError> {
+    let awaiting = session.status == SessionStatus::AwaitingToolExecution;
+    match input {
+        SessionInput::Approvals(decisions) => crate::approval::check(session, decisions),
+        _ if session.status == SessionStatus::AwaitingApproval => {
+            Err(crate::approval::waiting_error(session))
+        }
+        SessionInput::ToolResults(results) => {
+            if !awaiting {
+                return Err(AgentError::config(format!(
+                    "tool results were given but session {} is not waiting for any (status: {})",
+                    session.id,
+                    crate::approval::wire_name(&session.status)
+                )));
+            }
+            let expected: HashSet<&str> = session
+                .pending_tool_calls
+                .iter()
+                .map(|call| call.id.as_str())
+                .collect();
+            let mut seen = HashSet::new();
+            let mut unexpected = Vec::new();
+            let mut duplicated = Vec::new();
+            for result in results {
+                let id = result.tool_call_id.as_str();
+                if !expected.contains(id) {
+                    unexpected.push(id);
+                } else if !seen.insert(id) {
+                    duplicated.push(id);
+                }
+            }
+            let mut missing: Vec<&str> = session
+                .pending_tool_calls
+                .iter()
+                .map(|call| call.id.as_str())
+                .filter(|id| !seen.contains(id))
+                .collect();
+            missing.dedup();
+            if unexpected.is_empty() && duplicated.is_empty() && missing.is_empty() {
+                return Ok(());
+            }
+            let mut problems = Vec::new();
+            if !missing.is_empty() {
+                problems.push(format!("missing results for {}", missing.join(", ")));
+            }
+            if !unexpected.is_empty() {
+                problems.push(format!(
+                    "results for calls that are not pending: {}",
+                    unexpected.join(", ")
+                ));
+            }
+            if !duplicated.is_empty() {
+                problems.push(format!(
+                    "more than one result for {}",
+                    duplicated.join(", ")
+                ));
+            }
+            Err(AgentError::config(format!(
+                "session {} needs exactly one result per pending call: {}; nothing was changed",
+                session.id,
+                problems.join("; ")
+            )))
+        }
+        SessionInput::User(_) | SessionInput::Continue if awaiting => {
+            let ids: Vec<&str> = session
+                .pending_tool_calls
+                .iter()
+                .map(|call| call.id.as_str())
+                .collect();
+            Err(AgentError::config(format!(
+                "session {} is waiting for tool results ({}); resume it with one result per call",
+                session.id,
+                ids.join(", ")
+            )))
+        }
+        SessionInput::User(_) | SessionInput::Continue => Ok(()),
+    }
 }
 
 #[cfg(test)]
