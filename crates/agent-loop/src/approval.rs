@@ -22,7 +22,7 @@ use agent_types::{AgentError, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::dispatch::Job;
+use crate::job::Job;
 use crate::options::Options;
 use crate::session::Session;
 

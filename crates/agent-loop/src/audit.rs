@@ -449,7 +449,7 @@ impl AccountingQueue {
 pub(crate) fn send_tool_row(
     queue: Option<&AccountingQueue>,
     context: Option<&Arc<RunContext>>,
-    job: &crate::dispatch::Job,
+    job: &crate::job::Job,
     entry: &TraceEntry,
 ) -> Option<Waiting> {
     let (queue, context) = (queue?, context?);

@@ -20,17 +20,8 @@ use tracing::field;
 use crate::telemetry::{self, SpanName};
 
 use crate::events::Emitter;
+use crate::job::Job;
 use crate::options::{Options, ToolErrorMode};
-
-/// One call to run.
-pub(crate) struct Job {
-    /// The tool's name, made once: the handler's context and the accounting row share it.
-    pub(crate) name: Arc<str>,
-    pub(crate) call: ToolCall,
-    pub(crate) iteration: u32,
-    /// Set when the call is not to be run: the error result the model sees instead.
-    pub(crate) refused: Option<String>,
-}
 
 /// Why a call's failure ends the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -85,6 +85,7 @@ mod estimate;
 mod events;
 pub mod history;
 mod hooks;
+mod job;
 mod options;
 pub mod output;
 pub mod prepare;

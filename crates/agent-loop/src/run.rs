@@ -18,10 +18,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
 
 use crate::bounded::{Bounded, bounded};
-use crate::dispatch::{Job, Outcome};
+use crate::dispatch::Outcome;
 use crate::estimate::CountCache;
 use crate::events::Emitter;
 use crate::hooks::ModelCallGate;
+use crate::job::Job;
 use crate::options::{Options, ToolMode};
 use crate::output::{OutputSpec, OutputStrategy};
 use crate::result::{GenerateResult, ModelCallRecord};
