@@ -648,7 +648,12 @@ async fn run(state: AppState, execute: Execute, sender: mpsc::Sender<Bytes>) {
     }
 
     record.updated_at_ms = now_ms();
-    let saved = state.inner.store.save(&record, &holder, true).await;
+    // The last use of the history: the store drops it once encoded, before it writes.
+    let saved = state
+        .inner
+        .store
+        .save_last(&mut record, &holder, true)
+        .await;
     if let Err(error) = &saved {
         tracing::error!(session = record.id(), %error, "the session could not be saved after its run");
         // The run's outcome is lost: the stream must not call it `completed`.

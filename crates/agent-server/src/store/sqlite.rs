@@ -222,6 +222,43 @@ impl SqliteStore {
             .map_err(|_| ended())?;
         receiver.await.map_err(|_| ended())?
     }
+
+    /// Writes `row`, the encoding of `record`, under `holder`'s lease (see
+    /// [`SessionStore::save`]).
+    async fn write(
+        &self,
+        record: &SessionRecord,
+        row: Row,
+        holder: &str,
+        release: bool,
+    ) -> Result<(), StoreError> {
+        let id = record.id().to_owned();
+        let tenant = record.tenant.clone();
+        let holder = holder.to_owned();
+        let cost = row.data.len();
+        self.call(&record.tenant, cost, move |conn| {
+            let saved = conn
+                .prepare_cached(SAVE)
+                .and_then(|mut statement| {
+                    statement.execute(params![
+                        id,
+                        tenant,
+                        holder,
+                        row.data,
+                        row.status,
+                        row.updated_at_ms,
+                        release,
+                        row.size_bytes
+                    ])
+                })
+                .map_err(database)?;
+            if saved == 0 {
+                return Err(StoreError::LeaseLost(id));
+            }
+            Ok(())
+        })
+        .await
+    }
 }
 
 /// Operations waiting for the store's thread, one queue per tenant, taken in turn.
@@ -674,32 +711,21 @@ impl SessionStore for SqliteStore {
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let row = Row::encode(record)?;
-            let id = record.id().to_owned();
-            let tenant = record.tenant.clone();
-            let holder = holder.to_owned();
-            let cost = row.data.len();
-            self.call(&record.tenant, cost, move |conn| {
-                let saved = conn
-                    .prepare_cached(SAVE)
-                    .and_then(|mut statement| {
-                        statement.execute(params![
-                            id,
-                            tenant,
-                            holder,
-                            row.data,
-                            row.status,
-                            row.updated_at_ms,
-                            release,
-                            row.size_bytes
-                        ])
-                    })
-                    .map_err(database)?;
-                if saved == 0 {
-                    return Err(StoreError::LeaseLost(id));
-                }
-                Ok(())
-            })
-            .await
+            self.write(record, row, holder, release).await
+        })
+    }
+
+    fn save_last<'a>(
+        &'a self,
+        record: &'a mut SessionRecord,
+        holder: &'a str,
+        release: bool,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let row = Row::encode(record)?;
+            // The document holds the history now; the caller needs it no more.
+            record.session.messages = Vec::new();
+            self.write(record, row, holder, release).await
         })
     }
 
