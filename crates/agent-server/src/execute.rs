@@ -729,6 +729,9 @@ fn event_frame(event: &AgentEvent, tenant: &str, session_id: &str) -> Bytes {
         {
             frame(&crate::error::redact_nested(event.clone()))
         }
+        // It carries every message of the run: a buffer of its exact size, not a doubling one.
+        AgentEvent::SessionEnd { .. } => crate::exact_json::to_vec(event, b"data: ", b"\n\n")
+            .map_or_else(|_| frame(event), Bytes::from),
         _ => frame(event),
     }
 }

@@ -41,6 +41,7 @@ mod config;
 mod connections;
 pub mod encode;
 mod error;
+mod exact_json;
 mod execute;
 mod frontend;
 mod http;

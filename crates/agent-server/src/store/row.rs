@@ -15,7 +15,8 @@ pub(super) struct Row {
 
 impl Row {
     pub(super) fn encode(record: &SessionRecord) -> Result<Self, StoreError> {
-        let data = encode_exact(record).map_err(|err| {
+        // Exactly its size: a large session's document is the biggest thing a save holds.
+        let data = crate::exact_json::to_string(record).map_err(|err| {
             StoreError::Database(format!("encoding session `{}`: {err}", record.id()))
         })?;
         let status = match serde_json::to_value(record.session.status) {
@@ -35,33 +36,6 @@ impl Row {
             updated_at_ms: millis(record.updated_at_ms),
         })
     }
-}
-
-/// Counts the bytes written to it, keeping none.
-struct Count(usize);
-
-impl std::io::Write for Count {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 = self.0.saturating_add(bytes.len());
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// `record` as JSON in a buffer of exactly its size: measured first, then written once. A
-/// growing buffer would reach up to twice the document (and copy it at each doubling), and
-/// a large session's document is the biggest thing a save holds (a 19 MiB session's grew
-/// to 32 MiB); serializing twice costs less than that memory.
-fn encode_exact(record: &SessionRecord) -> Result<String, serde_json::Error> {
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, record)?;
-    let mut data = Vec::with_capacity(count.0);
-    serde_json::to_writer(&mut data, record)?;
-    // serde_json writes UTF-8 only; the check cannot fail.
-    String::from_utf8(data).map_err(|err| serde::ser::Error::custom(err.to_string()))
 }
 
 /// Reads a stored document, checking that it is the session its row says it is.

@@ -237,19 +237,28 @@ impl SqliteStore {
         let holder = holder.to_owned();
         let cost = row.data.len();
         self.call(&record.tenant, cost, move |conn| {
+            let Row {
+                data,
+                status,
+                updated_at_ms,
+                size_bytes,
+                ..
+            } = row;
             let saved = conn
                 .prepare_cached(SAVE)
                 .and_then(|mut statement| {
-                    statement.execute(params![
-                        id,
-                        tenant,
-                        holder,
-                        row.data,
-                        row.status,
-                        row.updated_at_ms,
-                        release,
-                        row.size_bytes
-                    ])
+                    statement.raw_bind_parameter(1, &id)?;
+                    statement.raw_bind_parameter(2, &tenant)?;
+                    statement.raw_bind_parameter(3, &holder)?;
+                    // SQLite binds its own copy: the document goes before the statement runs,
+                    // which makes another (the row), so a large one is held twice, not thrice.
+                    statement.raw_bind_parameter(4, &data)?;
+                    drop(data);
+                    statement.raw_bind_parameter(5, &status)?;
+                    statement.raw_bind_parameter(6, updated_at_ms)?;
+                    statement.raw_bind_parameter(7, release)?;
+                    statement.raw_bind_parameter(8, size_bytes)?;
+                    statement.raw_execute()
                 })
                 .map_err(database)?;
             if saved == 0 {
