@@ -361,23 +361,17 @@ pub(crate) fn start(state: &AppState, execute: Execute) -> Response {
     tokio::spawn(async move { run(task_state, execute, sender).await });
 
     let open = OpenStream::open(state, &tenant);
-    let body = futures_util::stream::unfold((receiver, open), |(mut receiver, open)| async move {
-        let first = receiver.recv().await?;
-        // Frames already waiting go out in the same write: one syscall, not one per event.
-        let frame = match receiver.try_recv() {
-            Err(_) => first,
-            Ok(second) => {
-                let mut batch = Vec::with_capacity(first.len() + second.len() + 512);
-                batch.extend_from_slice(&first);
-                batch.extend_from_slice(&second);
-                while let Ok(next) = receiver.try_recv() {
-                    batch.extend_from_slice(&next);
-                }
-                Bytes::from(batch)
-            }
-        };
-        Some((Ok::<_, Infallible>(frame), (receiver, open)))
-    });
+    let body = futures_util::stream::unfold(
+        (receiver, open, None),
+        |(mut receiver, open, mut large)| async move {
+            let frame = match large.take() {
+                Some(frame) => frame,
+                None => receiver.recv().await?,
+            };
+            let frame = crate::sse_batch::batch(frame, &mut receiver, &mut large);
+            Some((Ok::<_, Infallible>(frame), (receiver, open, large)))
+        },
+    );
     let mut response = event_stream(Body::from_stream(body));
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-session-id", value);

@@ -56,6 +56,7 @@ mod quota;
 mod result_gate;
 mod sessions;
 pub mod spend;
+mod sse_batch;
 mod state;
 pub mod store;
 mod sweeper;
