@@ -48,3 +48,58 @@ pub(crate) fn restore(
         Err(error) => error.partial_messages = tail,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use agent_types::{AgentError, AssistantMessage, ErrorKind, UserMessage};
+
+    use super::{lend, restore};
+    use crate::run::Scope;
+    use crate::session::Session;
+
+    fn failed(
+        messages: Vec<agent_types::Message>,
+    ) -> Result<crate::result::GenerateResult, AgentError> {
+        let mut error = AgentError::new(ErrorKind::Aborted, "stopped");
+        error.partial_messages = messages;
+        Err(error)
+    }
+
+    fn partial(
+        outcome: &Result<crate::result::GenerateResult, AgentError>,
+    ) -> &[agent_types::Message] {
+        outcome
+            .as_ref()
+            .err()
+            .map_or(&[], |error| &error.partial_messages)
+    }
+
+    #[test]
+    fn the_event_takes_the_outcomes_copy_and_the_outcome_gets_it_back() {
+        let session = Session::with_id("s", "m")
+            .with_message(UserMessage::text("hi"))
+            .with_message(AssistantMessage::text("hello"));
+        let tail = session.messages[1..].to_vec();
+        let mut outcome = failed(tail.clone());
+        let (event, retaken) = lend(&session, Scope::Session, &mut outcome);
+        assert_eq!(event, tail);
+        // Moved, not copied: while the event is out, the outcome holds nothing.
+        assert!(partial(&outcome).is_empty());
+        assert_eq!(retaken, Some(1));
+        restore(&session, retaken, &mut outcome);
+        assert_eq!(partial(&outcome), &tail[..]);
+    }
+
+    #[test]
+    fn messages_the_history_does_not_end_with_are_copied() {
+        let session = Session::with_id("s", "m").with_message(UserMessage::text("hi"));
+        let other = vec![AssistantMessage::text("not in the history").into()];
+        for scope in [Scope::Session, Scope::OneOff] {
+            let mut outcome = failed(other.clone());
+            let (event, retaken) = lend(&session, scope, &mut outcome);
+            assert_eq!((event, retaken), (other.clone(), None));
+            restore(&session, retaken, &mut outcome);
+            assert_eq!(partial(&outcome), &other[..]);
+        }
+    }
+}
