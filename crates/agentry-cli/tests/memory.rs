@@ -28,7 +28,7 @@ const CALLS: usize = 300;
 const FILE_BYTES: usize = 1024 * 1024;
 
 /// The bound on what the hostile round adds to the server's resident set: its peak minus the
-/// idle server's. Measured at 87–94 MiB (108–115 MiB before the copies below were removed).
+/// idle server's. Measured at 86–96 MiB (108–115 MiB before the copies below were removed).
 /// 300 results of 64 KiB are ~19 MiB; the heap holds at most three copies of them at once
 /// (61 MiB at its peak, was 97): the history, the `session_end` event's messages and its SSE
 /// frame, then the history, the stored document and SQLite's bound copy and row. The rest of
