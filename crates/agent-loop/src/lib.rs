@@ -91,6 +91,7 @@ pub mod output;
 pub mod prepare;
 mod result;
 mod run;
+mod run_messages;
 mod session;
 pub mod span_sink;
 mod telemetry;

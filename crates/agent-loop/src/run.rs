@@ -143,31 +143,25 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
         });
     }
     if emitter.is_on() {
+        let mut outcome = outcome;
         // Built before any await: no borrow of the outcome is held across one.
-        let (last, messages) = match &outcome {
-            Ok(result) => (
-                match result.status {
-                    SessionStatus::AwaitingToolExecution => {
-                        Some(AgentEvent::AwaitingToolExecution {
-                            session_id: session_id.clone(),
-                            tool_calls: result.pending_tool_calls.clone(),
-                        })
-                    }
-                    SessionStatus::AwaitingApproval => Some(AgentEvent::ApprovalRequested {
-                        session_id: session_id.clone(),
-                        tool_calls: result.pending_approvals.clone(),
-                    }),
-                    _ => None,
-                },
-                result.messages.clone(),
-            ),
-            Err(error) => (
-                Some(AgentEvent::Error {
-                    error: error.clone(),
+        let last = match &outcome {
+            Ok(result) => match result.status {
+                SessionStatus::AwaitingToolExecution => Some(AgentEvent::AwaitingToolExecution {
+                    session_id: session_id.clone(),
+                    tool_calls: result.pending_tool_calls.clone(),
                 }),
-                error.partial_messages.clone(),
-            ),
+                SessionStatus::AwaitingApproval => Some(AgentEvent::ApprovalRequested {
+                    session_id: session_id.clone(),
+                    tool_calls: result.pending_approvals.clone(),
+                }),
+                _ => None,
+            },
+            Err(error) => Some(AgentEvent::Error {
+                error: error.clone(),
+            }),
         };
+        let (messages, retaken) = crate::run_messages::lend(session, scope, &mut outcome);
         if let Some(event) = last {
             emitter.emit(event).await;
         }
@@ -178,6 +172,8 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
                 finish_reason,
             })
             .await;
+        crate::run_messages::restore(session, retaken, &mut outcome);
+        return outcome;
     }
     outcome
 }

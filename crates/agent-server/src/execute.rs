@@ -392,23 +392,17 @@ pub(crate) fn start<S: Sink>(state: &AppState, execute: Execute, sink: S) -> Res
     tokio::spawn(async move { run(task_state, execute, sink, sender).await });
 
     let open = OpenStream::open(state, &tenant);
-    let body = futures_util::stream::unfold((receiver, open), |(mut receiver, open)| async move {
-        let first = receiver.recv().await?;
-        // Frames already waiting go out in the same write: one syscall, not one per event.
-        let frame = match receiver.try_recv() {
-            Err(_) => first,
-            Ok(second) => {
-                let mut batch = Vec::with_capacity(first.len() + second.len() + 512);
-                batch.extend_from_slice(&first);
-                batch.extend_from_slice(&second);
-                while let Ok(next) = receiver.try_recv() {
-                    batch.extend_from_slice(&next);
-                }
-                Bytes::from(batch)
-            }
-        };
-        Some((Ok::<_, Infallible>(frame), (receiver, open)))
-    });
+    let body = futures_util::stream::unfold(
+        (receiver, open, None),
+        |(mut receiver, open, mut large)| async move {
+            let frame = match large.take() {
+                Some(frame) => frame,
+                None => receiver.recv().await?,
+            };
+            let frame = crate::sse_batch::batch(frame, &mut receiver, &mut large);
+            Some((Ok::<_, Infallible>(frame), (receiver, open, large)))
+        },
+    );
     let mut response = event_stream(Body::from_stream(body));
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-session-id", value);
@@ -460,6 +454,11 @@ impl Sink for Native {
     fn open(&mut self, _out: &mut BytesMut) {}
 
     fn event(&mut self, event: &AgentEvent, out: &mut BytesMut) {
+        if matches!(event, AgentEvent::SessionEnd { .. }) {
+            // It carries every message of the run: room for exactly its frame, so the buffer
+            // does not double its way up to (and past) the size of the history.
+            out.reserve(crate::exact_json::len(event).saturating_add(8));
+        }
         write_frame(event, out);
     }
 
@@ -790,7 +789,12 @@ async fn run<S: Sink>(state: AppState, execute: Execute, sink: S, sender: mpsc::
     }
 
     record.updated_at_ms = now_ms();
-    let saved = state.inner.store.save(&record, &holder, true).await;
+    // The last use of the history: the store drops it once encoded, before it writes.
+    let saved = state
+        .inner
+        .store
+        .save_last(&mut record, &holder, true)
+        .await;
     if let Err(error) = &saved {
         tracing::error!(session = record.id(), %error, "the session could not be saved after its run");
         // The run's outcome is lost: the stream must not call it `completed`.

@@ -322,6 +322,19 @@ pub trait SessionStore: Send + Sync + 'static {
         release: bool,
     ) -> StoreFuture<'a, ()>;
 
+    /// [`save`](Self::save) for a run's last write, whose caller needs the record's history
+    /// no more: the store empties `record.session.messages` once it has encoded them, so a
+    /// large history and its encoding are not both held while the database writes. The
+    /// default saves and leaves the record as it is.
+    fn save_last<'a>(
+        &'a self,
+        record: &'a mut SessionRecord,
+        holder: &'a str,
+        release: bool,
+    ) -> StoreFuture<'a, ()> {
+        self.save(record, holder, release)
+    }
+
     /// Extends `holder`'s lease on `id` to `until_ms` while it still holds it (a running
     /// execute's heartbeat); `false` when it does not (the lease was taken over or released,
     /// or the session is gone): nothing is written then.

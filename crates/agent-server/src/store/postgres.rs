@@ -405,6 +405,37 @@ fn flag(rows: &[tokio_postgres::Row], column: usize) -> Result<bool, StoreError>
     row.try_get(column).map_err(|err| database(&err))
 }
 
+impl PostgresStore {
+    /// Writes `row`, the encoding of `record`, under `holder`'s lease (see
+    /// [`SessionStore::save`]).
+    async fn write(
+        &self,
+        record: &SessionRecord,
+        row: &Row,
+        holder: &str,
+        release: bool,
+    ) -> Result<(), StoreError> {
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &record.id(),
+            &record.tenant,
+            &holder,
+            &row.data,
+            &row.status,
+            &row.updated_at_ms,
+            &release,
+            &row.size_bytes,
+        ];
+        let saved = self
+            .execute(Op::Save, &params)
+            .await?
+            .map_err(|err| database(&err))?;
+        if saved == 0 {
+            return Err(StoreError::LeaseLost(record.id().to_owned()));
+        }
+        Ok(())
+    }
+}
+
 impl SessionStore for PostgresStore {
     fn insert<'a>(
         &'a self,
@@ -587,24 +618,21 @@ impl SessionStore for PostgresStore {
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let row = Row::encode(record)?;
-            let params: [&(dyn ToSql + Sync); 8] = [
-                &record.id(),
-                &record.tenant,
-                &holder,
-                &row.data,
-                &row.status,
-                &row.updated_at_ms,
-                &release,
-                &row.size_bytes,
-            ];
-            let saved = self
-                .execute(Op::Save, &params)
-                .await?
-                .map_err(|err| database(&err))?;
-            if saved == 0 {
-                return Err(StoreError::LeaseLost(record.id().to_owned()));
-            }
-            Ok(())
+            self.write(record, &row, holder, release).await
+        })
+    }
+
+    fn save_last<'a>(
+        &'a self,
+        record: &'a mut SessionRecord,
+        holder: &'a str,
+        release: bool,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let row = Row::encode(record)?;
+            // The document holds the history now; the caller needs it no more.
+            record.session.messages = Vec::new();
+            self.write(record, &row, holder, release).await
         })
     }
 

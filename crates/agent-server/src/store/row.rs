@@ -15,7 +15,8 @@ pub(super) struct Row {
 
 impl Row {
     pub(super) fn encode(record: &SessionRecord) -> Result<Self, StoreError> {
-        let data = serde_json::to_string(record).map_err(|err| {
+        // Exactly its size: a large session's document is the biggest thing a save holds.
+        let data = crate::exact_json::to_string(record).map_err(|err| {
             StoreError::Database(format!("encoding session `{}`: {err}", record.id()))
         })?;
         let status = match serde_json::to_value(record.session.status) {

@@ -222,6 +222,52 @@ impl SqliteStore {
             .map_err(|_| ended())?;
         receiver.await.map_err(|_| ended())?
     }
+
+    /// Writes `row`, the encoding of `record`, under `holder`'s lease (see
+    /// [`SessionStore::save`]).
+    async fn write(
+        &self,
+        record: &SessionRecord,
+        row: Row,
+        holder: &str,
+        release: bool,
+    ) -> Result<(), StoreError> {
+        let id = record.id().to_owned();
+        let tenant = record.tenant.clone();
+        let holder = holder.to_owned();
+        let cost = row.data.len();
+        self.call(&record.tenant, cost, move |conn| {
+            let Row {
+                data,
+                status,
+                updated_at_ms,
+                size_bytes,
+                ..
+            } = row;
+            let saved = conn
+                .prepare_cached(SAVE)
+                .and_then(|mut statement| {
+                    statement.raw_bind_parameter(1, &id)?;
+                    statement.raw_bind_parameter(2, &tenant)?;
+                    statement.raw_bind_parameter(3, &holder)?;
+                    // SQLite binds its own copy: the document goes before the statement runs,
+                    // which makes another (the row), so a large one is held twice, not thrice.
+                    statement.raw_bind_parameter(4, &data)?;
+                    drop(data);
+                    statement.raw_bind_parameter(5, &status)?;
+                    statement.raw_bind_parameter(6, updated_at_ms)?;
+                    statement.raw_bind_parameter(7, release)?;
+                    statement.raw_bind_parameter(8, size_bytes)?;
+                    statement.raw_execute()
+                })
+                .map_err(database)?;
+            if saved == 0 {
+                return Err(StoreError::LeaseLost(id));
+            }
+            Ok(())
+        })
+        .await
+    }
 }
 
 /// Operations waiting for the store's thread, one queue per tenant, taken in turn.
@@ -674,32 +720,21 @@ impl SessionStore for SqliteStore {
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let row = Row::encode(record)?;
-            let id = record.id().to_owned();
-            let tenant = record.tenant.clone();
-            let holder = holder.to_owned();
-            let cost = row.data.len();
-            self.call(&record.tenant, cost, move |conn| {
-                let saved = conn
-                    .prepare_cached(SAVE)
-                    .and_then(|mut statement| {
-                        statement.execute(params![
-                            id,
-                            tenant,
-                            holder,
-                            row.data,
-                            row.status,
-                            row.updated_at_ms,
-                            release,
-                            row.size_bytes
-                        ])
-                    })
-                    .map_err(database)?;
-                if saved == 0 {
-                    return Err(StoreError::LeaseLost(id));
-                }
-                Ok(())
-            })
-            .await
+            self.write(record, row, holder, release).await
+        })
+    }
+
+    fn save_last<'a>(
+        &'a self,
+        record: &'a mut SessionRecord,
+        holder: &'a str,
+        release: bool,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let row = Row::encode(record)?;
+            // The document holds the history now; the caller needs it no more.
+            record.session.messages = Vec::new();
+            self.write(record, row, holder, release).await
         })
     }
 

@@ -272,6 +272,36 @@ conformance! {
     quotas_count_sessions_and_bytes_per_tenant,
     concurrent_creates_never_pass_the_session_quota,
     expire_deletes_idle_sessions_but_not_leased_ones,
+    save_last_stores_the_history_and_drops_the_callers_copy,
+}
+
+/// A run's last save (`save_last`) stores the whole record, history included, and leaves the
+/// caller's record without its history: the history and its encoding are not both held while
+/// the database writes (`memory.rs` measures what that saves). A lost lease writes nothing.
+async fn save_last_stores_the_history_and_drops_the_callers_copy(h: &Harness) {
+    let tenant = unique("tenant");
+    let record = record(&tenant);
+    let id = record.id();
+    h.store.create(&record).await.unwrap();
+    assert_eq!(
+        h.store
+            .acquire(&tenant, id, "h1", 1_000, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    let next = changed(&record, "Lisbon is 15 °C warmer.");
+    let mut last = next.clone();
+    h.store.save_last(&mut last, "h1", true).await.unwrap();
+    assert!(last.session.messages.is_empty());
+    assert_eq!(last.session.status, next.session.status);
+    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(next.clone()));
+    assert_eq!(h.status_column(id).await, "completed");
+    // Released: another save by the same holder is refused.
+    let mut late = changed(&next, "late");
+    let error = h.store.save_last(&mut late, "h1", true).await.unwrap_err();
+    assert!(matches!(error, StoreError::LeaseLost(_)), "{error:?}");
+    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(next));
 }
 
 /// Another tenant's session with the same id is another session: each tenant creates,
