@@ -7,7 +7,7 @@
 //! answer). `AGENTRY_CHAOS_RUNS` (default: two per class) and `AGENTRY_CHAOS_SEED` (default 1;
 //! run `i` uses seed `SEED + i`, so `--seed <a failing run's seed> --runs 1` replays it) set
 //! the campaign; `cargo xtask chaos [--runs N] [--seed S]` passes them. `AGENTRY_CHAOS_STRIDE`
-//! (default 1) spaces the seeds: with the number of classes (13), every run is of the seed's
+//! (default 1) spaces the seeds: with the number of classes (14), every run is of the seed's
 //! class.
 //!
 //! Invariants after every run (a violation is reported with the run's seed; the suite fails
@@ -30,14 +30,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
+use pg_cluster::Cluster;
 use serde_json::{Value, json};
 
 const KEY: &str = "key-chaos-test-0001";
@@ -99,10 +103,13 @@ enum Fault {
     /// kill -9 to `agentry run --session` after a completed tool round; the next
     /// `agentry run --session` continues from it (the JSONL log is durable per turn).
     CliKill9MidRun,
+    /// The session store's PostgreSQL cluster (one the campaign owns) restarted at a seeded
+    /// frame of a run: `pg_ctl restart -m fast`, or stop, a seeded pause, start.
+    PostgresRestarted,
 }
 
 /// The classes today's code supports.
-const ALL: [Fault; 13] = [
+const ALL: [Fault; 14] = [
     Fault::Provider500,
     Fault::Provider429,
     Fault::OverloadedMidStream,
@@ -116,6 +123,7 @@ const ALL: [Fault; 13] = [
     Fault::Kill9MidRun,
     Fault::IdempotentRetry,
     Fault::SlowClient,
+    Fault::PostgresRestarted,
 ];
 
 impl Fault {
@@ -134,6 +142,7 @@ impl Fault {
             Self::SlowClient => "client stalls in the request head",
             Self::CliKill9MidRun => "CLI kill -9 mid-run",
             Self::PostgresDropped => "PostgreSQL connections dropped mid-run",
+            Self::PostgresRestarted => "PostgreSQL restarted mid-run",
         }
     }
 }
@@ -258,6 +267,10 @@ struct Plan {
     /// The session store's URL when the seed picked PostgreSQL (only when
     /// `AGENTRY_TEST_POSTGRES_URL` is set), SQLite otherwise.
     postgres: Option<String>,
+    /// Set when a `PostgresRestarted` run ended in the `appender` error (a checkpoint or the
+    /// final save met the store down): the run's requests to the provider (the first `n`)
+    /// may carry a tail the store never held, and the client was told so.
+    unsaved: Option<usize>,
 }
 
 impl Plan {
@@ -300,6 +313,9 @@ impl Plan {
         let knob = rng.next() as usize;
         let postgres = if fault == Fault::PostgresDropped {
             postgres_url()
+        } else if fault == Fault::PostgresRestarted {
+            // The campaign's own cluster, set by `campaign` (it starts the cluster lazily).
+            None
         } else {
             postgres_url().filter(|_| rng.below(2) == 0)
         };
@@ -310,6 +326,7 @@ impl Plan {
             at,
             knob,
             postgres,
+            unsaved: None,
         }
     }
 
@@ -692,7 +709,8 @@ fn check(
         .iter()
         .filter(|message| message["role"] == "user" && message.to_string().contains(QUESTION))
         .count();
-    if asked != 1 {
+    // A run whose first save failed never stored its question (and said so).
+    if asked != 1 && !(asked == 0 && plan.unsaved.is_some()) {
         out.push(format!("the question is stored {asked} times"));
     }
     for word in &words {
@@ -726,6 +744,10 @@ fn check(
                 && !(plan.fault == Fault::Kill9MidRun
                     && answer.contains("may or may not have run")
                     && !seen_results.contains(id))
+                // A call whose run ended on a failed save before it ran is closed, not run.
+                && !(plan.fault == Fault::PostgresRestarted
+                    && answer.contains("was not run")
+                    && !seen_results.contains(id))
             {
                 out.push(format!("tool call {id}: {answer} is not {result}"));
             }
@@ -741,7 +763,8 @@ fn check(
         }
     }
     for id in seen_calls {
-        if !call_ids.contains(&id) {
+        // The failed save is the run's `appender` error: the client was told it is not stored.
+        if !call_ids.contains(&id) && plan.unsaved.is_none() {
             out.push(format!(
                 "the client saw the complete call {id} but it was not stored"
             ));
@@ -765,7 +788,12 @@ fn check(
 
     // Session and log consistent.
     if let Some(complete) = seen.complete() {
-        if complete["status"] != stored["status"] {
+        // A run whose final save failed leaves its lease until it expires; the next
+        // request's check holds the statuses equal again.
+        let leased = complete["error"]["kind"] == "appender"
+            && plan.unsaved.is_some()
+            && stored["status"] == "running";
+        if complete["status"] != stored["status"] && !leased {
             out.push(format!(
                 "execute_complete said {} but the session is {}",
                 complete["status"], stored["status"]
@@ -795,6 +823,24 @@ fn check(
     let stored_shape = collapse(shape_of_session(&messages));
     for (n, request) in requests.iter().enumerate() {
         let sent = collapse(shape_of_request(request));
+        if plan.unsaved.is_some_and(|first| n < first) {
+            // The failed run's requests: the stored history up to a point, then only what
+            // the failed save lost (nothing of it stored elsewhere, nothing reordered).
+            let common = sent
+                .iter()
+                .zip(&stored_shape)
+                .take_while(|(a, b)| a == b)
+                .count();
+            if let Some(moved) = sent[common..]
+                .iter()
+                .find(|marker| *marker != "u" && stored_shape.contains(marker))
+            {
+                out.push(format!(
+                    "provider request {n} history {sent:?} has {moved} out of place in the stored {stored_shape:?}"
+                ));
+            }
+            continue;
+        }
         if !stored_shape.starts_with(&sent) {
             out.push(format!(
                 "provider request {n} history {sent:?} is not a prefix of the stored {stored_shape:?}"
@@ -894,7 +940,7 @@ struct Outcome {
     injected: bool,
 }
 
-fn run_one(plan: &Plan) -> Outcome {
+fn run_one(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -904,7 +950,7 @@ fn run_one(plan: &Plan) -> Outcome {
         if plan.fault == Fault::CliKill9MidRun {
             tokio::time::timeout(Duration::from_secs(120), drive_cli(plan)).await
         } else {
-            tokio::time::timeout(Duration::from_secs(120), drive(plan)).await
+            tokio::time::timeout(Duration::from_secs(120), drive(plan, cluster)).await
         }
     });
     // Dropping the runtime ends the replay server's sleeping connections.
@@ -915,7 +961,7 @@ fn run_one(plan: &Plan) -> Outcome {
     })
 }
 
-async fn drive(plan: &Plan) -> Outcome {
+async fn drive(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let upstream = ReplayServer::start([]).await.unwrap();
     // A crashed instance's lease expires quickly, so the next request can continue.
@@ -923,6 +969,8 @@ async fn drive(plan: &Plan) -> Outcome {
     let extra = match plan.fault {
         Fault::Kill9MidRun => "execute_lease_secs = 1",
         Fault::SlowClient => "header_read_timeout_secs = 2",
+        // A run whose final save met the store down keeps its lease until it expires.
+        Fault::PostgresRestarted => "execute_lease_secs = 2",
         _ => "",
     };
     // The server's connections carry a name of their own, so only they are dropped (other
@@ -1028,6 +1076,7 @@ async fn drive(plan: &Plan) -> Outcome {
             }
             Fault::SigtermMidStream
             | Fault::PostgresDropped
+            | Fault::PostgresRestarted
             | Fault::ClientDisconnect
             | Fault::Kill9MidRun
             | Fault::IdempotentRetry => {
@@ -1050,6 +1099,40 @@ async fn drive(plan: &Plan) -> Outcome {
 
     let mut seen;
     match plan.fault {
+        Fault::PostgresRestarted => {
+            let cluster = Arc::clone(cluster.expect("the campaign's cluster"));
+            let frames = 1 + plan.knob % (5 * plan.turns.len());
+            // Half the seeds restart at once (`-m fast`), half stop, pause 0-999 ms, start:
+            // checkpoints that fall in the gap fail the run with a typed error.
+            let pause = (plan.knob / 7 % 2 == 1)
+                .then(|| Duration::from_millis((plan.knob / 14 % 1000) as u64));
+            let restart = move || match pause {
+                None => cluster.ctl(&["-m", "fast", "restart"]),
+                Some(pause) => {
+                    cluster.ctl(&["-m", "fast", "stop"]);
+                    std::thread::sleep(pause);
+                    cluster.ctl(&["start"]);
+                }
+            };
+            let mut restart = Some(restart);
+            let mut task = None;
+            seen = execute(&served.url, &id, &first_body(), patience, |n, _| {
+                if n + 1 == frames {
+                    task = restart.take().map(tokio::task::spawn_blocking);
+                }
+                Next::Read
+            })
+            .await;
+            injected = task.is_some();
+            match task {
+                Some(task) => task.await.unwrap(),
+                // The run ended before the frame: restart between runs (not counted).
+                None => tokio::task::block_in_place(restart.take().unwrap()),
+            }
+            // The run completes across a restart, or ends with a typed error when a
+            // checkpoint met the store down; the invariants hold either way.
+            either = true;
+        }
         Fault::PostgresDropped => {
             let Some(url) = plan.postgres.clone() else {
                 eprintln!("chaos: skipped: set AGENTRY_TEST_POSTGRES_URL to drop its connections");
@@ -1254,8 +1337,21 @@ async fn drive(plan: &Plan) -> Outcome {
         injected = upstream.requests().len() > plan.at;
     }
 
-    // The session after the fault (a cancelled run settles it).
-    let mut stored = settled(&served.url, &id, Duration::from_secs(10)).await;
+    let unsaved = plan.fault == Fault::PostgresRestarted
+        && seen
+            .complete()
+            .is_some_and(|complete| complete["error"]["kind"] == "appender");
+    let plan = &Plan {
+        unsaved: unsaved.then(|| upstream.requests().len()),
+        ..plan.clone()
+    };
+    // The session after the fault (a cancelled run settles it; one whose save failed keeps
+    // its lease).
+    let mut stored = if unsaved {
+        session(&served.url, &id).await
+    } else {
+        settled(&served.url, &id, Duration::from_secs(10)).await
+    };
     if plan.fault == Fault::Kill9BetweenRuns {
         let before = stored.clone();
         tokio::task::block_in_place(|| {
@@ -1311,14 +1407,22 @@ async fn drive(plan: &Plan) -> Outcome {
             break;
         }
     }
-    let again = execute(
-        &served.url,
-        &id,
-        &json!({"message": "And again?"}),
-        patience,
-        |_, _| Next::Read,
-    )
-    .await;
+    let started = Instant::now();
+    let again = loop {
+        let again = execute(
+            &served.url,
+            &id,
+            &json!({"message": "And again?"}),
+            patience,
+            |_, _| Next::Read,
+        )
+        .await;
+        // After a failed save the lease (2 s here) must expire first.
+        if again.status != 409 || !unsaved || started.elapsed() > Duration::from_secs(20) {
+            break again;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let status = again
         .complete()
         .map(|complete| complete["status"].clone())
@@ -1351,6 +1455,11 @@ async fn drive(plan: &Plan) -> Outcome {
             .into_iter()
             .map(|violation| format!("after the next request: {violation}")),
     );
+    if std::env::var_os("AGENTRY_CHAOS_VERBOSE").is_some() {
+        for line in served.lines.iter().cloned().chain(served.stderr.try_iter()) {
+            eprintln!("chaos: serve: {line}");
+        }
+    }
     drop(served);
     Outcome {
         violations,
@@ -1479,12 +1588,44 @@ fn campaign(classes: &[Fault], default_runs: u64) {
     let mut injected: BTreeMap<Fault, (u64, u64)> = BTreeMap::new();
     let mut stores: BTreeMap<&str, u64> = BTreeMap::new();
     let mut failures = Vec::new();
+    // The cluster the restart class owns: started at its first run, shared by the others,
+    // stopped and removed when the campaign ends (or fails). `None` inside: skipped.
+    let mut cluster: Option<Option<Arc<Cluster>>> = None;
     for run in 0..runs {
-        let plan = Plan::new(seed.wrapping_add(run.wrapping_mul(stride)), classes);
+        let mut plan = Plan::new(seed.wrapping_add(run.wrapping_mul(stride)), classes);
+        let owned = if plan.fault == Fault::PostgresRestarted {
+            let owned = cluster
+                .get_or_insert_with(|| {
+                    let started = Instant::now();
+                    let owned = Cluster::start().map(Arc::new);
+                    if owned.is_some() {
+                        eprintln!(
+                            "chaos: a PostgreSQL cluster of the campaign's own started in {:.2}s",
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    owned
+                })
+                .clone();
+            let Some(owned) = owned else {
+                eprintln!(
+                    "chaos: seed {} {}: skipped (set AGENTRY_TEST_PG_BINDIR)",
+                    plan.seed,
+                    plan.fault.name()
+                );
+                continue;
+            };
+            plan.postgres = Some(owned.url());
+            Some(owned)
+        } else {
+            None
+        };
         let took = Instant::now();
-        let outcome = run_one(&plan);
+        let outcome = run_one(&plan, owned.as_ref());
         let store = if plan.fault == Fault::CliKill9MidRun {
             "jsonl"
+        } else if plan.fault == Fault::PostgresRestarted {
+            "owned-pg"
         } else if plan.postgres.is_some() {
             "postgres"
         } else {
