@@ -1132,6 +1132,18 @@ async fn drive(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
             // The run completes across a restart, or ends with a typed error when a
             // checkpoint met the store down; the invariants hold either way.
             either = true;
+            eprintln!(
+                "chaos:   seed {}: {} at frame {frames}, the run ended {}",
+                plan.seed,
+                pause.map_or_else(
+                    || "pg_ctl restart -m fast".to_owned(),
+                    |pause| format!("stop, {} ms, start", pause.as_millis())
+                ),
+                seen.complete().map_or_else(
+                    || "without execute_complete".to_owned(),
+                    |complete| format!("{} {}", complete["status"], complete["error"]["kind"])
+                )
+            );
         }
         Fault::PostgresDropped => {
             let Some(url) = plan.postgres.clone() else {
@@ -1777,4 +1789,89 @@ fn a_result_the_client_read_then_recovered_as_an_error_is_a_violation() {
     let found = check(&plan, &seen, &stored, &[], false).join("\n");
     assert!(found.contains("tool call c1:"), "{found}");
     assert!(!found.contains("tool call c2:"), "{found}");
+}
+
+/// A run of the restart class that ended on a failed save is excused only its unsaved tail:
+/// a call answered twice, a streamed result not stored, a stored message the provider saw
+/// out of place and a question stored twice are still reported; the held lease, the lost
+/// question and the lost complete call the client was told about are not.
+#[test]
+fn a_failed_save_excuses_only_its_unsaved_tail() {
+    let call =
+        |id: &str| json!({"type": "tool_call", "id": id, "name": "calculator", "arguments": {}});
+    let question = json!({"role": "user", "content": [{"type": "text", "text": QUESTION}]});
+    let round = json!({"role": "assistant", "content": [call("c1")]});
+    let result = json!({"role": "tool", "tool_call_id": "c1", "content": "{\"result\": 2}"});
+    let plan = Plan {
+        turns: vec![Turn {
+            id: "m1".to_owned(),
+            words: Vec::new(),
+            calls: vec![("c1".to_owned(), "1 + 1".to_owned(), 2)],
+        }],
+        unsaved: Some(1),
+        ..Plan::new(13, &ALL)
+    };
+    assert_eq!(plan.fault, Fault::PostgresRestarted);
+    let complete = json!({"type": "execute_complete", "status": "error",
+        "error": {"kind": "appender", "message": "the session could not be saved"}});
+    let seen = Seen {
+        status: 200,
+        frames: vec![
+            json!({"type": "message_end", "message": {"role": "assistant",
+                "content": [{"type": "tool_call", "id": "c8"}]}}),
+            json!({"type": "message_end", "message": {"role": "tool", "tool_call_id": "c9"}}),
+            complete.clone(),
+        ],
+        disconnected: false,
+        stalled: false,
+    };
+    // The failed run's request: the stored question, a lost call c2, then c1's round (stored
+    // right after the question, so out of place here).
+    let request = json!({"messages": [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c2"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c2"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1"}]}]});
+    let stored = json!({"status": "running",
+        "messages": [question, question, round, result, result]});
+    let found = check(&plan, &seen, &stored, &[request.clone()], false).join("\n");
+    for expected in [
+        "tool call c1 answered 2 times",
+        "the client saw the result of c9 but it was not stored",
+        "a:|c1 out of place",
+        "the question is stored 2 times",
+    ] {
+        assert!(
+            found.contains(expected),
+            "{expected} not reported:\n{found}"
+        );
+    }
+    // Excused: the lease still held, the unsaved complete call c8.
+    assert!(!found.contains("execute_complete said"), "{found}");
+    assert!(!found.contains("c8"), "{found}");
+    // Nothing stored but the lease: the question lost with the save is excused too.
+    let seen = Seen {
+        frames: vec![complete],
+        ..seen
+    };
+    let stored = json!({"status": "running", "messages": []});
+    let request = json!({"messages": [{"role": "user", "content": QUESTION}]});
+    let found = check(&plan, &seen, &stored, &[request.clone()], false);
+    assert!(found.is_empty(), "{found:?}");
+    // Without the failed save the same session is three violations.
+    let strict = Plan {
+        unsaved: None,
+        ..plan
+    };
+    let found = check(&strict, &seen, &stored, &[request], false).join("\n");
+    for expected in [
+        "the question is stored 0 times",
+        "execute_complete said",
+        "not a prefix",
+    ] {
+        assert!(
+            found.contains(expected),
+            "{expected} not reported:\n{found}"
+        );
+    }
 }
