@@ -27,6 +27,10 @@
 //!
 //! Every class runs in the one seeded campaign (`chaos`): `cargo xtask chaos --runs N` for a
 //! long one, two runs per class inside `cargo xtask ci`.
+//!
+//! The PostgreSQL-restart class restarts a cluster the campaign owns (`support/pg_cluster.rs`,
+//! started at the class's first run, removed when the campaign ends): it needs
+//! `AGENTRY_TEST_PG_BINDIR`, and without it its runs are skipped (under `CI` the suite fails).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
