@@ -1841,7 +1841,7 @@ fn a_failed_save_excuses_only_its_unsaved_tail() {
         {"role": "assistant", "content": [{"type": "tool_use", "id": "c1"}]}]});
     let stored = json!({"status": "running",
         "messages": [question, question, round, result, result]});
-    let found = check(&plan, &seen, &stored, &[request.clone()], false).join("\n");
+    let found = check(&plan, &seen, &stored, std::slice::from_ref(&request), false).join("\n");
     for expected in [
         "tool call c1 answered 2 times",
         "the client saw the result of c9 but it was not stored",
@@ -1863,11 +1863,18 @@ fn a_failed_save_excuses_only_its_unsaved_tail() {
     };
     let stored = json!({"status": "running", "messages": []});
     let request = json!({"messages": [{"role": "user", "content": QUESTION}]});
-    let found = check(&plan, &seen, &stored, &[request.clone()], false);
+    let found = check(&plan, &seen, &stored, std::slice::from_ref(&request), false);
     assert!(found.is_empty(), "{found:?}");
     // A session that says `completed` after the save failed is not excused.
     let completed = json!({"status": "completed", "messages": []});
-    let found = check(&plan, &seen, &completed, &[request.clone()], false).join("\n");
+    let found = check(
+        &plan,
+        &seen,
+        &completed,
+        std::slice::from_ref(&request),
+        false,
+    )
+    .join("\n");
     assert!(found.contains("execute_complete said"), "{found}");
     // Without the failed save the same session is three violations.
     let strict = Plan {
