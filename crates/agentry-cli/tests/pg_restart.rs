@@ -9,158 +9,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
+use pg_cluster::Cluster;
 use serde_json::{Value, json};
 
 const KEY: &str = "key-acme-test-0001";
-
-/// A PostgreSQL cluster of this test's own.
-struct Cluster {
-    bindir: PathBuf,
-    dir: tempfile::TempDir,
-    port: u16,
-    /// `postgres` when the test runs as root.
-    owner: Option<&'static str>,
-}
-
-impl Cluster {
-    /// The cluster, started; `None` (skipped) without `AGENTRY_TEST_PG_BINDIR` outside CI.
-    fn start() -> Option<Self> {
-        let Some(bindir) = std::env::var_os("AGENTRY_TEST_PG_BINDIR").filter(|dir| !dir.is_empty())
-        else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "AGENTRY_TEST_PG_BINDIR is not set under CI (.ci/postgres.sh start exports it)"
-            );
-            eprintln!("skipped: set AGENTRY_TEST_PG_BINDIR to PostgreSQL's bin directory");
-            return None;
-        };
-        let root = Command::new("id").arg("-u").output().unwrap();
-        let owner = (String::from_utf8_lossy(&root.stdout).trim() == "0").then_some("postgres");
-        let dir = tempfile::Builder::new()
-            .prefix("agentry-pg-restart")
-            .tempdir()
-            .unwrap();
-        if let Some(owner) = owner {
-            assert!(
-                Command::new("chown")
-                    .args([owner, dir.path().to_str().unwrap()])
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let cluster = Self {
-            bindir: PathBuf::from(bindir),
-            dir,
-            port,
-            owner,
-        };
-        let data = cluster.data();
-        cluster.pg(
-            "initdb",
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-                "--encoding=UTF8",
-                "--no-locale",
-            ],
-        );
-        let mut conf = std::fs::OpenOptions::new()
-            .append(true)
-            .open(cluster.dir.path().join("data/postgresql.conf"))
-            .unwrap();
-        std::io::Write::write_all(
-            &mut conf,
-            format!(
-                "\nlisten_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = ''\n\
-                 fsync = off\n"
-            )
-            .as_bytes(),
-        )
-        .unwrap();
-        cluster.ctl(&["start"]);
-        Some(cluster)
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").display().to_string()
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    /// Runs one of the cluster's binaries as its owner; panics on failure.
-    fn pg(&self, binary: &str, args: &[&str]) {
-        let program = self.bindir.join(binary);
-        let mut command = match self.owner {
-            Some(owner) => {
-                let mut command = Command::new("runuser");
-                command.args(["-u", owner, "--"]).arg(&program);
-                command
-            }
-            None => Command::new(&program),
-        };
-        let output = command
-            .args(args)
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{binary} {args:?}: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    /// `pg_ctl <action>` on the cluster, waiting for it to finish.
-    fn ctl(&self, action: &[&str]) {
-        let data = self.data();
-        let log = self.dir.path().join("server.log").display().to_string();
-        let mut args = vec!["-D", data.as_str(), "-l", log.as_str(), "-w", "-t", "60"];
-        args.extend_from_slice(action);
-        self.pg("pg_ctl", &args);
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let data = self.data();
-        let _ = Command::new(match self.owner {
-            Some(_) => "runuser".into(),
-            None => self.bindir.join("pg_ctl"),
-        })
-        .args(match self.owner {
-            Some(owner) => vec![
-                "-u".to_owned(),
-                owner.to_owned(),
-                "--".to_owned(),
-                self.bindir.join("pg_ctl").display().to_string(),
-            ],
-            None => Vec::new(),
-        })
-        .args(["-D", &data, "-m", "immediate", "-w", "stop"])
-        .current_dir("/")
-        .output();
-    }
-}
 
 /// A server process and its base URL.
 struct Served {
