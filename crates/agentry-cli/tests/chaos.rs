@@ -38,15 +38,29 @@
 mod pg_cluster;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, mpsc};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
 use pg_cluster::Cluster;
 use serde_json::{Value, json};
+
+#[path = "support/served.rs"]
+mod served;
+use served::Served;
+
+impl Served {
+    /// The suite's server: its upstream key in the environment the config names.
+    fn chaos(config: &Path) -> Self {
+        Self::start_with(
+            config,
+            &[],
+            &[("AGENTRY_CHAOS_UPSTREAM_KEY", "upstream-key")],
+        )
+    }
+}
 
 const KEY: &str = "key-chaos-test-0001";
 
@@ -346,91 +360,6 @@ impl Plan {
 
 // ---------------------------------------------------------------------------------------------
 // The server process
-
-struct Served {
-    child: Child,
-    url: String,
-    stderr: mpsc::Receiver<String>,
-    lines: Vec<String>,
-}
-
-impl Served {
-    fn start(config: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args([
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .env("AGENTRY_CHAOS_UPSTREAM_KEY", "upstream-key")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (send, stderr) = mpsc::channel();
-        let pipe = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in pipe.lines().map_while(Result::ok) {
-                let _ = send.send(line);
-            }
-        });
-        let mut lines = Vec::new();
-        let url = loop {
-            let line = stderr
-                .recv_timeout(Duration::from_secs(60))
-                .expect("agentry serve did not say where it listens");
-            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
-                break url.to_owned();
-            }
-            lines.push(line);
-        };
-        Self {
-            child,
-            url,
-            stderr,
-            lines,
-        }
-    }
-
-    fn terminate(&self) {
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill -TERM {}", self.child.id())])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// SIGKILL and reap.
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Waits at most `limit` for the exit: the exit code and every line of stderr.
-    fn wait_within(&mut self, limit: Duration) -> Option<(i32, Vec<String>)> {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let mut lines = std::mem::take(&mut self.lines);
-                lines.extend(self.stderr.iter());
-                return Some((status.code().unwrap_or(-1), lines));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The PostgreSQL the suite may use as the session store; under `CI` it must be there.
 fn postgres_url() -> Option<String> {
@@ -988,7 +917,7 @@ async fn drive(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
         format!("{url}{separator}application_name={application}")
     });
     let config = write_config(dir.path(), &upstream.url(), extra, store_url.as_deref());
-    let mut served = tokio::task::block_in_place(|| Served::start(&config));
+    let mut served = tokio::task::block_in_place(|| Served::chaos(&config));
     // Unique in a PostgreSQL database other campaigns share.
     let id = format!(
         "chaos-{}-{}-{}",
@@ -1196,8 +1125,8 @@ async fn drive(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
             injected = seen.disconnected;
             expect_complete = false;
             tokio::task::block_in_place(|| {
-                served.kill9();
-                served = Served::start(&config);
+                served.kill_9();
+                served = Served::chaos(&config);
             });
         }
         Fault::IdempotentRetry => {
@@ -1335,7 +1264,7 @@ async fn drive(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
             {
                 violations.push(format!("SIGTERM: exit {code}, log {lines:?}"));
             }
-            served = tokio::task::block_in_place(|| Served::start(&config));
+            served = tokio::task::block_in_place(|| Served::chaos(&config));
         }
         _ => {
             seen = execute(&served.url, &id, &first_body(), patience, |_, _| Next::Read).await;
@@ -1374,8 +1303,8 @@ async fn drive(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
     if plan.fault == Fault::Kill9BetweenRuns {
         let before = stored.clone();
         tokio::task::block_in_place(|| {
-            served.kill9();
-            served = Served::start(&config);
+            served.kill_9();
+            served = Served::chaos(&config);
         });
         stored = session(&served.url, &id).await;
         if stored["messages"] != before["messages"] || stored["status"] != before["status"] {
@@ -1475,7 +1404,7 @@ async fn drive(plan: &Plan, cluster: Option<&Arc<Cluster>>) -> Outcome {
             .map(|violation| format!("after the next request: {violation}")),
     );
     if std::env::var_os("AGENTRY_CHAOS_VERBOSE").is_some() {
-        for line in served.lines.iter().cloned().chain(served.stderr.try_iter()) {
+        for line in served.early.iter().cloned().chain(served.stderr.try_iter()) {
             eprintln!("chaos: serve: {line}");
         }
     }

@@ -12,14 +12,14 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 use agent_backends::replay::{Cassette, ReplayServer};
 use serde_json::{Value, json};
+
+#[path = "support/served.rs"]
+mod served;
+use served::Served;
 
 /// How many `read_file` calls the hostile model asks for in one round.
 const CALLS: usize = 300;
@@ -39,70 +39,6 @@ const GROWTH_LIMIT_BYTES: u64 = 120 * 1024 * 1024;
 /// The bound on the peak itself (the 150 MiB, plus room for this debug binary's own
 /// idle size, which grows with the code linked in: 31 MiB before MCP, 35 MiB after).
 const PEAK_LIMIT_BYTES: u64 = 160 * 1024 * 1024;
-
-/// A server process and its base URL.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Served {
-    fn start(config: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args([
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, stderr) = mpsc::channel();
-        let pipe = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in pipe.lines().map_while(Result::ok) {
-                let _ = lines.send(line);
-            }
-        });
-        let url = loop {
-            let line = stderr
-                .recv_timeout(Duration::from_secs(60))
-                .expect("agentry serve did not say where it listens");
-            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
-                break url.to_owned();
-            }
-        };
-        Self { child, url }
-    }
-
-    /// A `kB` field of `/proc/<pid>/status`, in bytes.
-    fn status_bytes(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status
-            .lines()
-            .find_map(|line| line.strip_prefix(field))
-            .unwrap_or_else(|| panic!("no {field} in /proc/<pid>/status"));
-        let kib: u64 = line
-            .trim_start_matches(':')
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .unwrap();
-        kib * 1024
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One streamed Chat Completions chunk.
 fn chunk(delta: &Value, finish: Option<&str>) -> String {

@@ -12,77 +12,18 @@
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
 use pg_cluster::Cluster;
 use serde_json::{Value, json};
 
+#[path = "support/served.rs"]
+mod served;
+use served::Served;
+
 const KEY: &str = "key-acme-test-0001";
-
-/// A server process and its base URL.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Served {
-    fn start(config: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args([
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, stderr) = std::sync::mpsc::channel();
-        let pipe = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in pipe.lines().map_while(Result::ok) {
-                if std::env::var_os("AGENTRY_TEST_VERBOSE").is_some() {
-                    eprintln!("serve: {line}");
-                }
-                let _ = lines.send(line);
-            }
-        });
-        let url = loop {
-            let line = stderr
-                .recv_timeout(Duration::from_secs(60))
-                .expect("agentry serve did not say where it listens");
-            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
-                break url.to_owned();
-            }
-        };
-        Self { child, url }
-    }
-
-    /// `kill -9`: no drain, no final save, no lease release.
-    fn kill_9(mut self) {
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill -9 {}", self.child.id())])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let status = self.child.wait().unwrap();
-        assert!(status.code().is_none(), "killed by a signal: {status:?}");
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A model call asking for the calculator on `n * 7` as call `call_<n>`.
 fn call(n: u32) -> String {
@@ -344,7 +285,7 @@ fn a_second_process_on_the_cluster_continues_a_run_the_first_was_killed_in() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = config(dir.path(), &cluster.url(), &upstream.url());
-    let first = Served::start(&path);
+    let mut first = Served::start(&path);
     let second = Served::start(&path);
     let client = runtime();
     let (url, id) = (first.url.clone(), "handed-over");

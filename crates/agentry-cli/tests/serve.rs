@@ -3,108 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-/// A server process and its base URL.
-struct Served {
-    child: Child,
-    url: String,
-    stderr: mpsc::Receiver<String>,
-    /// The lines before the listening line.
-    early: Vec<String>,
-}
-
-impl Served {
-    /// Starts `agentry serve --config <config>` on a free port and waits for its address.
-    fn start(config: &Path) -> Self {
-        Self::start_with(config, &[], &[])
-    }
-
-    /// As [`start`](Self::start), with more arguments and environment variables.
-    fn start_with(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args([
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, stderr) = mpsc::channel();
-        let pipe = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in pipe.lines().map_while(Result::ok) {
-                let _ = lines.send(line);
-            }
-        });
-        let mut early = Vec::new();
-        let url = loop {
-            let line = stderr
-                .recv_timeout(Duration::from_secs(60))
-                .expect("agentry serve did not say where it listens");
-            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
-                break url.to_owned();
-            }
-            early.push(line);
-        };
-        Self {
-            child,
-            url,
-            stderr,
-            early,
-        }
-    }
-
-    /// Sends SIGTERM (through the shell's `kill`: no extra tools needed).
-    fn terminate(&self) {
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill -TERM {}", self.child.id())])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits for the exit; the exit code and every line of stderr.
-    fn wait(mut self) -> (i32, Vec<String>) {
-        let status = self.child.wait().unwrap();
-        let mut lines = std::mem::take(&mut self.early);
-        // Until the pipe closes: every line, not only those already read.
-        lines.extend(self.stderr.iter());
-        (status.code().unwrap_or(-1), lines)
-    }
-
-    /// Waits at most `limit` for the exit; `None` (the process still running) after it.
-    fn wait_within(mut self, limit: Duration) -> Option<(i32, Vec<String>)> {
-        let started = std::time::Instant::now();
-        while started.elapsed() < limit {
-            if self.child.try_wait().unwrap().is_some() {
-                return Some(self.wait());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "support/served.rs"]
+mod served;
+use served::Served;
 
 fn config(store: &str, extra: &str) -> String {
     format!(
@@ -421,7 +327,7 @@ fn sigterm_with_a_client_that_stopped_reading_exits_within_the_drain() {
         ),
     );
     std::fs::write(&path, text).unwrap();
-    let served = Served::start(&path);
+    let mut served = Served::start(&path);
     let address = served.url.strip_prefix("http://").unwrap().to_owned();
     let body = json!({"message": "go", "context": {"model": "flood"}}).to_string();
     let mut socket = std::net::TcpStream::connect(&address).unwrap();

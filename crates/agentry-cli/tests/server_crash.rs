@@ -4,73 +4,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
 use serde_json::{Value, json};
 
+#[path = "support/served.rs"]
+mod served;
+use served::Served;
+
 const KEY: &str = "key-acme-test-0001";
-
-/// A server process and its base URL.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Served {
-    fn start(config: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args([
-                "serve",
-                "--config",
-                config.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, stderr) = std::sync::mpsc::channel();
-        let pipe = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in pipe.lines().map_while(Result::ok) {
-                let _ = lines.send(line);
-            }
-        });
-        let url = loop {
-            let line = stderr
-                .recv_timeout(Duration::from_secs(60))
-                .expect("agentry serve did not say where it listens");
-            if let Some(url) = line.strip_prefix("agentry serve: listening on ") {
-                break url.to_owned();
-            }
-        };
-        Self { child, url }
-    }
-
-    /// `kill -9`: no drain, no final save, no lease release.
-    fn kill_9(mut self) {
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill -9 {}", self.child.id())])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let status = self.child.wait().unwrap();
-        assert!(status.code().is_none(), "killed by a signal: {status:?}");
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// An OpenAI chat-completions stream asking for the calculator (call `call_1`).
 fn call_stream() -> String {
@@ -192,7 +135,7 @@ api_keys = ["{KEY}"]
         ),
     )
     .unwrap();
-    let first = Served::start(&path);
+    let mut first = Served::start(&path);
     let client = runtime();
     let (url, id) = (first.url.clone(), "crashed-run");
     client.spawn(async move {
@@ -361,7 +304,7 @@ api_keys = ["{KEY}"]
         ),
     )
     .unwrap();
-    let first = Served::start(&path);
+    let mut first = Served::start(&path);
     let client = runtime();
     let (url, id) = (first.url.clone(), "budgeted-run");
     let body = json!({"message": "what is 6 * 7, twice?",
