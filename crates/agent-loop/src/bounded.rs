@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::time::Duration;
 
+use agent_types::{AgentError, BackendError, BackendErrorKind, ErrorKind};
 use futures_util::future::{Either, select};
 use tokio_util::sync::CancellationToken;
 
@@ -34,5 +35,32 @@ pub(crate) async fn bounded<F: Future>(
             .await
             .unwrap_or(Bounded::TimedOut(limit)),
         None => raced.await,
+    }
+}
+
+/// The error a bounded model-call stream pump ended with, or `None` when the stream reached
+/// its finish event (`finished`). `call` names the call ("the model call") and `stream` its
+/// stream ("the model's stream") in the messages.
+pub(crate) fn call_failure(
+    pumped: Bounded<Result<(), BackendError>>,
+    finished: bool,
+    call: &str,
+    stream: &str,
+) -> Option<AgentError> {
+    match pumped {
+        Bounded::Done(Ok(())) if finished => None,
+        Bounded::Done(Ok(())) => Some(AgentError::from(BackendError::new(
+            BackendErrorKind::Protocol,
+            format!("{stream} ended before its finish event"),
+        ))),
+        Bounded::Done(Err(error)) => Some(AgentError::from(error)),
+        Bounded::Cancelled => Some(AgentError::new(
+            ErrorKind::Aborted,
+            format!("the run was cancelled during {call}"),
+        )),
+        Bounded::TimedOut(limit) => Some(AgentError::from(BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("{call} took longer than its {limit:?} timeout"),
+        ))),
     }
 }

@@ -681,11 +681,11 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
     ),
     AgentError,
 > {
-    use agent_types::{BackendError, BackendErrorKind, ErrorKind, MessageAssembler, StopReason};
+    use agent_types::{BackendError, MessageAssembler, StopReason};
     use futures_util::StreamExt;
     use tracing::{Instrument, field};
 
-    use crate::bounded::{Bounded, bounded};
+    use crate::bounded::bounded;
     use crate::telemetry::{self, SpanName};
 
     let direct = crate::span_sink::with_run(|run| {
@@ -751,22 +751,12 @@ pub(crate) async fn call_summary<B: agent_types::Backend + ?Sized>(
             .await
     };
     let latency = started.elapsed();
-    let failure = match pumped {
-        Bounded::Done(Ok(())) if assembler.is_finished() => None,
-        Bounded::Done(Ok(())) => Some(AgentError::from(BackendError::new(
-            BackendErrorKind::Protocol,
-            "the summary call's stream ended before its finish event",
-        ))),
-        Bounded::Done(Err(error)) => Some(AgentError::from(error)),
-        Bounded::Cancelled => Some(AgentError::new(
-            ErrorKind::Aborted,
-            "the run was cancelled during the history summary call",
-        )),
-        Bounded::TimedOut(limit) => Some(AgentError::from(BackendError::new(
-            BackendErrorKind::Timeout,
-            format!("the history summary call took longer than its {limit:?} timeout"),
-        ))),
-    };
+    let failure = crate::bounded::call_failure(
+        pumped,
+        assembler.is_finished(),
+        "the history summary call",
+        "the summary call's stream",
+    );
     if let Some(error) = failure {
         telemetry::record_error(&span, &error);
         if direct {

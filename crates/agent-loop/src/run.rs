@@ -8,16 +8,16 @@ use std::pin::Pin;
 use agent_conversation::Turn;
 use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
 use agent_types::{
-    AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError,
-    BackendErrorKind, Budget, Capabilities, ErrorKind, Message, MessageAssembler, ModelRequest,
-    Role, StopReason, ToolCall, ToolChoice, ToolResult, TraceEntry, Usage,
+    AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError, Budget,
+    Capabilities, ErrorKind, Message, MessageAssembler, ModelRequest, Role, StopReason, ToolCall,
+    ToolChoice, ToolResult, TraceEntry, Usage,
 };
 use futures_util::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
 
-use crate::bounded::{Bounded, bounded};
+use crate::bounded::bounded;
 use crate::dispatch::Outcome;
 use crate::estimate::CountCache;
 use crate::events::Emitter;
@@ -803,19 +803,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         };
         let latency = started.elapsed();
         self.unshape();
-        let failure = match pumped {
-            Bounded::Done(Ok(())) if assembler.is_finished() => None,
-            Bounded::Done(Ok(())) => Some(AgentError::from(BackendError::new(
-                BackendErrorKind::Protocol,
-                "the model's stream ended before its finish event",
-            ))),
-            Bounded::Done(Err(error)) => Some(AgentError::from(error)),
-            Bounded::Cancelled => Some(aborted("the run was cancelled during the model call")),
-            Bounded::TimedOut(limit) => Some(AgentError::from(BackendError::new(
-                BackendErrorKind::Timeout,
-                format!("the model call took longer than its {limit:?} timeout"),
-            ))),
-        };
+        let failure = crate::bounded::call_failure(
+            pumped,
+            assembler.is_finished(),
+            "the model call",
+            "the model's stream",
+        );
         if let Some(first) = first_event {
             span.record("agentry.time_to_first_chunk", first.as_secs_f64());
         }
