@@ -90,12 +90,7 @@ pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), O
             "web_search_options" => "web search is not supported",
             "seed" => "seeded (deterministic) sampling is not supported",
             "verbosity" => "`verbosity` is not supported",
-            _ => {
-                return Err(OpenAiError::invalid(
-                    field.as_str(),
-                    format!("Unrecognized request argument supplied: {field}"),
-                ));
-            }
+            _ => return Err(unrecognized(field)),
         };
         return Err(OpenAiError::invalid(
             field.as_str(),
@@ -103,6 +98,14 @@ pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), O
         ));
     }
     Ok(())
+}
+
+/// The error for a request field this server does not know, in OpenAI's words.
+pub(crate) fn unrecognized(field: &str) -> OpenAiError {
+    OpenAiError::invalid(
+        field,
+        format!("Unrecognized request argument supplied: {field}"),
+    )
 }
 
 /// `stream_options`.

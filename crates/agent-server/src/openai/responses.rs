@@ -141,12 +141,7 @@ fn unsupported(rest: &Map<String, Value>) -> Result<(), OpenAiError> {
             "prompt" => "prompt templates are not supported",
             "max_tool_calls" => "`max_tool_calls` is not supported",
             "stream_options" => "`stream_options` is not supported",
-            _ => {
-                return Err(OpenAiError::invalid(
-                    field.as_str(),
-                    format!("Unrecognized request argument supplied: {field}"),
-                ));
-            }
+            _ => return Err(super::request::unrecognized(field)),
         };
         return Err(OpenAiError::invalid(
             field.as_str(),
