@@ -39,7 +39,7 @@ use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::encode::{Encoder, End, write_json, write_str, write_u64};
+use crate::encode::{CallIds, Encoder, End, write_json, write_str, write_u64};
 use crate::error::ApiError;
 use crate::execute::{self, Encoded};
 use crate::frontend;
@@ -293,7 +293,7 @@ pub struct AgUiEncoder {
     /// The open model call's text message, for its tool calls' `parentMessageId`.
     parent: Option<u64>,
     /// The open model call's tool call ids, by index (slots reused across calls).
-    calls: Vec<String>,
+    calls: CallIds,
 }
 
 impl AgUiEncoder {
@@ -309,7 +309,7 @@ impl AgUiEncoder {
             step: false,
             messages: 0,
             parent: None,
-            calls: Vec::new(),
+            calls: CallIds::default(),
         }
     }
 
@@ -343,7 +343,7 @@ impl AgUiEncoder {
     }
 
     fn call_id(&self, index: u32) -> &str {
-        self.calls.get(index as usize).map_or("", String::as_str)
+        self.calls.get(index)
     }
 }
 
@@ -402,12 +402,7 @@ impl Encoder for AgUiEncoder {
                 out.extend_from_slice(b"}\n\n");
             }
             AgentEvent::ToolCallStart { index, id, name } => {
-                let index = *index as usize;
-                if self.calls.len() <= index {
-                    self.calls.resize_with(index + 1, String::new);
-                }
-                self.calls[index].clear();
-                self.calls[index].push_str(id.as_str());
+                self.calls.remember(*index, id.as_str());
                 out.extend_from_slice(b"data: {\"type\":\"TOOL_CALL_START\",\"toolCallId\":");
                 write_str(id.as_str(), out);
                 out.extend_from_slice(b",\"toolCallName\":");

@@ -125,3 +125,25 @@ mod tests {
         }
     }
 }
+
+/// The open model call's tool call ids, by index: slots (and their capacity) are reused
+/// across calls, so remembering an id allocates nothing once warm.
+#[derive(Debug, Default)]
+pub(crate) struct CallIds(Vec<String>);
+
+impl CallIds {
+    /// Remembers `id` as the call at `index`.
+    pub(crate) fn remember(&mut self, index: u32, id: &str) {
+        let index = index as usize;
+        if self.0.len() <= index {
+            self.0.resize_with(index + 1, String::new);
+        }
+        self.0[index].clear();
+        self.0[index].push_str(id);
+    }
+
+    /// The id of the call at `index`, empty when none was remembered.
+    pub(crate) fn get(&self, index: u32) -> &str {
+        self.0.get(index as usize).map_or("", String::as_str)
+    }
+}

@@ -104,6 +104,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use agent_loop::output::{OutputSpec, OutputStrategy};
 use agent_loop::{GenerateResult, Hooks, Options, Session, SessionInput};
 use agent_types::{AgentError, AgentEvent, ErrorKind, Role, ToolChoice, Usage};
 use axum::Json;
@@ -124,6 +125,7 @@ use crate::error::ApiError;
 use crate::execute::{OpenStream, count, deliver, event_stream, options, settle_metrics};
 use crate::http::{admit, json_body, tagged};
 use crate::limits::Permit;
+use crate::spend::Meter;
 use crate::state::{AppState, Model, RunGuard, Tenant, now_ms};
 use crate::store::{SessionOptions, SessionRecord};
 
@@ -377,45 +379,11 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         refusal: None,
         structured: output.is_some(),
     };
-    let mut options = options(&state, &tenant, &record, cancel.clone());
-    crate::approval::install(
-        &mut options,
-        &tenant.require_approval,
-        crate::approval::Resumable::No,
-    );
-    if let Some((spec, strategy)) = output {
-        options.output = Some(spec);
-        options.output_strategy = strategy;
-    }
-    let meter = state.inner.spend.meter(&tenant.name);
-    if let Some(meter) = &meter {
-        meter.install(&mut options);
-    }
-    if !shadowed.is_empty() {
-        options.tools = Arc::new(
-            state
-                .inner
-                .tools
-                .filter(|tool| !shadowed.contains(tool.name())),
-        );
-    }
+    let (mut options, meter) = run_options(&state, &tenant, &record, &cancel, output, &shadowed);
     let metrics = &state.inner.metrics;
     let labels = (tenant.name.as_str(), record.model.as_str());
     if forced {
-        let meter = meter.clone();
-        options.hooks = Hooks::new().before_model_call(move |gate| {
-            let meter = meter.clone();
-            async move {
-                if let Some(meter) = &meter {
-                    meter.check(&gate).await?;
-                }
-                if gate.iteration == 0 {
-                    Ok(())
-                } else {
-                    Err(FIRST_ROUND_DONE.to_owned())
-                }
-            }
-        });
+        force_first_round(&mut options, &meter);
     }
     let mut outcome = pump(
         &mut record.session,
@@ -427,17 +395,7 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         &cancel,
     )
     .await;
-    if forced
-        && matches!(&outcome, Err(error)
-            if matches!(error.kind, ErrorKind::Refused) && error.message == FIRST_ROUND_DONE)
-    {
-        // The first round ran server tools only: go on unforced.
-        record.session.tool_choice = ToolChoice::Auto;
-        options.hooks = Hooks::new();
-        if let Some(meter) = &meter {
-            meter.install(&mut options);
-        }
-        options.max_tool_iterations = options.max_tool_iterations.saturating_sub(1);
+    if forced && unforce_after_first_round(&outcome, &mut record.session, &mut options, &meter) {
         outcome = pump(
             &mut record.session,
             &model,
@@ -462,6 +420,83 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     // both passes of a forced tool choice.
     sink.finish(&outcome, &record.session.usage, record.session.cost_usd)
         .await;
+}
+
+/// The options of one run of either OpenAI-compatible endpoint: the tenant's approval rule
+/// and spend cap, the requested output format, and no server tool a request's own function
+/// shadows. The meter is returned too, for the gate of a forced first round and the end.
+fn run_options(
+    state: &AppState,
+    tenant: &Tenant,
+    record: &SessionRecord,
+    cancel: &CancellationToken,
+    output: Option<(OutputSpec, OutputStrategy)>,
+    shadowed: &HashSet<String>,
+) -> (Options, Option<Meter>) {
+    let mut options = options(state, tenant, record, cancel.clone());
+    crate::approval::install(
+        &mut options,
+        &tenant.require_approval,
+        crate::approval::Resumable::No,
+    );
+    if let Some((spec, strategy)) = output {
+        options.output = Some(spec);
+        options.output_strategy = strategy;
+    }
+    let meter = state.inner.spend.meter(&tenant.name);
+    if let Some(meter) = &meter {
+        meter.install(&mut options);
+    }
+    if !shadowed.is_empty() {
+        options.tools = Arc::new(
+            state
+                .inner
+                .tools
+                .filter(|tool| !shadowed.contains(tool.name())),
+        );
+    }
+    (options, meter)
+}
+
+/// A forced tool choice binds the first model call only: a gate (after the spend check)
+/// stops the run before the second, with [`FIRST_ROUND_DONE`].
+fn force_first_round(options: &mut Options, meter: &Option<Meter>) {
+    let meter = meter.clone();
+    options.hooks = Hooks::new().before_model_call(move |gate| {
+        let meter = meter.clone();
+        async move {
+            if let Some(meter) = &meter {
+                meter.check(&gate).await?;
+            }
+            if gate.iteration == 0 {
+                Ok(())
+            } else {
+                Err(FIRST_ROUND_DONE.to_owned())
+            }
+        }
+    });
+}
+
+/// Whether `outcome` is the [`force_first_round`] gate's stop; if so, `session` and `options`
+/// are set to go on unforced for the iterations left.
+fn unforce_after_first_round(
+    outcome: &Result<GenerateResult, AgentError>,
+    session: &mut Session,
+    options: &mut Options,
+    meter: &Option<Meter>,
+) -> bool {
+    let done = matches!(outcome, Err(error)
+        if matches!(error.kind, ErrorKind::Refused) && error.message == FIRST_ROUND_DONE);
+    if done {
+        // The first round ran server tools only: go on unforced.
+        session.tool_choice = ToolChoice::Auto;
+        options.hooks = Hooks::new();
+        if let Some(meter) = meter {
+            meter.install(options);
+        }
+        options.max_tool_iterations = options.max_tool_iterations.saturating_sub(1);
+    }
+    done
 }
 
 /// One run of the loop over `session`, its events counted and passed to `sink`.

@@ -46,7 +46,7 @@ use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::encode::{Encoder, End, write_json, write_output, write_str, write_u64};
+use crate::encode::{CallIds, Encoder, End, write_json, write_output, write_str, write_u64};
 use crate::error::ApiError;
 use crate::execute::{self, Encoded};
 use crate::frontend;
@@ -267,7 +267,7 @@ pub struct UiEncoder {
     /// A step (model call and its tools) is open.
     step: bool,
     /// The open model call's tool call ids, by index (slots reused across calls).
-    calls: Vec<String>,
+    calls: CallIds,
     /// Calls the client's decisions denied.
     denied: Vec<String>,
     /// An `error` chunk went out.
@@ -281,14 +281,14 @@ impl UiEncoder {
         Self {
             parts: 0,
             step: false,
-            calls: Vec::new(),
+            calls: CallIds::default(),
             denied,
             failed: false,
         }
     }
 
     fn call_id(&self, index: u32) -> &str {
-        self.calls.get(index as usize).map_or("", String::as_str)
+        self.calls.get(index)
     }
 
     fn part(&self, kind: &str, suffix: &str, out: &mut BytesMut) {
@@ -354,12 +354,7 @@ impl Encoder for UiEncoder {
                 self.parts += 1;
             }
             AgentEvent::ToolCallStart { index, id, name } => {
-                let index = *index as usize;
-                if self.calls.len() <= index {
-                    self.calls.resize_with(index + 1, String::new);
-                }
-                self.calls[index].clear();
-                self.calls[index].push_str(id.as_str());
+                self.calls.remember(*index, id.as_str());
                 out.extend_from_slice(b"data: {\"type\":\"tool-input-start\",\"toolCallId\":");
                 write_str(id.as_str(), out);
                 out.extend_from_slice(b",\"toolName\":");

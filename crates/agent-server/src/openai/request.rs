@@ -90,12 +90,7 @@ pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), O
             "web_search_options" => "web search is not supported",
             "seed" => "seeded (deterministic) sampling is not supported",
             "verbosity" => "`verbosity` is not supported",
-            _ => {
-                return Err(OpenAiError::invalid(
-                    field.as_str(),
-                    format!("Unrecognized request argument supplied: {field}"),
-                ));
-            }
+            _ => return Err(unrecognized(field)),
         };
         return Err(OpenAiError::invalid(
             field.as_str(),
@@ -103,6 +98,14 @@ pub(crate) fn unsupported(rest: &serde_json::Map<String, Value>) -> Result<(), O
         ));
     }
     Ok(())
+}
+
+/// The error for a request field this server does not know, in OpenAI's words.
+pub(crate) fn unrecognized(field: &str) -> OpenAiError {
+    OpenAiError::invalid(
+        field,
+        format!("Unrecognized request argument supplied: {field}"),
+    )
 }
 
 /// `stream_options`.
@@ -498,6 +501,41 @@ pub(crate) fn bounded_schema(schema: &Value, param: &str) -> Result<(), OpenAiEr
     }
 }
 
+/// A `json_schema` output format's object (`name`, `schema`, `description`) as the `Auto`
+/// strategy's spec; `param` is where the object sits in the request, for errors.
+pub(crate) fn json_schema_output(
+    spec: &Value,
+    param: &str,
+) -> Result<(OutputSpec, OutputStrategy), OpenAiError> {
+    let name = spec.get("name").and_then(Value::as_str).ok_or_else(|| {
+        OpenAiError::invalid(
+            format!("{param}.name"),
+            format!("`{param}.name` is required"),
+        )
+    })?;
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(OpenAiError::invalid(
+            format!("{param}.name"),
+            format!("`{param}.name` must match ^[a-zA-Z0-9_-]{{1,64}}$"),
+        ));
+    }
+    let schema = spec
+        .get("schema")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    bounded_schema(&schema, &format!("{param}.schema"))?;
+    let mut output = OutputSpec::from_schema(schema).with_name(name);
+    if let Some(description) = spec.get("description").and_then(Value::as_str) {
+        output = output.with_description(description);
+    }
+    Ok((output, OutputStrategy::Auto))
+}
+
 /// `response_format`: `text` (or absent) asks for nothing; `json_object` for any JSON object
 /// (the `Prompted` strategy with a permissive object schema); `json_schema` for an answer
 /// matching the caller's schema (the `Auto` strategy: native where the provider has it).
@@ -514,39 +552,13 @@ pub(crate) fn response_format(
             OutputStrategy::Prompted,
         ))),
         Some("json_schema") => {
-            let Some(spec) = format.get("json_schema").and_then(Value::as_object) else {
+            let Some(spec) = format.get("json_schema").filter(|spec| spec.is_object()) else {
                 return Err(OpenAiError::invalid(
                     "response_format.json_schema",
                     "`response_format.json_schema` is required for `type: json_schema`",
                 ));
             };
-            let name = spec.get("name").and_then(Value::as_str).ok_or_else(|| {
-                OpenAiError::invalid(
-                    "response_format.json_schema.name",
-                    "`response_format.json_schema.name` is required",
-                )
-            })?;
-            if name.is_empty()
-                || name.len() > 64
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return Err(OpenAiError::invalid(
-                    "response_format.json_schema.name",
-                    "`response_format.json_schema.name` must match ^[a-zA-Z0-9_-]{1,64}$",
-                ));
-            }
-            let schema = spec
-                .get("schema")
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"}));
-            bounded_schema(&schema, "response_format.json_schema.schema")?;
-            let mut output = OutputSpec::from_schema(schema).with_name(name);
-            if let Some(description) = spec.get("description").and_then(Value::as_str) {
-                output = output.with_description(description);
-            }
-            Ok(Some((output, OutputStrategy::Auto)))
+            json_schema_output(spec, "response_format.json_schema").map(Some)
         }
         _ => Err(OpenAiError::invalid(
             "response_format.type",

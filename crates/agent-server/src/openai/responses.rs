@@ -48,10 +48,10 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_loop::output::{OutputSpec, OutputStrategy};
-use agent_loop::{GenerateResult, Hooks, Options, Session, SessionInput, SessionStatus};
+use agent_loop::{GenerateResult, Options, Session, SessionInput, SessionStatus};
 use agent_types::{
     AgentError, AgentEvent, AssistantBlock, ErrorKind, GenerationSettings, Message, Role,
-    StopReason, ToolChoice, Usage,
+    StopReason, Usage,
 };
 use axum::Json;
 use axum::body::Body;
@@ -66,9 +66,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::output::{Produced, Sequence, Shape};
 use super::error::OpenAiError;
-use super::{CHANNEL_DEPTH, FIRST_ROUND_DONE, Out, Running, stream_response};
+use super::{
+    CHANNEL_DEPTH, Out, Running, force_first_round, run_options, stream_response,
+    unforce_after_first_round,
+};
 use crate::error::ApiError;
-use crate::execute::{count, deliver, options, settle_metrics};
+use crate::execute::{count, deliver, settle_metrics};
 use crate::http::{admit, json_body, tagged};
 use crate::path_id::PathId;
 use crate::state::{AppState, Model, Tenant, now_ms};
@@ -138,12 +141,7 @@ fn unsupported(rest: &Map<String, Value>) -> Result<(), OpenAiError> {
             "prompt" => "prompt templates are not supported",
             "max_tool_calls" => "`max_tool_calls` is not supported",
             "stream_options" => "`stream_options` is not supported",
-            _ => {
-                return Err(OpenAiError::invalid(
-                    field.as_str(),
-                    format!("Unrecognized request argument supplied: {field}"),
-                ));
-            }
+            _ => return Err(super::request::unrecognized(field)),
         };
         return Err(OpenAiError::invalid(
             field.as_str(),
@@ -695,44 +693,10 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         produced: Produced::default(),
         refusal: None,
     };
-    let mut options = options(&state, &tenant, &record, cancel.clone());
-    crate::approval::install(
-        &mut options,
-        &tenant.require_approval,
-        crate::approval::Resumable::No,
-    );
-    if let Some((spec, strategy)) = output {
-        options.output = Some(spec);
-        options.output_strategy = strategy;
-    }
-    let meter = state.inner.spend.meter(&tenant.name);
-    if let Some(meter) = &meter {
-        meter.install(&mut options);
-    }
-    if !shadowed.is_empty() {
-        options.tools = Arc::new(
-            state
-                .inner
-                .tools
-                .filter(|tool| !shadowed.contains(tool.name())),
-        );
-    }
+    let (mut options, meter) = run_options(&state, &tenant, &record, &cancel, output, &shadowed);
     let labels = (tenant.name.as_str(), record.model.as_str());
     if forced {
-        let meter = meter.clone();
-        options.hooks = Hooks::new().before_model_call(move |gate| {
-            let meter = meter.clone();
-            async move {
-                if let Some(meter) = &meter {
-                    meter.check(&gate).await?;
-                }
-                if gate.iteration == 0 {
-                    Ok(())
-                } else {
-                    Err(FIRST_ROUND_DONE.to_owned())
-                }
-            }
-        });
+        force_first_round(&mut options, &meter);
     }
     let mut outcome = pump(
         &mut record.session,
@@ -743,17 +707,7 @@ async fn run(state: AppState, plan: Plan, running: Running) {
         labels,
     )
     .await;
-    if forced
-        && matches!(&outcome, Err(error)
-            if matches!(error.kind, ErrorKind::Refused) && error.message == FIRST_ROUND_DONE)
-    {
-        // The first round ran server tools only: go on unforced.
-        record.session.tool_choice = ToolChoice::Auto;
-        options.hooks = Hooks::new();
-        if let Some(meter) = &meter {
-            meter.install(&mut options);
-        }
-        options.max_tool_iterations = options.max_tool_iterations.saturating_sub(1);
+    if forced && unforce_after_first_round(&outcome, &mut record.session, &mut options, &meter) {
         outcome = pump(
             &mut record.session,
             &model,

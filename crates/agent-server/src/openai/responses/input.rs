@@ -448,32 +448,7 @@ pub(crate) fn text_format(
             OutputSpec::from_schema(json!({"type": "object"})).with_name("json_object"),
             OutputStrategy::Prompted,
         ))),
-        Some("json_schema") => {
-            let name = format.get("name").and_then(Value::as_str).ok_or_else(|| {
-                OpenAiError::invalid("text.format.name", "`text.format.name` is required")
-            })?;
-            if name.is_empty()
-                || name.len() > 64
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return Err(OpenAiError::invalid(
-                    "text.format.name",
-                    "`text.format.name` must match ^[a-zA-Z0-9_-]{1,64}$",
-                ));
-            }
-            let schema = format
-                .get("schema")
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"}));
-            request::bounded_schema(&schema, "text.format.schema")?;
-            let mut output = OutputSpec::from_schema(schema).with_name(name);
-            if let Some(description) = format.get("description").and_then(Value::as_str) {
-                output = output.with_description(description);
-            }
-            Ok(Some((output, OutputStrategy::Auto)))
-        }
+        Some("json_schema") => request::json_schema_output(format, "text.format").map(Some),
         _ => Err(OpenAiError::invalid(
             "text.format.type",
             "`text.format.type` must be `text`, `json_object` or `json_schema`",
