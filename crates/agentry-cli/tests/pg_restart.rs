@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 #[path = "support/served.rs"]
 mod served;
-use served::Served;
+use served::{Served, answer_stream, calculator_calls};
 
 const KEY: &str = "key-acme-test-0001";
 
@@ -34,15 +34,6 @@ fn call(n: u32) -> String {
     let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
         "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}});
     format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n")
-}
-
-/// A model call answering `text`.
-fn answer(text: &str) -> String {
-    let delta = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-        "finish_reason": null}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 70, "completion_tokens": 5, "total_tokens": 75}});
-    format!("data: {delta}\n\ndata: {end}\n\ndata: [DONE]\n\n")
 }
 
 fn sse(body: String) -> Cassette {
@@ -84,22 +75,6 @@ api_keys = ["{KEY}"]
     )
     .unwrap();
     path
-}
-
-/// How many calculator calls this process ran, from its `/metrics`.
-async fn calculator_calls(url: &str) -> f64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|line| {
-            line.starts_with("agentry_tool_calls_total{") && line.contains("tool=\"calculator\"")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// `GET` a session, retrying while the store is away (a 5xx).
@@ -189,7 +164,7 @@ fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
             sse(call(2))
                 .with_chunking(Chunking::Every(30))
                 .with_chunk_delay(Duration::from_millis(250)),
-            sse(answer("14 and 42")),
+            sse(answer_stream("14 and 42")),
         ]))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -252,7 +227,7 @@ fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
         // The server reconnected: the next request is served, and continues the session
         // without running a completed call again.
         upstream.push(sse(call(3)));
-        upstream.push(sse(answer("21")));
+        upstream.push(sse(answer_stream("21")));
         let events = execute(&served.url, id, &json!({"message": "and 3 * 7?"})).await;
         assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
         let stored = session(&served.url, id).await;
@@ -278,7 +253,7 @@ fn a_second_process_on_the_cluster_continues_a_run_the_first_was_killed_in() {
         .block_on(ReplayServer::start([
             sse(call(1)),
             // The second model call sends a few bytes and stalls: the first process dies in it.
-            sse(answer("too late"))
+            sse(answer_stream("too late"))
                 .with_chunking(Chunking::Every(40))
                 .with_chunk_delay(Duration::from_secs(600)),
         ]))
@@ -314,7 +289,7 @@ fn a_second_process_on_the_cluster_continues_a_run_the_first_was_killed_in() {
     first.kill_9();
 
     client.block_on(async {
-        upstream.push(sse(answer("7")));
+        upstream.push(sse(answer_stream("7")));
         let events = execute(&second.url, id, &json!({})).await;
         assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
         // The second process never ran round 1's call: its result came from the cluster.
@@ -396,7 +371,7 @@ fn postgresql_down_at_a_checkpoint_fails_the_run_with_a_typed_error_and_the_serv
         // The server reconnected: `{}` continues the run from round 1 without running call 1
         // again.
         upstream.push(sse(call(2)));
-        upstream.push(sse(answer("7 and 14")));
+        upstream.push(sse(answer_stream("7 and 14")));
         let events = execute(&served.url, id, &json!({})).await;
         assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
         let stored = session(&served.url, id).await;

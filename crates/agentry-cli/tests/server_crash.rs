@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 #[path = "support/served.rs"]
 mod served;
-use served::Served;
+use served::{Served, answer_stream, calculator_calls, metric};
 
 const KEY: &str = "key-acme-test-0001";
 
@@ -44,14 +44,6 @@ fn budget_stream(n: u32) -> String {
     format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n")
 }
 
-fn answer_stream(text: &str) -> String {
-    let delta = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-        "finish_reason": null}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 70, "completion_tokens": 5, "total_tokens": 75}});
-    format!("data: {delta}\n\ndata: {end}\n\ndata: [DONE]\n\n")
-}
-
 fn sse(body: String) -> Cassette {
     Cassette::new(200, "text/event-stream", body)
 }
@@ -62,25 +54,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// The sum of the series of `/metrics` of this process named `name` whose labels hold `label`.
-async fn metric(url: &str, name: &str, label: &str) -> f64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(label))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// How many calculator calls `/metrics` of this process counts.
-async fn calculator_calls(url: &str) -> f64 {
-    metric(url, "agentry_tool_calls_total", "tool=\"calculator\"").await
 }
 
 async fn session(url: &str, id: &str) -> Value {

@@ -134,3 +134,31 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The sum of a counter's series on a server's `/metrics` whose labels contain `label`.
+pub(crate) async fn metric(url: &str, name: &str, label: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// How many calculator calls this server process ran, from its `/metrics`.
+pub(crate) async fn calculator_calls(url: &str) -> f64 {
+    metric(url, "agentry_tool_calls_total", "tool=\"calculator\"").await
+}
+
+/// An OpenAI chat-completions stream answering `text` (70 tokens in, 5 out).
+pub(crate) fn answer_stream(text: &str) -> String {
+    let delta = serde_json::json!({"choices": [{"index": 0,
+        "delta": {"role": "assistant", "content": text}, "finish_reason": null}]});
+    let end = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 70, "completion_tokens": 5, "total_tokens": 75}});
+    format!("data: {delta}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
