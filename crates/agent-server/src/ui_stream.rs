@@ -99,7 +99,11 @@ pub(crate) async fn chat(
             input(record, last, regenerate, &mut denied)
         })
         .await?;
-        let mut response = execute::start(state, execute, Encoded(UiEncoder::new(denied)));
+        let encoder = state
+            .inner
+            .ui_runs
+            .record(&tenant.name, &body.id, UiEncoder::new(denied));
+        let mut response = execute::start(state, execute, Encoded(encoder));
         let headers = response.headers_mut();
         headers.insert(
             "x-vercel-ai-ui-message-stream",

@@ -23,5 +23,6 @@ mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;
+mod ui_resume;
 mod ui_stream;
 mod usage;
