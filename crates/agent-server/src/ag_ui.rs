@@ -244,7 +244,8 @@ fn run_input(
                     ApiError::bad_request("the last message must be the user's next message")
                 })?;
             let mut text = text_of(last.get("content"));
-            if text.trim().is_empty() {
+            let media = media_of(last.get("content"))?;
+            if text.trim().is_empty() && media.is_empty() {
                 return Err(ApiError::bad_request(
                     "the user message is empty: send some text",
                 ));
@@ -258,9 +259,96 @@ fn run_input(
                     text.push_str(&entry.value);
                 }
             }
-            Ok(SessionInput::User(UserMessage::text(text)))
+            let mut message = UserMessage::text(text);
+            if text_is_blank(&message) {
+                message.content.clear();
+            }
+            message.content.extend(media);
+            crate::attachments::check(&message)?;
+            Ok(SessionInput::User(message))
         }
     }
+}
+
+fn text_is_blank(message: &UserMessage) -> bool {
+    message.content.iter().all(
+        |block| matches!(block, agent_types::UserBlock::Text { text } if text.trim().is_empty()),
+    )
+}
+
+/// The `image`, `document` and `audio` parts of AG-UI user content (`source`: `data` inline
+/// base64 with its `mimeType`, `url` an https URL, `file` a provider's file id) as blocks;
+/// `video` is refused (no provider adapter takes it).
+fn media_of(content: Option<&Value>) -> Result<Vec<agent_types::UserBlock>, ApiError> {
+    use agent_types::{AudioBlock, FileBlock, FileSource, UserBlock};
+    let Some(Value::Array(parts)) = content else {
+        return Ok(Vec::new());
+    };
+    let mut blocks = Vec::new();
+    for (at, part) in parts.iter().enumerate() {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind == "text" {
+            continue;
+        }
+        if !matches!(kind, "image" | "document" | "audio") {
+            return Err(ApiError::bad_request(format!(
+                "content[{at}]: parts of type `{kind}` are not supported: send `text`, `image`, \
+                 `document` or `audio`"
+            )));
+        }
+        let source = part.get("source");
+        let field = |name: &str| {
+            source
+                .and_then(|source| source.get(name))
+                .and_then(Value::as_str)
+        };
+        let value = field("value")
+            .ok_or_else(|| ApiError::bad_request(format!("content[{at}] needs `source.value`")))?;
+        let mime = field("mimeType").unwrap_or("");
+        let filename = part
+            .get("metadata")
+            .and_then(|metadata| metadata.get("filename"))
+            .and_then(Value::as_str);
+        let block = match (kind, field("type")) {
+            ("audio", Some("data")) => UserBlock::Audio(AudioBlock {
+                media_type: mime.to_owned(),
+                data: value.to_owned(),
+            }),
+            ("audio", _) => {
+                return Err(ApiError::bad_request(format!(
+                    "content[{at}]: audio must be inline (`source.type` `data`)"
+                )));
+            }
+            (_, Some("data")) => crate::attachments::inline_block(at, mime, value, filename)?,
+            (_, Some("url")) => {
+                // An image URL's type may go unsaid.
+                let mime = match (kind, mime) {
+                    ("image", "") => "image/*",
+                    _ => mime,
+                };
+                crate::attachments::url_block(at, value, mime, filename)?
+            }
+            ("document", Some("file")) => UserBlock::File(FileBlock {
+                media_type: mime.to_owned(),
+                source: FileSource::FileId {
+                    file_id: value.to_owned(),
+                },
+                filename: filename.map(str::to_owned),
+            }),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "content[{at}]: `source.type` must be `data` or `url`{}",
+                    if kind == "document" {
+                        " (or `file`)"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+        };
+        blocks.push(block);
+    }
+    Ok(blocks)
 }
 
 /// The text of AG-UI message content: a string, or the `text` parts of a part list.

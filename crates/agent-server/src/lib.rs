@@ -36,6 +36,7 @@
 
 mod ag_ui;
 mod approval;
+mod attachments;
 mod auth;
 mod checkpoint;
 mod config;

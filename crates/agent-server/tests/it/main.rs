@@ -4,6 +4,7 @@
 
 mod ag_ui;
 mod approval;
+mod attachments;
 mod bedrock;
 mod checkpoint;
 mod connections;
