@@ -6,21 +6,24 @@
 //! `RunAgentInput`: `threadId` names the session in the tenant's namespace (created on first
 //! use, from `forwardedProps.session`, a [`NewSession`], or else the server's first model and
 //! every server tool the tenant may use); `runId` names the run in the events; `tools` (the
-//! frontend's tools) are the session's remote tools for this run; `context` entries are added
-//! to the user turn; `state`, `parentRunId` and `protocolVersion` are accepted and not used;
+//! frontend's tools) are the session's remote tools for this run; `context` entries and the
+//! `state` (ag_ui_state.rs) are added to the user turn; `parentRunId` and `protocolVersion`
+//! are accepted and not used;
 //! `messages` is the client's copy of the thread, of which only the new input is read:
 //! - the session waits for remote calls: the `tool` messages answering them (`content`, or
 //!   `error` for a failed call);
 //! - the session waits for approvals: `resume`, one entry per interrupt (`status: resolved`
 //!   approves unless `payload.approved` is `false`; `cancelled` denies; `payload.reason` is
 //!   what the model is told);
-//! - otherwise the last message, a `user` message (its text).
+//! - otherwise the last message, a `user` message (its text, and its `image`, `document` and
+//!   `audio` parts: crate::attachments bounds them).
 //!
 //! Other top-level fields are a 400 naming them.
 //!
 //! # The stream
 //!
-//! `text/event-stream`, one `data: {json}` per event, camelCase: `RUN_STARTED`; per model
+//! `text/event-stream`, one `data: {json}` per event, camelCase: `RUN_STARTED`;
+//! `STATE_SNAPSHOT` with the request's state (when not empty); per model
 //! call `STEP_STARTED`/`STEP_FINISHED` (`stepName` `round-N`), `TEXT_MESSAGE_START/CONTENT/END`,
 //! `REASONING_START`, `REASONING_MESSAGE_START/CONTENT/END`, `REASONING_END`,
 //! `TOOL_CALL_START/ARGS/END`, and `TOOL_CALL_RESULT` for each server tool; then
@@ -58,9 +61,10 @@ struct RunAgentInput {
     _protocol_version: Option<String>,
     #[serde(default, rename = "parentRunId")]
     _parent_run_id: Option<String>,
-    /// The frontend's shared state: accepted, not used (the agent has none).
-    #[serde(default, rename = "state")]
-    _state: Option<Value>,
+    /// The frontend's shared state: given to the model with the user turn, and echoed as
+    /// `STATE_SNAPSHOT` at the run's start (ag_ui_state.rs).
+    #[serde(default)]
+    state: Option<Value>,
     messages: Vec<Value>,
     #[serde(default)]
     tools: Vec<FrontendTool>,
@@ -125,11 +129,15 @@ pub(crate) async fn run(State(state): State<AppState>, headers: HeaderMap, body:
             None => None,
         };
         let tools = frontend_tools(state, &input.tools)?;
+        let shared = crate::ag_ui_state::shared(input.state.as_ref())?;
         let execute = frontend::prepare(state, &tenant, &input.thread_id, context, |record| {
-            run_input(record, &input, tools)
+            run_input(record, &input, tools, shared.as_deref())
         })
         .await?;
-        let encoder = AgUiEncoder::new(&input.thread_id, &input.run_id);
+        let mut encoder = AgUiEncoder::new(&input.thread_id, &input.run_id);
+        if let Some(snapshot) = shared {
+            encoder = encoder.with_state_snapshot(snapshot);
+        }
         Ok(execute::start(state, execute, Encoded(encoder)))
     })
     .await
@@ -165,6 +173,7 @@ fn run_input(
     record: &mut SessionRecord,
     input: &RunAgentInput,
     tools: Vec<ToolSpec>,
+    shared: Option<&str>,
 ) -> Result<SessionInput, ApiError> {
     let session = &mut record.session;
     session.remote_tools = tools;
@@ -258,6 +267,9 @@ fn run_input(
                     text.push_str(": ");
                     text.push_str(&entry.value);
                 }
+            }
+            if let Some(shared) = shared {
+                crate::ag_ui_state::describe(shared, &mut text);
             }
             let mut message = UserMessage::text(text);
             if text_is_blank(&message) {
@@ -382,9 +394,19 @@ pub struct AgUiEncoder {
     parent: Option<u64>,
     /// The open model call's tool call ids, by index (slots reused across calls).
     calls: CallIds,
+    /// The frontend's state as JSON text, sent as `STATE_SNAPSHOT` after `RUN_STARTED`.
+    snapshot: Option<String>,
 }
 
 impl AgUiEncoder {
+    /// Sends `snapshot` (JSON text: the frontend's state as the run sees it) as
+    /// `STATE_SNAPSHOT` right after `RUN_STARTED`.
+    #[must_use]
+    pub fn with_state_snapshot(mut self, snapshot: String) -> Self {
+        self.snapshot = Some(snapshot);
+        self
+    }
+
     /// An encoder for run `run_id` of thread `thread_id`.
     pub fn new(thread_id: &str, run_id: &str) -> Self {
         let thread = Value::from(thread_id).to_string();
@@ -398,6 +420,7 @@ impl AgUiEncoder {
             messages: 0,
             parent: None,
             calls: CallIds::default(),
+            snapshot: None,
         }
     }
 
@@ -440,6 +463,11 @@ impl Encoder for AgUiEncoder {
         out.extend_from_slice(b"data: {\"type\":\"RUN_STARTED\",");
         out.extend_from_slice(self.ids.as_bytes());
         out.extend_from_slice(b"}\n\n");
+        if let Some(snapshot) = &self.snapshot {
+            out.extend_from_slice(b"data: {\"type\":\"STATE_SNAPSHOT\",\"snapshot\":");
+            out.extend_from_slice(snapshot.as_bytes());
+            out.extend_from_slice(b"}\n\n");
+        }
     }
 
     fn event(&mut self, event: &AgentEvent, out: &mut BytesMut) {

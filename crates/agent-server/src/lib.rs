@@ -35,6 +35,7 @@
 //! ```
 
 mod ag_ui;
+mod ag_ui_state;
 mod approval;
 mod attachments;
 mod auth;

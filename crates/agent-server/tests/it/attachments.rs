@@ -15,7 +15,7 @@ const KEY: &str = "key-acme-test-0001";
 const PIXEL: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 const PDF: &str = "JVBERi0xLjQK";
 
-struct Server {
+pub(crate) struct Server {
     url: String,
     backend: Arc<ScriptedBackend>,
     client: reqwest::Client,
@@ -25,7 +25,7 @@ struct Server {
 impl Server {
     /// The demo configuration with a body limit above the attachments' (so theirs is the one
     /// that refuses) and a model `vision` that answers "A red pixel." to anything.
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let toml =
             crate::support::CONFIG.replace("[server]\n", "[server]\nmax_body_bytes = 33554432\n");
@@ -51,7 +51,7 @@ impl Server {
         }
     }
 
-    async fn post(&self, path: &str, body: &Value) -> (u16, String) {
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> (u16, String) {
         let response = self
             .client
             .post(format!("{}{path}", self.url))
@@ -64,7 +64,7 @@ impl Server {
     }
 
     /// The user turns of every model request so far, as JSON.
-    fn user_turns(&self) -> Vec<Value> {
+    pub(crate) fn user_turns(&self) -> Vec<Value> {
         self.backend
             .requests()
             .iter()
@@ -76,7 +76,7 @@ impl Server {
     }
 }
 
-fn session() -> Value {
+pub(crate) fn session() -> Value {
     json!({"model": "vision", "tools": []})
 }
 

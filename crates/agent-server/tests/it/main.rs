@@ -3,8 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ag_ui;
+mod ag_ui_state;
 mod approval;
-mod attachments;
+pub(crate) mod attachments;
 mod bedrock;
 mod checkpoint;
 mod connections;

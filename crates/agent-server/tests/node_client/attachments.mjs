@@ -76,7 +76,12 @@ async function aiSdk() {
 }
 
 async function agUi() {
-  const agent = new HttpAgent({ url: `${base}/v1/ag-ui`, headers, threadId: 'attach_agui' });
+  const agent = new HttpAgent({
+    url: `${base}/v1/ag-ui`,
+    headers,
+    threadId: 'attach_agui',
+    initialState: { cart: ['pixel.png'] },
+  });
   agent.addMessage({
     id: 'u1',
     role: 'user',
@@ -89,6 +94,8 @@ async function agUi() {
   await agent.runAgent({ forwardedProps: { session: SESSION } });
   const last = agent.messages[agent.messages.length - 1];
   assert.equal(last.content, 'A red pixel.');
+  // STATE_SNAPSHOT: the state the run was given.
+  assert.deepEqual(agent.state, { cart: ['pixel.png'] });
   log('attachments: ag-ui HttpAgent ok');
 }
 
