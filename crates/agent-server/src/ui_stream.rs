@@ -12,7 +12,9 @@
 //! loosely (the client adds fields of its own to them).
 //!
 //! The history is the server's: only the last message is read.
-//! - a `user` message: its `text` parts are the next user turn;
+//! - a `user` message: its `text` parts are the next user turn, its `file` parts (a data URL
+//!   or an https URL, with `mediaType`) the turn's images and files, bounded by
+//!   crate::attachments;
 //! - an `assistant` message (the client's `addToolOutput` or `addToolApprovalResponse`
 //!   went on with it): the outputs of the session's pending remote calls (`output-available`
 //!   or `output-error` tool parts), or the decisions on its pending approvals
@@ -31,6 +33,9 @@
 //! `data-output` with the validated answer of a session with an output schema; `error` when
 //! the run fails; `finish` with the `finishReason` and, as `messageMetadata`, the session id,
 //! its status, the run's `usage` and `costUsd`; `data: [DONE]`.
+//!
+//! The run goes on when its client hangs up, and `GET /v1/ui/chat/{id}/stream` resumes its
+//! stream (ui_resume.rs).
 //!
 //! Remote tools (the session's `remote_tools`) are the AI SDK's client-side tools: their
 //! `tool-input-available` reaches `onToolCall`, the run ends with `finishReason:
