@@ -195,3 +195,33 @@ async fn the_ai_sdk_chat_resumes_a_stream_it_lost() {
     assert!(stderr.contains("all checks passed"), "{stderr}");
     server.shutdown().await;
 }
+
+/// Only the UI stream outlives its client: an AG-UI run whose client hangs up stops
+/// (`aborted`), as an execute does.
+#[tokio::test]
+async fn an_ag_ui_run_still_stops_when_its_client_hangs_up() {
+    let server = slow_server().await;
+    let response = server
+        .post("/v1/ag-ui", KEY)
+        .json(
+            &json!({"threadId": "agui_hangup", "runId": "r1", "tools": [], "context": [],
+                      "messages": [{"id": "u1", "role": "user", "content": USER}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    drop(body);
+    let mut status = Value::Null;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status = status_of(&server, "agui_hangup").await;
+        if status != "running" {
+            break;
+        }
+    }
+    assert_eq!(status, "aborted");
+    server.shutdown().await;
+}
