@@ -49,6 +49,8 @@ pub(crate) struct Inner {
     pub(crate) spend: Arc<crate::spend::Spend>,
     /// The accounting rows' queue and tables (`None` with `accounting = false`).
     pub(crate) accounting: Option<crate::usage::Accounting>,
+    /// The `/v1/ui/chat` runs going on, recorded for resuming clients.
+    pub(crate) ui_runs: Arc<crate::ui_resume::ActiveRuns>,
 }
 
 /// A tenant: its identity for tools and its limits.
@@ -304,6 +306,7 @@ impl ServerBuilder {
                 instance: instance_id(),
                 spend: Arc::new(spend),
                 accounting,
+                ui_runs: Arc::default(),
             }),
         })
     }

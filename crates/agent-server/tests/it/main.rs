@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ag_ui;
+mod ag_ui_state;
 mod approval;
+pub(crate) mod attachments;
 mod bedrock;
 mod checkpoint;
 mod connections;
@@ -23,5 +25,6 @@ mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;
+mod ui_resume;
 mod ui_stream;
 mod usage;
