@@ -125,6 +125,55 @@ impl Accounting {
         }
     }
 
+    /// Every `model_calls` and `tool_calls` row of `tenant`'s session `session`, oldest
+    /// first (the console's timeline, `console/timeline.rs`).
+    pub(crate) async fn session_calls(
+        &self,
+        tenant: &str,
+        session: &str,
+    ) -> Result<
+        (
+            Vec<agent_accounting::StoredModelCall>,
+            Vec<agent_accounting::StoredToolCall>,
+        ),
+        agent_accounting::Error,
+    > {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.queue.flush()).await;
+        let keep = |row_session: &str| row_session == session;
+        #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+        {
+            let _ = (tenant, keep);
+            match self.store {}
+        }
+        #[cfg(any(feature = "sqlite", feature = "postgres"))]
+        let (mut models, mut tools) = match &self.store {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(sink) => {
+                let sink = sink.clone();
+                let owner = tenant.to_owned();
+                tokio::task::spawn_blocking(move || {
+                    Ok::<_, agent_accounting::Error>((
+                        sink.model_calls(&owner)?,
+                        sink.tool_calls(&owner)?,
+                    ))
+                })
+                .await
+                .map_err(|error| agent_accounting::Error::Store(error.to_string()))??
+            }
+            #[cfg(feature = "postgres")]
+            Store::Postgres(sink) => (
+                sink.model_calls(tenant).await?,
+                sink.tool_calls(tenant).await?,
+            ),
+        };
+        #[cfg(any(feature = "sqlite", feature = "postgres"))]
+        {
+            models.retain(|row| keep(&row.session));
+            tools.retain(|row| keep(&row.session));
+            Ok((models, tools))
+        }
+    }
+
     /// Writes what is queued (at shutdown).
     pub(crate) async fn flush(&self) {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.queue.flush()).await;

@@ -7,6 +7,7 @@ mod approval;
 mod bedrock;
 mod checkpoint;
 mod connections;
+mod console;
 mod fields;
 mod hardening;
 mod idempotency;
