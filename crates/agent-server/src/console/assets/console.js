@@ -38,7 +38,8 @@
   function int(n) { return (n || 0).toLocaleString('en-US'); }
   function ms(value) {
     if (value === null || value === undefined) return '–';
-    return value >= 1000 ? (value / 1000).toFixed(2) + ' s' : Math.round(value) + ' ms';
+    if (value >= 1000) return (value / 1000).toFixed(2) + ' s';
+    return (value < 10 ? value.toFixed(2) : Math.round(value)) + ' ms';
   }
   function when(msSinceEpoch) {
     if (!msSinceEpoch) return '–';
@@ -117,13 +118,22 @@
       h('span', null, h('span', { class: 'sw model' }), 'model call'),
       h('span', null, h('span', { class: 'sw first' }), 'to first event'),
       h('span', null, h('span', { class: 'sw tool' }), 'tool call')));
-    const rounds = new Map();
-    const key = (row) => row.run_id + '/' + row.round;
-    for (const row of models) { if (!rounds.has(key(row))) rounds.set(key(row), { run: row.run_id, round: row.round, models: [], tools: [] }); rounds.get(key(row)).models.push(row); }
-    for (const row of tools) { if (!rounds.has(key(row))) rounds.set(key(row), { run: row.run_id, round: row.round, models: [], tools: [] }); rounds.get(key(row)).tools.push(row); }
-    let turn = 0; let lastRun = null;
-    for (const round of rounds.values()) {
-      if (round.run !== lastRun) { turn += 1; lastRun = round.run; }
+    // In time order, a round number going down starts a new turn (a resumed run keeps
+    // counting the rounds of the turn it resumes).
+    const rows = models.map((row) => ({ kind: 'model', row })).concat(tools.map((row) => ({ kind: 'tool', row })))
+      .sort((a, b) => a.row.started_us - b.row.started_us);
+    const groups = [];
+    let turn = 0;
+    for (const { kind, row } of rows) {
+      let group = groups[groups.length - 1];
+      if (!group || row.round < group.round) turn += 1;
+      if (!group || row.round !== group.round || group.turn !== turn) {
+        group = { turn: turn, round: row.round, models: [], tools: [] };
+        groups.push(group);
+      }
+      (kind === 'model' ? group.models : group.tools).push(row);
+    }
+    for (const round of groups) {
       const bars = [];
       for (const m of round.models) bars.push({ kind: m.error ? 'failed' : 'model', start: m.started_us, dur: m.latency_ms, first: m.first_event_ms,
         label: 'model ' + m.model + ' · ' + ms(m.latency_ms) + ' · first event ' + ms(m.first_event_ms) + ' · ' + int(m.input_tokens) + ' in / ' + int(m.output_tokens) + ' out · ' + usd(m.cost_usd) + (m.error ? ' · ' + m.error : '') });
@@ -134,7 +144,7 @@
       const span = Math.max(t1 - t0, 1);
       const width = 1000; const left = 0; const rowH = 22; const gap = 20;
       const chart = s('svg', { viewBox: '0 0 ' + width + ' ' + (bars.length * (rowH + gap)), role: 'img',
-        'aria-label': 'Turn ' + turn + ', round ' + round.round + ': ' + bars.map((b) => b.label).join('; ') });
+        'aria-label': 'Turn ' + round.turn + ', round ' + round.round + ': ' + bars.map((b) => b.label).join('; ') });
       bars.forEach((bar, i) => {
         const y = i * (rowH + gap);
         const x = left + ((bar.start - t0) / span) * width;
@@ -148,7 +158,7 @@
       const spent = round.models.reduce((sum, m) => sum + (m.cost_usd || 0), 0);
       const used = round.models.reduce((sum, m) => sum + (m.input_tokens || 0) + (m.output_tokens || 0), 0);
       box.append(h('section', { class: 'round', 'data-round': round.round },
-        h('h4', null, 'Turn ' + turn + ' · round ' + round.round + ' · ' + ms(span / 1000) + ' · ' + int(used) + ' tokens · ' + usd(spent)),
+        h('h4', null, 'Turn ' + round.turn + ' · round ' + round.round + ' · ' + ms(span / 1000) + ' · ' + int(used) + ' tokens · ' + usd(spent)),
         chart));
     }
     return box;
@@ -195,10 +205,10 @@
   }
 
   // ---- the report page (`agentry run --report`) -----------------------------------
-  function report(app, data) {
+  function report(root, data) {
     const session = data.session || {};
     document.title = 'agentry run · ' + (session.model || '') + ' · ' + (session.id || '');
-    app.replaceChildren(
+    root.replaceChildren(
       h('h2', null, 'Run of ', h('code', null, session.id || '')),
       summary([['status', badge(session.status || '–')], ['model', session.model || '–'], ['provider', data.provider || '–'],
         ['tokens', int(tokens(session.usage))], ['cost', usd(session.cost_usd)], ['written', when(data.written_at_ms)]]),
@@ -210,6 +220,8 @@
   // ---- the console ----------------------------------------------------------------
   const KEY = 'agentry.console.key';
   const app = document.getElementById('app');
+  // replaceChildren would show a skipped (null) part as the text "null".
+  const show = (...nodes) => app.replaceChildren(...nodes.filter(Boolean));
   const dataNode = document.getElementById('agentry-report');
   if (dataNode) {
     report(app, JSON.parse(dataNode.textContent));
@@ -263,7 +275,7 @@
     h('label', { for: 'key' }, 'API key'), input,
     h('p', { id: 'key-help', class: 'muted' }, 'Your tenant\'s key. It stays in this tab (sessionStorage) and is sent only as an Authorization header.'),
     h('button', { type: 'submit' }, 'Sign in'), status);
-    app.replaceChildren(form);
+    show(form);
     input.focus();
   }
 
@@ -289,11 +301,11 @@
     const filterStatus = sessionStorage.getItem('agentry.console.status') || '';
     const filterText = sessionStorage.getItem('agentry.console.text') || '';
     const heading = h('h2', { id: 'sessions-h' }, 'Sessions');
-    app.replaceChildren(heading, h('p', { class: 'muted' }, 'Loading…'));
+    show(heading, h('p', { class: 'muted' }, 'Loading…'));
     let list;
     try {
       list = await getJson('/v1/sessions?limit=' + PAGE + (after ? '&after=' + encodeURIComponent(after) : ''));
-    } catch (error) { app.replaceChildren(heading, failure(error)); return; }
+    } catch (error) { show(heading, failure(error)); return; }
     const details = await Promise.all(list.data.map((row) => getJson('/v1/sessions/' + encodeURIComponent(row.id)).catch(() => null)));
     const statusSelect = h('select', { id: 'filter-status', onchange: () => { sessionStorage.setItem('agentry.console.status', statusSelect.value); sessionsView(); } },
       ...['', 'idle', 'running', 'completed', 'awaiting_approval', 'awaiting_tool_execution', 'error', 'aborted'].map((v) => h('option', { value: v, selected: v === filterStatus }, v || 'any')));
@@ -318,7 +330,7 @@
     const pager = h('div', { class: 'pager' },
       h('button', { type: 'button', class: 'secondary', disabled: pages.after.length <= 1, onclick: () => { pages.after.pop(); sessionsView(); } }, 'Previous page'),
       h('button', { type: 'button', class: 'secondary', disabled: !list.has_more, onclick: () => { pages.after.push(list.next_after); sessionsView(); } }, 'Next page'));
-    app.replaceChildren(heading,
+    show(heading,
       await newSessionForm(),
       h('div', { class: 'row', role: 'search' }, h('div', null, h('label', { for: 'filter-status' }, 'Status'), statusSelect),
         h('div', null, h('label', { for: 'filter-text' }, 'Filter this page'), textInput)),
@@ -364,11 +376,11 @@
         getJson('/v1/sessions/' + encodeURIComponent(id)),
         getJson('/v1/sessions/' + encodeURIComponent(id) + '/timeline').catch(() => null),
       ]);
-    } catch (error) { app.replaceChildren(h('p', null, h('a', { href: '#/sessions' }, '← Sessions')), heading, failure(error)); return; }
+    } catch (error) { show(h('p', null, h('a', { href: '#/sessions' }, '← Sessions')), heading, failure(error)); return; }
     if (viewing !== id) return;
     const live = h('ol', { class: 'msgs', id: 'live', 'aria-live': 'polite', 'aria-label': 'This turn, as it streams' });
     const chat = chatBox(id, session, live);
-    app.replaceChildren(
+    show(
       h('p', null, h('a', { href: '#/sessions' }, '← Sessions')),
       heading,
       summary([['status', badge(session.status)], ['model', session.model], ['tokens', int(tokens(session.usage))],
@@ -490,14 +502,14 @@
 
   async function usageView() {
     const heading = h('h2', { id: 'usage-h' }, 'Usage (last 30 days)');
-    app.replaceChildren(heading, h('p', { class: 'muted' }, 'Loading…'));
+    show(heading, h('p', { class: 'muted' }, 'Loading…'));
     let days; let models;
     try {
       [days, models] = await Promise.all([getJson('/v1/usage?group_by=day'), getJson('/v1/usage?group_by=model')]);
-    } catch (error) { app.replaceChildren(heading, failure(error)); return; }
+    } catch (error) { show(heading, failure(error)); return; }
     const byDay = days.data.slice().sort((a, b) => (a.key < b.key ? -1 : 1));
     const tok = (r) => (r.input_tokens || 0) + (r.output_tokens || 0);
-    app.replaceChildren(heading,
+    show(heading,
       h('div', { class: 'charts' },
         barChart('Cost per day (USD)', byDay, (r) => r.cost_usd || 0, usd, 'bar'),
         barChart('Tokens per day', byDay, tok, int, 'bar2'),
