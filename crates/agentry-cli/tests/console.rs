@@ -206,6 +206,7 @@ async fn create(url: &str, key: &str, body: Value) -> String {
 
 /// The browser's Python (with Selenium) and Chromium, from `.ci/browser.sh`; under `CI` a
 /// missing one fails the test, elsewhere it is skipped.
+#[allow(clippy::print_stderr)]
 fn browser() -> Option<(String, String)> {
     let python = std::env::var("AGENTRY_TEST_BROWSER_PYTHON").ok();
     let chromium = std::env::var("AGENTRY_TEST_CHROMIUM").ok();
