@@ -247,6 +247,27 @@ fn the_console_in_a_real_browser() {
         "key-other-console-01",
         json!({"model": "demo"}),
     ));
+    // A session waiting for the results of two remote calls (the recorded model asks for the
+    // weather in Lisbon and Oslo).
+    let remote = runtime.block_on(async {
+        let id = create(
+            &url,
+            "key-acme-console-0001",
+            json!({"model": "demo", "tools": ["calculator", "clock"], "remote_tools": [
+                {"name": "get_weather", "description": "Weather.", "parameters": {"type": "object"}}]}),
+        )
+        .await;
+        let response = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/{id}/execute"))
+            .bearer_auth("key-acme-console-0001")
+            .json(&json!({"message": "Weather in Lisbon and Oslo?"}))
+            .send()
+            .await
+            .unwrap();
+        let events = response.text().await.unwrap();
+        assert!(events.contains("\"status\":\"awaiting_tool_execution\""), "{events}");
+        id
+    });
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
@@ -256,6 +277,7 @@ fn the_console_in_a_real_browser() {
         .args([&url, "key-acme-console-0001", &hostile, &foreign])
         .arg(&out)
         .arg(&report)
+        .arg(&remote)
         .env("AGENTRY_TEST_CHROMIUM", chromium)
         .output()
         .unwrap();

@@ -1,7 +1,7 @@
 """The console in a real Chromium (Selenium + chromium-driver from Debian), against a real
 `agentry serve`. Run by crates/agentry-cli/tests/console.rs:
 
-    python console_test.py URL KEY HOSTILE_SESSION FOREIGN_SESSION OUT_DIR REPORT_HTML
+    python console_test.py URL KEY HOSTILE_SESSION FOREIGN_SESSION OUT_DIR REPORT_HTML REMOTE_SESSION
 
 Signs in with the keyboard, creates a session, runs a turn on the recorded model and watches
 the answer and the tool calls appear, approves the pending call, opens the timeline and the
@@ -24,7 +24,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-URL, KEY, HOSTILE, FOREIGN, OUT, REPORT = sys.argv[1:7]
+URL, KEY, HOSTILE, FOREIGN, OUT, REPORT, REMOTE = sys.argv[1:8]
 CHROMIUM = os.environ.get("AGENTRY_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("AGENTRY_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
 ANSWER = "Lisbon is 15 °C warmer"
@@ -135,6 +135,21 @@ try:
     wait.until(lambda d: ANSWER in d.find_element(By.CSS_SELECTOR, "ol.msgs").text)
     assert "completed" in text_of(".summary")
     assert len(driver.find_elements(By.CSS_SELECTOR, ".timeline .round")) == 3
+
+    say("send the results of pending remote calls")
+    driver.get(URL + "/console#/sessions/" + REMOTE)
+    fields = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[aria-labelledby=pending-h] textarea"))
+    assert len(fields) == 2, len(fields)  # get_weather for Lisbon and for Oslo
+    assert "awaiting_tool_execution" in text_of(".summary")
+    fields[0].send_keys('{"temp_c": 19}')
+    fields[1].send_keys('{"temp_c": 4}')
+    driver.find_element(By.CSS_SELECTOR, "[aria-labelledby=pending-h] button[type=submit]").click()
+    # The run goes on to the calculator, which waits for approval: deny it this time.
+    deny = wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-approval] button.deny")))
+    assert '{"temp_c": 19}' in text_of("ol.msgs")
+    deny.click()
+    wait.until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".summary"), "completed"))
+    assert "denied in the console" in text_of("ol.msgs")
 
     say("usage charts, in the dark scheme")
     scheme(True)
