@@ -139,38 +139,23 @@ impl Accounting {
         agent_accounting::Error,
     > {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.queue.flush()).await;
-        let keep = |row_session: &str| row_session == session;
         #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
         {
-            let _ = (tenant, keep);
+            let _ = (tenant, session);
             match self.store {}
         }
         #[cfg(any(feature = "sqlite", feature = "postgres"))]
-        let (mut models, mut tools) = match &self.store {
+        match &self.store {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(sink) => {
                 let sink = sink.clone();
-                let owner = tenant.to_owned();
-                tokio::task::spawn_blocking(move || {
-                    Ok::<_, agent_accounting::Error>((
-                        sink.model_calls(&owner)?,
-                        sink.tool_calls(&owner)?,
-                    ))
-                })
-                .await
-                .map_err(|error| agent_accounting::Error::Store(error.to_string()))??
+                let (tenant, session) = (tenant.to_owned(), session.to_owned());
+                tokio::task::spawn_blocking(move || sink.session_calls(&tenant, &session))
+                    .await
+                    .map_err(|error| agent_accounting::Error::Store(error.to_string()))?
             }
             #[cfg(feature = "postgres")]
-            Store::Postgres(sink) => (
-                sink.model_calls(tenant).await?,
-                sink.tool_calls(tenant).await?,
-            ),
-        };
-        #[cfg(any(feature = "sqlite", feature = "postgres"))]
-        {
-            models.retain(|row| keep(&row.session));
-            tools.retain(|row| keep(&row.session));
-            Ok((models, tools))
+            Store::Postgres(sink) => sink.session_calls(tenant, session).await,
         }
     }
 

@@ -197,3 +197,81 @@ async fn another_tenants_timeline_is_the_same_404_as_no_session() {
     assert_eq!(anonymous.status(), 401);
     server.shutdown().await;
 }
+
+/// The timeline on PostgreSQL reads the session's rows only (the query filters by session):
+/// two sessions of one tenant, each its own calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_timeline_has_only_its_sessions_calls() {
+    let url = match std::env::var("AGENTRY_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "AGENTRY_TEST_POSTGRES_URL is not set under CI"
+            );
+            return;
+        }
+    };
+    // Tenants of their own: the database is shared with other tests' rows.
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let config = format!(
+        r#"
+[server]
+tools = ["calculator", "clock"]
+
+[server.store]
+kind = "postgres"
+url = "{url}"
+
+[[server.models]]
+name = "demo"
+provider = "replay"
+recording = "anthropic"
+
+[[server.tenants]]
+name = "acme-console-{unique}"
+api_keys = ["{ACME}"]
+
+[[server.tenants]]
+name = "globex-console-{unique}"
+api_keys = ["{GLOBEX}"]
+"#
+    );
+    let server = TestServer::with(&config, Vec::new()).await;
+    let first = server
+        .create(json!({"model": "demo", "tools": ["calculator", "clock"]}))
+        .await;
+    let second = server
+        .create(json!({"model": "demo", "tools": ["calculator", "clock"]}))
+        .await;
+    server.execute(&first, json!({"message": "Hi"})).await;
+    server.execute(&second, json!({"message": "Hi"})).await;
+    let mut runs = Vec::new();
+    for id in [&first, &second] {
+        let timeline: Value = server
+            .get(&format!("/v1/sessions/{id}/timeline"), ACME)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let models = timeline["model_calls"].as_array().unwrap();
+        assert_eq!(models.len(), 3, "{timeline}");
+        let run = models[0]["run_id"].as_str().unwrap().to_owned();
+        assert!(models.iter().all(|call| call["run_id"] == run.as_str()));
+        assert!(!timeline["tool_calls"].as_array().unwrap().is_empty());
+        runs.push(run);
+    }
+    assert_ne!(runs[0], runs[1]);
+    let theirs = server
+        .get(&format!("/v1/sessions/{first}/timeline"), GLOBEX)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(theirs.status(), 404);
+    server.shutdown().await;
+}
