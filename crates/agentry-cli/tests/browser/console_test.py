@@ -100,11 +100,21 @@ try:
     message = wait.until(EC.element_to_be_clickable((By.ID, "message")))
     session_id = driver.current_url.split("#/sessions/")[1]
     message.send_keys("Weather in Lisbon and Oslo, and how much warmer is Lisbon?")
+    # What the live list shows while the turn streams, recorded as it happens (the page
+    # redraws from the stored session once the turn ends, however fast that is).
+    driver.execute_script("""
+        window.__live = {text: false, call: false, result: false};
+        new MutationObserver(() => {
+            const live = document.getElementById('live');
+            if (!live) return;
+            if (live.textContent.includes("I'll look up both cities")) window.__live.text = true;
+            if (live.querySelector('[data-call-id]')) window.__live.call = true;
+            if (live.querySelector('[data-result-of]')) window.__live.result = true;
+        }).observe(document.body, {subtree: true, childList: true, characterData: true});""")
     message.send_keys(Keys.CONTROL, Keys.ENTER)
-    # The turn streams into the live list: text, the clock's result, then the wait.
-    wait.until(EC.text_to_be_present_in_element((By.ID, "live"), "I'll look up both cities"))
-    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#live [data-result-of]")))
     approve = wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-approval] button")))
+    seen = driver.execute_script("return window.__live")
+    assert seen == {"text": True, "call": True, "result": True}, seen
     page = text_of("#app")
     assert "Waiting for you" in page and "calculator" in page, page
     assert "awaiting_approval" in page, page
@@ -141,6 +151,8 @@ try:
     fields = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[aria-labelledby=pending-h] textarea"))
     assert len(fields) == 2, len(fields)  # get_weather for Lisbon and for Oslo
     assert "awaiting_tool_execution" in text_of(".summary")
+    truncated = driver.find_elements(By.CSS_SELECTOR, "ol.msgs [data-result-of] .badge.truncated")
+    assert len(truncated) == 1, len(truncated)  # the clock's result, cut to the session's cap
     fields[0].send_keys('{"temp_c": 19}')
     fields[1].send_keys('{"temp_c": 4}')
     driver.find_element(By.CSS_SELECTOR, "[aria-labelledby=pending-h] button[type=submit]").click()
