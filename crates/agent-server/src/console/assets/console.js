@@ -114,6 +114,7 @@
       box.append(h('p', { class: 'muted' }, 'No model or tool calls recorded yet.'));
       return box;
     }
+    if (timeline.has_more) box.append(h('p', { class: 'muted' }, 'Only the latest 2,000 model calls and 2,000 tool calls are shown.'));
     box.append(h('div', { class: 'legend', 'aria-hidden': 'true' },
       h('span', null, h('span', { class: 'sw model' }), 'model call'),
       h('span', null, h('span', { class: 'sw first' }), 'to first event'),
