@@ -14,6 +14,7 @@
 //! | `POST /v1/responses`, `GET /v1/responses/{id}` | OpenAI Responses-compatible; `previous_response_id` continues a stored response |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the allow-list, as OpenAI lists models |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
+//! | `GET /console`, `GET /v1/sessions/{id}/timeline` | the web console (docs/console.md); a session's calls with timings |
 //!
 //! Configuration is the `[server]` section of `agentry.toml` ([`ServerConfig`]); `docs/server.md`
 //! has the reference, every endpoint with a curl example, the event format and the error
@@ -42,6 +43,7 @@ mod auth;
 mod checkpoint;
 mod config;
 mod connections;
+pub mod console;
 pub mod encode;
 mod error;
 mod exact_json;
@@ -130,6 +132,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))
         .route("/healthz", get(healthz))
+        .merge(console::routes())
         .merge(
             Router::new()
                 .route_service("/mcp", state.inner.mcp.clone())

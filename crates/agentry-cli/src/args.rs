@@ -185,6 +185,10 @@ pub(crate) struct PromptArgs {
     /// at most 20 MiB each (repeatable)
     #[arg(long = "file", value_name = "PATH")]
     pub(crate) files: Vec<PathBuf>,
+    /// Write one self-contained HTML page of the run (conversation, timeline, usage) to
+    /// this file when it ends
+    #[arg(long, value_name = "run.html", conflicts_with = "accounting")]
+    pub(crate) report: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) schema: SchemaArgs,
 }

@@ -30,6 +30,7 @@ mod mcp;
 mod mcp_serve;
 mod render;
 mod replay;
+mod report;
 mod run;
 mod serve;
 mod session_checkpoint;

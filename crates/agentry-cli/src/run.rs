@@ -97,6 +97,7 @@ pub(crate) async fn run<O: Write, E: Write>(
             loop_args: request.loop_args,
             output,
             mcp,
+            report: request.attach.report.as_deref(),
         },
         renderer,
     )
@@ -132,6 +133,7 @@ pub(crate) async fn resume<O: Write, E: Write>(
             renderer.structured();
         }
         let run = Run {
+            report: None,
             loop_args,
             output,
             mcp,
@@ -168,6 +170,7 @@ pub(crate) async fn resume<O: Write, E: Write>(
         SessionInput::ToolResults(results),
         &config.merged,
         Run {
+            report: None,
             loop_args,
             output,
             mcp,
@@ -513,6 +516,7 @@ async fn go<O: Write, E: Write>(
         state.provider.name(),
     )
     .await?;
+    let (options, report) = crate::report::attach(options, run.report, state.provider.name());
     let agent = agent_loop::Agent::builder_shared(model.into(), state.session.model.clone())
         .with_options(options)
         .build();
@@ -534,6 +538,9 @@ async fn go<O: Write, E: Write>(
     }
     if let Some(recorder) = recorder {
         recorder.finish().await;
+    }
+    if let Some(report) = report {
+        report.write(&state.session, state.provider.name()).await?;
     }
     for client in clients {
         client.close().await;
@@ -561,6 +568,8 @@ struct Run<'a> {
     output: Option<(OutputSpec, OutputStrategy, u32)>,
     /// MCP servers whose tools the run gets.
     mcp: Vec<agent_mcp::client::ServerConfig>,
+    /// `--report FILE`: the run's HTML page (`report.rs`).
+    report: Option<&'a Path>,
 }
 
 /// `--output-schema` and its companions: the compiled schema, the strategy, the retries.

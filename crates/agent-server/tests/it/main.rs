@@ -9,6 +9,7 @@ pub(crate) mod attachments;
 mod bedrock;
 mod checkpoint;
 mod connections;
+mod console;
 mod fields;
 mod hardening;
 mod idempotency;
