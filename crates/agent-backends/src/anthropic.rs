@@ -197,6 +197,7 @@ impl Anthropic {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: false,
+                tool_search: false,
             },
             betas: Vec::new(),
             cache: None,

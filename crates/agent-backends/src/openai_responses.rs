@@ -89,6 +89,7 @@ impl OpenAiResponses {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
             store: false,
             encrypted_reasoning: None,
