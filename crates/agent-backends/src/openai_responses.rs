@@ -48,6 +48,7 @@ mod decode;
 mod request;
 #[cfg(test)]
 mod tests;
+mod tool_search;
 
 use agent_types::{BackendError, Capabilities, ModelRequest};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
