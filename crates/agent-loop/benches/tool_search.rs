@@ -126,9 +126,8 @@ fn main() {
         "  {:<8}{:>22}{:>22}{:>10}",
         "round", "all 500 tools", "tool search", "ratio"
     );
-    for round in 0..3 {
-        let (a, ab, at) = per_round[0][round];
-        let (s, sb, st) = per_round[1][round];
+    for (round, (&(a, ab, at), &(s, sb, st))) in per_round[0].iter().zip(&per_round[1]).enumerate()
+    {
         println!(
             "  {:<8}{:>10} tok {:>3} tools{:>10} tok {:>3} tools{:>9.1}%   ({ab} vs {sb} bytes)",
             round + 1,
