@@ -201,8 +201,9 @@ impl Options {
     /// Offers the tools set so far ([`with_tools`](Self::with_tools)) through tool search when
     /// they are more than `search.threshold` (module [`tool_search`](crate::tool_search)):
     /// builds the index once, registers `search_tools`, and installs a preparation hook that
-    /// runs after any set before (a hook's own tool list wins). Call it after setting the
-    /// tools and any `prepare_round`; below the threshold it changes nothing.
+    /// runs after any set before (a hook's own tool list wins); an allow-list set before gets
+    /// `search_tools` added. Call it after setting the tools, any allow-list and any
+    /// `prepare_round`; below the threshold it changes nothing.
     ///
     /// # Errors
     ///
@@ -234,6 +235,10 @@ impl Options {
             .register(search_tools_tool(Arc::clone(&index), search.max_results))
             .map_err(|error| AgentError::config(format!("tool search: {error}")))?;
         self.tools = Arc::new(tools);
+        // An allow-list set before still lets the model search.
+        if let Some(allowed) = &mut self.allowed_tools {
+            allowed.push(SEARCH_TOOLS_NAME.to_owned());
+        }
         let mut always: BTreeSet<String> = search.always_loaded.into_iter().collect();
         always.insert(SEARCH_TOOLS_NAME.to_owned());
         let catalog = Arc::new(Catalog {
@@ -293,6 +298,25 @@ mod tests {
             .unwrap();
         assert_eq!(options.tools.len(), 10);
         assert!(options.prepare_round.is_none() && options.tool_search.is_none());
+    }
+
+    #[test]
+    fn an_allow_list_set_before_keeps_search_tools() {
+        let options = Options::auto()
+            .with_tools(catalog(50))
+            .with_allowed_tools(["tool_1", "tool_2"])
+            .with_tool_search(ToolSearch::new())
+            .unwrap();
+        assert_eq!(
+            options.allowed_tools.as_deref(),
+            Some(
+                &[
+                    "tool_1".to_owned(),
+                    "tool_2".to_owned(),
+                    SEARCH_TOOLS_NAME.to_owned()
+                ][..]
+            )
+        );
     }
 
     #[test]
