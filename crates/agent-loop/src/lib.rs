@@ -118,7 +118,7 @@ pub use output::{OutputSpec, OutputStrategy};
 pub use prepare::{PrepareRound, RoundContext, RoundPlan};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{BudgetsUsed, Session, SessionInput, SessionStatus};
-pub use tool_search::ToolSearch;
+pub use tool_search::{SearchableTools, ToolSearch};
 
 pub use agent_tools::ValidationMode;
 

@@ -48,7 +48,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
-use agent_tools::{SEARCH_TOOLS_NAME, ToolIndex, run_search, search_tools_tool};
+use agent_tools::{Registry, SEARCH_TOOLS_NAME, ToolIndex, run_search, search_tools_tool};
 use agent_types::{AgentError, AssistantBlock, Capabilities, Message, ModelRequest, ToolSpec};
 
 use crate::options::Options;
@@ -197,56 +197,105 @@ impl Catalog {
     }
 }
 
-impl Options {
-    /// Offers the tools set so far ([`with_tools`](Self::with_tools)) through tool search when
-    /// they are more than `search.threshold` (module [`tool_search`](crate::tool_search)):
-    /// builds the index once, registers `search_tools`, and installs a preparation hook that
-    /// runs after any set before (a hook's own tool list wins); an allow-list set before gets
-    /// `search_tools` added. Call it after setting the tools, any allow-list and any
-    /// `prepare_round`; below the threshold it changes nothing.
+/// A catalog prepared for tool search once (the index built, `search_tools` registered), for
+/// options built per request: a server builds it at startup and attaches it to each run with
+/// [`Options::with_searchable_tools`], so no request rebuilds the index.
+#[derive(Debug, Clone)]
+pub struct SearchableTools {
+    tools: Arc<Registry>,
+    /// `None` below the threshold: the tools are offered as they are.
+    catalog: Option<Arc<Catalog>>,
+}
+
+impl SearchableTools {
+    /// Prepares `tools` for `search`.
     ///
     /// # Errors
     ///
     /// A configuration error when an always-loaded name is not among the tools, or the tools
     /// already hold a tool called `search_tools`.
-    pub fn with_tool_search(mut self, search: ToolSearch) -> Result<Self, AgentError> {
+    pub fn new(tools: Arc<Registry>, search: ToolSearch) -> Result<Self, AgentError> {
         let unknown: Vec<&str> = search
             .always_loaded
             .iter()
             .map(String::as_str)
-            .filter(|name| !self.tools.contains(name))
+            .filter(|name| !tools.contains(name))
             .collect();
         if !unknown.is_empty() {
             return Err(AgentError::config(format!(
                 "tool search: the always-loaded tools {unknown:?} are not among the run's tools"
             )));
         }
-        if self.tools.contains(SEARCH_TOOLS_NAME) {
+        if tools.contains(SEARCH_TOOLS_NAME) {
             return Err(AgentError::config(format!(
                 "tool search: the tools already hold one called `{SEARCH_TOOLS_NAME}`; rename it"
             )));
         }
-        if self.tools.len() <= search.threshold {
-            return Ok(self);
+        if tools.len() <= search.threshold {
+            return Ok(Self {
+                tools,
+                catalog: None,
+            });
         }
-        let index = Arc::new(ToolIndex::build(&self.tools));
-        let mut tools = self.tools.as_ref().clone();
-        tools
+        let index = Arc::new(ToolIndex::build(&tools));
+        let mut registry = tools.as_ref().clone();
+        registry
             .register(search_tools_tool(Arc::clone(&index), search.max_results))
             .map_err(|error| AgentError::config(format!("tool search: {error}")))?;
-        self.tools = Arc::new(tools);
+        let mut always: BTreeSet<String> = search.always_loaded.into_iter().collect();
+        always.insert(SEARCH_TOOLS_NAME.to_owned());
+        Ok(Self {
+            tools: Arc::new(registry),
+            catalog: Some(Arc::new(Catalog {
+                index,
+                always,
+                max_results: search.max_results,
+                native: search.native,
+            })),
+        })
+    }
+
+    /// The tools, `search_tools` among them when search is on.
+    pub fn tools(&self) -> &Arc<Registry> {
+        &self.tools
+    }
+
+    /// Whether the catalog was over the threshold (search is on).
+    pub fn is_searched(&self) -> bool {
+        self.catalog.is_some()
+    }
+}
+
+impl Options {
+    /// Offers the tools set so far ([`with_tools`](Self::with_tools)) through tool search when
+    /// they are more than `search.threshold` (module [`tool_search`](crate::tool_search)):
+    /// builds the index once, registers `search_tools`, and installs a preparation hook that
+    /// runs after any set before (a hook's own tool list wins); an allow-list set before gets
+    /// `search_tools` added. Call it after setting the tools, any allow-list and any
+    /// `prepare_round`; below the threshold it changes nothing. Options built per request
+    /// should share one [`SearchableTools`] instead.
+    ///
+    /// # Errors
+    ///
+    /// As [`SearchableTools::new`].
+    pub fn with_tool_search(self, search: ToolSearch) -> Result<Self, AgentError> {
+        let searchable = SearchableTools::new(Arc::clone(&self.tools), search)?;
+        Ok(self.with_searchable_tools(&searchable))
+    }
+
+    /// Offers `searchable`'s tools (sharing them and their index) as
+    /// [`with_tool_search`](Self::with_tool_search) does: replaces the tools set so far, and
+    /// keeps the order rule (after any allow-list and `prepare_round`).
+    #[must_use]
+    pub fn with_searchable_tools(mut self, searchable: &SearchableTools) -> Self {
+        self.tools = Arc::clone(&searchable.tools);
+        let Some(catalog) = searchable.catalog.clone() else {
+            return self;
+        };
         // An allow-list set before still lets the model search.
         if let Some(allowed) = &mut self.allowed_tools {
             allowed.push(SEARCH_TOOLS_NAME.to_owned());
         }
-        let mut always: BTreeSet<String> = search.always_loaded.into_iter().collect();
-        always.insert(SEARCH_TOOLS_NAME.to_owned());
-        let catalog = Arc::new(Catalog {
-            index,
-            always,
-            max_results: search.max_results,
-            native: search.native,
-        });
         self.tool_search = Some(Arc::clone(&catalog));
         let before: Option<PrepareRound> = self.prepare_round.take();
         self.prepare_round = Some(Arc::new(move |context: &RoundContext<'_>| {
@@ -264,14 +313,14 @@ impl Options {
             }
             plan
         }));
-        Ok(self)
+        self
     }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use agent_tools::{Registry, Tool};
+    use agent_tools::Tool;
     use serde_json::json;
 
     use super::*;
@@ -316,6 +365,26 @@ mod tests {
                     SEARCH_TOOLS_NAME.to_owned()
                 ][..]
             )
+        );
+    }
+
+    #[test]
+    fn one_prepared_catalog_serves_many_options_with_one_index() {
+        let searchable = SearchableTools::new(Arc::new(catalog(50)), ToolSearch::new()).unwrap();
+        assert!(searchable.is_searched());
+        assert_eq!(searchable.tools().len(), 51);
+        let a = Options::auto().with_searchable_tools(&searchable);
+        let b = Options::auto().with_searchable_tools(&searchable);
+        let (a, b) = (a.tool_search.unwrap(), b.tool_search.unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(Arc::ptr_eq(&a.index, &b.index));
+        let small = SearchableTools::new(Arc::new(catalog(5)), ToolSearch::new()).unwrap();
+        assert!(!small.is_searched());
+        assert!(
+            Options::auto()
+                .with_searchable_tools(&small)
+                .prepare_round
+                .is_none()
         );
     }
 
