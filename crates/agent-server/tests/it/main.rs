@@ -23,5 +23,6 @@ mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;
+mod tool_search;
 mod ui_stream;
 mod usage;
