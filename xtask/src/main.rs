@@ -56,6 +56,8 @@ fn main() -> ExitCode {
                 "agent-loop",
                 "--bench",
                 "loop",
+                "--bench",
+                "tool_search",
                 "-p",
                 "agent-backends",
                 "--bench",

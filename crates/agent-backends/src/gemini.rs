@@ -172,6 +172,7 @@ impl Gemini {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
             sse: true,
         }

@@ -109,6 +109,7 @@ impl Ollama {
                 prompt_caching: false,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
         }
     }

@@ -127,6 +127,7 @@ impl OpenAiChat {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
             prompt_cache_key: None,
             reasoning_in_history: false,

@@ -48,6 +48,7 @@ mod decode;
 mod request;
 #[cfg(test)]
 mod tests;
+mod tool_search;
 
 use agent_types::{BackendError, Capabilities, ModelRequest};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -89,6 +90,7 @@ impl OpenAiResponses {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
             store: false,
             encrypted_reasoning: None,

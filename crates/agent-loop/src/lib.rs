@@ -95,6 +95,7 @@ mod run_messages;
 mod session;
 pub mod span_sink;
 mod telemetry;
+pub mod tool_search;
 
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
@@ -117,6 +118,7 @@ pub use output::{OutputSpec, OutputStrategy};
 pub use prepare::{PrepareRound, RoundContext, RoundPlan};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{BudgetsUsed, Session, SessionInput, SessionStatus};
+pub use tool_search::{SearchableTools, ToolSearch};
 
 pub use agent_tools::ValidationMode;
 

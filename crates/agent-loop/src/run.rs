@@ -377,6 +377,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             response_format: None,
             stream: true,
         };
+        if let Some(search) = &options.tool_search {
+            search.resolve(backend.capabilities(), &mut request);
+        }
         let output = match (&options.output, strategy) {
             (Some(spec), Some(strategy)) => Some(Box::new(Output {
                 spec,

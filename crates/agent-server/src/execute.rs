@@ -654,6 +654,9 @@ pub(crate) fn options(
         .with_tool_timeout(Duration::from_secs(caps.tool_timeout_secs))
         .with_cancellation(cancel)
         .with_tool_trace(true);
+    if let Some(search) = &state.inner.search {
+        options = options.with_searchable_tools(search);
+    }
     options.rate_card = Arc::clone(&state.inner.rate_card);
     options.caller = Arc::clone(&tenant.caller);
     if let Some(accounting) = &state.inner.accounting {

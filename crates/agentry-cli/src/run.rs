@@ -460,6 +460,12 @@ async fn go<O: Write, E: Write>(
         .options(prices)
         .with_tools(tools)
         .require_approval_for(state.require_approval.iter().cloned());
+    if let Some(threshold) = (run.loop_args.tool_search_threshold).or(config.tool_search_threshold)
+    {
+        options = options
+            .with_tool_search(agent_loop::ToolSearch::new().with_threshold(threshold))
+            .map_err(|error| Error::Tools(error.message))?;
+    }
     if let Some((spec, strategy, retries)) = run.output {
         options = options
             .with_output_spec(spec)

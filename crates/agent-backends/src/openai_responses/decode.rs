@@ -174,6 +174,8 @@ impl WireDecoder {
                     // A function call was started above.
                     WireItem::WebSearchCall
                     | WireItem::FileSearchCall
+                    | WireItem::ToolSearchCall
+                    | WireItem::ToolSearchOutput
                     | WireItem::FunctionCall(_) => ItemKind::Other,
                     WireItem::Other => return Err(unknown_output(raw)),
                 };
@@ -231,7 +233,10 @@ impl WireDecoder {
                 self.reasoning(reasoning, !complete, out);
                 self.mark_done(known, event.output_index, ItemKind::Reasoning);
             }
-            WireItem::WebSearchCall | WireItem::FileSearchCall => {}
+            WireItem::WebSearchCall
+            | WireItem::FileSearchCall
+            | WireItem::ToolSearchCall
+            | WireItem::ToolSearchOutput => {}
             WireItem::Other => return Err(unknown_output(raw)),
         }
         Ok(())
@@ -316,7 +321,10 @@ impl WireDecoder {
                     let at = self.start_call(None, call, out);
                     self.end_call(at, out);
                 }
-                WireItem::WebSearchCall | WireItem::FileSearchCall => {}
+                WireItem::WebSearchCall
+                | WireItem::FileSearchCall
+                | WireItem::ToolSearchCall
+                | WireItem::ToolSearchOutput => {}
                 WireItem::Other => return Err(unknown_output(raw)),
             }
         }
@@ -590,6 +598,8 @@ const KNOWN_ITEMS: &[&str] = &[
     "function_call",
     "web_search_call",
     "file_search_call",
+    "tool_search_call",
+    "tool_search_output",
 ];
 const KNOWN_PARTS: &[&str] = &["output_text", "refusal"];
 
@@ -841,6 +851,10 @@ enum WireItem {
     /// model wrote is lost by skipping it.
     WebSearchCall,
     FileSearchCall,
+    /// The hosted tool search (`tool_search` with deferred tools) and the tools it loaded:
+    /// the provider loaded them for this response, and the calls that follow name their tool.
+    ToolSearchCall,
+    ToolSearchOutput,
     /// Every other item (image generation, code interpreter, MCP, computer use, custom
     /// tools, types added later) is content an assistant message cannot carry: refused.
     #[serde(other)]
@@ -852,7 +866,12 @@ impl WireItem {
         match self {
             Self::Reasoning(item) => item.id.as_deref(),
             Self::FunctionCall(item) => item.id.as_deref(),
-            Self::Message { .. } | Self::WebSearchCall | Self::FileSearchCall | Self::Other => None,
+            Self::Message { .. }
+            | Self::WebSearchCall
+            | Self::FileSearchCall
+            | Self::ToolSearchCall
+            | Self::ToolSearchOutput
+            | Self::Other => None,
         }
     }
 }

@@ -110,7 +110,7 @@ pub(super) struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     input: Option<Vec<Item<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Vec<Tool<'a>>>,
+    tools: Option<Vec<WireTool<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Choice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -352,6 +352,20 @@ struct Tool<'a> {
     /// against the schema as written; a tool declared strict is sent with its schema in
     /// strict form.
     strict: bool,
+    /// Loaded only when the hosted `tool_search` finds it (`super::tool_search`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    defer_loading: bool,
+}
+
+/// An entry of `tools`: a function, or the hosted tool search that loads deferred ones.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum WireTool<'a> {
+    Function(Tool<'a>),
+    Hosted {
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -523,7 +537,7 @@ fn reasoning(thinking: &Thinking, store: bool) -> Option<Item<'_>> {
     })
 }
 
-type ToolParts<'a> = (Option<Vec<Tool<'a>>>, Option<Choice<'a>>);
+type ToolParts<'a> = (Option<Vec<WireTool<'a>>>, Option<Choice<'a>>);
 
 fn tools(request: &ModelRequest) -> Result<ToolParts<'_>, BackendError> {
     if request.tools.is_empty() {
@@ -535,16 +549,25 @@ fn tools(request: &ModelRequest) -> Result<ToolParts<'_>, BackendError> {
             )),
         };
     }
-    let tools = request
+    let mut tools: Vec<WireTool<'_>> = request
         .tools
         .iter()
-        .map(|tool| Tool {
-            name: &tool.name,
-            description: &tool.description,
-            parameters: crate::content::tool_parameters(tool),
-            strict: tool.strict,
+        .map(|tool| {
+            WireTool::Function(Tool {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: crate::content::tool_parameters(tool),
+                strict: tool.strict,
+                defer_loading: tool.defer_loading,
+            })
         })
         .collect();
+    if request.tools.iter().any(|tool| tool.defer_loading) {
+        // The hosted search loads the deferred tools the model asks for (docs/mcp.md).
+        tools.push(WireTool::Hosted {
+            kind: "tool_search",
+        });
+    }
     let choice = match &request.tool_choice {
         ToolChoice::Auto => Choice::Mode("auto"),
         ToolChoice::None => Choice::Mode("none"),

@@ -25,4 +25,5 @@ mod sessions;
 mod streaming;
 mod support;
 mod telemetry;
+mod tool_search;
 mod tools;

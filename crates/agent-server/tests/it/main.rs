@@ -26,6 +26,7 @@ mod sub_agents;
 mod support;
 mod tenancy;
 mod tenant_spend;
+mod tool_search;
 mod ui_resume;
 mod ui_stream;
 mod usage;
