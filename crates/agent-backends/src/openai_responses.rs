@@ -169,11 +169,14 @@ impl Protocol for OpenAiResponses {
                 prompt_cache_key: self.prompt_cache_key.as_deref(),
             },
         )?;
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(key) = self.connection.api_key.as_deref().filter(|k| !k.is_empty()) {
-            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
-        }
+        let headers = self.connection.request_headers(|| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(key) = self.connection.api_key.as_deref().filter(|k| !k.is_empty()) {
+                headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
+            }
+            Ok(headers)
+        })?;
         Ok(Prepared {
             url: self.url(),
             headers,
