@@ -128,6 +128,8 @@ mod tests {
         assert_eq!(merged[AUTHORIZATION], "b");
         assert_eq!(get("b", &extra), merged);
         assert_eq!(builds.get(), 3);
+        // The cached map holds the key: it never reaches a log.
+        assert_eq!(format!("{cache:?}"), "HeaderCache");
     }
 
     #[test]
