@@ -56,6 +56,7 @@ use serde::Deserialize;
 use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::response_error;
 use crate::http::{Connection, HttpOptions, http_builders, secret_header};
+use crate::tools_json::ToolsJson;
 
 pub(crate) use decode::WireDecoder;
 
@@ -70,6 +71,8 @@ pub struct OpenAiResponses {
     store: bool,
     encrypted_reasoning: Option<bool>,
     prompt_cache_key: Option<String>,
+    /// The tools array of the last request, serialized.
+    tools_json: ToolsJson,
     /// Azure OpenAI's `api-version` query parameter (see [`crate::cloud::azure`]).
     #[cfg(feature = "azure")]
     api_version: Option<String>,
@@ -92,6 +95,7 @@ impl OpenAiResponses {
             },
             store: false,
             encrypted_reasoning: None,
+            tools_json: ToolsJson::default(),
             prompt_cache_key: None,
             #[cfg(feature = "azure")]
             api_version: None,
@@ -167,6 +171,7 @@ impl Protocol for OpenAiResponses {
                 store: self.store,
                 encrypted_reasoning: self.encrypted_reasoning,
                 prompt_cache_key: self.prompt_cache_key.as_deref(),
+                tools: Some(&self.tools_json),
             },
         )?;
         let headers = self.connection.request_headers(|| {

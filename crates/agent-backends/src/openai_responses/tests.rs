@@ -1653,3 +1653,42 @@ fn the_leading_type_is_read_only_from_the_plain_layout() {
     assert_eq!(leading_type(r#"{"type":"unterminated"#), None);
     assert_eq!(leading_type(r#"{"delta":"a","type":"x"}"#), None);
 }
+
+// Issue 16: the tools array is serialized once per tool set and spliced into each body; the
+// bytes are those of a body built without the backend's cache.
+#[test]
+fn the_cached_tools_array_sends_the_bytes_of_one_built_from_scratch() {
+    let registry = vec![
+        ToolSpec::new(
+            "get_weather",
+            "Weather for a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        ),
+        ToolSpec::new("clock", "The time.", json!({"type": "object"})).with_strict(true),
+    ];
+    let request = |tools: &[ToolSpec]| {
+        let mut request = ModelRequest::new("gpt-5", vec![Message::user("x")]);
+        request.tools = tools.to_vec();
+        request
+    };
+    let fresh = |request: &ModelRequest| {
+        super::request::body(
+            request,
+            super::request::Settings {
+                store: false,
+                encrypted_reasoning: None,
+                prompt_cache_key: None,
+                tools: None,
+            },
+        )
+        .unwrap()
+    };
+    let backend = backend();
+    for tools in [&registry[..], &registry[..], &registry[..1], &registry[..]] {
+        let request = request(tools);
+        assert_eq!(
+            &backend.prepare(&request).unwrap().body[..],
+            &fresh(&request)[..]
+        );
+    }
+}
