@@ -1658,7 +1658,7 @@ fn the_leading_type_is_read_only_from_the_plain_layout() {
 // bytes are those of a body built without the backend's cache.
 #[test]
 fn the_cached_tools_array_sends_the_bytes_of_one_built_from_scratch() {
-    let registry = vec![
+    let registry = [
         ToolSpec::new(
             "get_weather",
             "Weather for a city.",
