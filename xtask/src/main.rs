@@ -7,6 +7,7 @@
 // xtask is a command-line program: printing is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod bench;
 mod chaos;
 mod ci;
 mod fuzz;
@@ -31,7 +32,8 @@ commands:
              CPU per run and peak RSS against a hand-written reqwest floor) and agent-mcp (a tool call in
              process, over MCP stdio and HTTP: to server-everything and to our own
              server) and agent-otel (the loop with the OpenTelemetry layer against
-             without); each reports ratios to a baseline measured in the same run
+             without); each reports ratios to a baseline measured in the same run;
+             at the end, every issue-16 target with its ratio and MET / NOT MET
   fuzz       a long fuzzing campaign: [--cases N] per property (default 100000),
              [--target backends|conversation|loop|server|cli] (docs/reliability.md)
 ";
@@ -44,46 +46,43 @@ fn main() -> ExitCode {
         Some("chaos") => chaos::run(&args[1..]),
         // One cargo invocation builds both benches with one feature resolution, instead
         // of rebuilding the shared dependencies for each.
-        Some("bench") => step::cargo(
-            "benchmarks",
-            &[
-                "bench",
-                "-p",
-                "agent-tools",
-                "--bench",
-                "tools",
-                "-p",
-                "agent-loop",
-                "--bench",
-                "loop",
-                "--bench",
-                "tool_search",
-                "-p",
-                "agent-backends",
-                "--bench",
-                "parse",
-                "-p",
-                "agentry",
-                "--bench",
-                "loopback",
-                "-p",
-                "agent-server",
-                "--bench",
-                "load",
-                "-p",
-                "agent-mcp",
-                "--bench",
-                "client",
-                "--bench",
-                "transport",
-                "-p",
-                "agent-otel",
-                "--bench",
-                "otel",
-                "--features",
-                "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
-            ],
-        ),
+        Some("bench") => bench::run(&[
+            "bench",
+            "-p",
+            "agent-tools",
+            "--bench",
+            "tools",
+            "-p",
+            "agent-loop",
+            "--bench",
+            "loop",
+            "--bench",
+            "tool_search",
+            "-p",
+            "agent-backends",
+            "--bench",
+            "parse",
+            "-p",
+            "agentry",
+            "--bench",
+            "loopback",
+            "-p",
+            "agent-server",
+            "--bench",
+            "load",
+            "-p",
+            "agent-mcp",
+            "--bench",
+            "client",
+            "--bench",
+            "transport",
+            "-p",
+            "agent-otel",
+            "--bench",
+            "otel",
+            "--features",
+            "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
+        ]),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");

@@ -393,10 +393,16 @@ impl Decoder for WireDecoder {
         if self.finished || data.is_empty() || data == "[DONE]" {
             return Ok(());
         }
-        let kind: EventKind<'_> = parse(data, "a stream event")?;
         // The type is in the data; the SSE event name says the same and stands in for it
-        // where a server leaves it out.
-        let kind = kind.kind.unwrap_or(Cow::Borrowed(frame.event));
+        // where a server leaves it out. OpenAI writes it first: read there, an event we parse
+        // anyway is not parsed a second time just for its type (issue 16).
+        let kind = match leading_type(data) {
+            Some(kind) if HANDLED.contains(&kind) => Cow::Borrowed(kind),
+            _ => {
+                let kind: EventKind<'_> = parse(data, "a stream event")?;
+                kind.kind.unwrap_or(Cow::Borrowed(frame.event))
+            }
+        };
         match kind.as_ref() {
             "response.created" | "response.in_progress" | "response.queued" => {
                 let event: ResponseEvent = parse(data, "a `response.created` event")?;
@@ -589,6 +595,38 @@ impl WireDecoder {
                 )
             })
     }
+}
+
+/// The event types `frame` parses in full; any other type is still checked to be JSON.
+const HANDLED: &[&str] = &[
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.output_text.delta",
+    "response.refusal.delta",
+    "response.output_text.done",
+    "response.refusal.done",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+    "response.reasoning_summary_text.done",
+    "response.reasoning_text.done",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+/// The `type` of an event written as OpenAI writes it, first and unescaped:
+/// `{"type":"response.output_text.delta",…`. `None` for any other layout (then the event is
+/// parsed for it).
+pub(super) fn leading_type(data: &str) -> Option<&str> {
+    let rest = data.strip_prefix(r#"{"type":""#)?;
+    let end = rest.find(['"', '\\'])?;
+    (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
 }
 
 /// The item types the decoder reads or skips, and a message's part types.
