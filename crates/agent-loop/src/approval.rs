@@ -186,7 +186,7 @@ impl ApprovalDecision {
     }
 
     /// The error result text the model sees for a denied call.
-    fn denial(&self) -> String {
+    pub(crate) fn denial(&self) -> String {
         match self.reason.as_deref().map(str::trim) {
             Some(reason) if !reason.is_empty() => {
                 format!("This call was not run: the user denied it: {reason}")
