@@ -31,9 +31,7 @@ mod answer;
 mod budget;
 mod round;
 
-use agent_types::{
-    AgentError, AgentEvent, ErrorKind, Message, ModelPrice, ToolCall, ToolResult, Usage,
-};
+use agent_types::{AgentError, AgentEvent, ErrorKind, Message, ToolCall, ToolResult, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,8 +52,8 @@ pub struct Config {
     pub token_budget: Option<u64>,
     /// Dollars allowed over the run (`Options::max_cost_usd`).
     pub max_cost_usd: Option<f64>,
-    /// The requested model's price, for the dollar check before each call.
-    pub price: Option<ModelPrice>,
+    /// The requested model's input and output price, for the dollar check before each call.
+    pub price: Option<CallPrice>,
     /// Identical calls in a row that end the run (`Options::max_repeated_calls`, at least 2).
     pub max_repeated_calls: Option<u32>,
     /// Calls run per round; the rest are refused (`Options::max_tool_calls_per_round`).
@@ -67,6 +65,16 @@ pub struct Config {
     pub output: Option<OutputConfig>,
     /// Invalid structured answers sent back for another try (`Options::max_output_retries`).
     pub max_output_retries: u32,
+}
+
+/// The prices the check before a call reads (uncached input: a cache hit only makes the
+/// call cheaper), in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CallPrice {
+    /// Uncached input tokens.
+    pub input_per_mtok: f64,
+    /// Output tokens.
+    pub output_per_mtok: f64,
 }
 
 /// The structured output of a run: the schema and how the model is asked for it.
@@ -94,7 +102,11 @@ impl Config {
             max_cost_usd: options.max_cost_usd,
             price: options
                 .max_cost_usd
-                .and_then(|_| options.rate_card.price(model).copied()),
+                .and_then(|_| options.rate_card.price(model))
+                .map(|price| CallPrice {
+                    input_per_mtok: price.input_per_mtok,
+                    output_per_mtok: price.output_per_mtok,
+                }),
             max_repeated_calls: options.max_repeated_calls,
             max_tool_calls_per_round: options.max_tool_calls_per_round,
             screen_calls,
@@ -203,14 +215,13 @@ pub enum Screen {
     },
 }
 
-/// One call of a round to run, or to refuse with the given error result.
+/// A call of a round that is not run: the error result the model sees instead.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlannedCall {
-    /// The call.
-    pub call: ToolCall,
-    /// Set when the call is not run: the error result the model sees instead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refused: Option<String>,
+pub struct Refusal {
+    /// The call's position in the round's calls.
+    pub index: usize,
+    /// The error result's text.
+    pub reason: String,
 }
 
 /// What a round of tool calls came to, once its results are in the history.
@@ -225,9 +236,9 @@ pub struct RoundOutcome {
     /// The run's cancellation fired while the round ran.
     pub cancelled: bool,
     /// A driver failure after the round (an accounting queue set to fail the run).
-    pub failure: Option<AgentError>,
+    pub failure: Option<Box<AgentError>>,
     /// The first call whose failure ends the run (`abort` mode, a fatal handler error).
-    pub stop: Option<AgentError>,
+    pub stop: Option<Box<AgentError>>,
 }
 
 /// One thing that happened, fed to [`State::step`].
@@ -264,7 +275,7 @@ pub enum Input {
     /// The model call failed (or was cancelled or timed out).
     ModelFailed {
         /// The error that ends the run.
-        error: AgentError,
+        error: Box<AgentError>,
     },
     /// The response is in the history: its tool calls (and, for structured output, its text).
     ResponseAppended {
@@ -283,7 +294,7 @@ pub enum Input {
     /// The round of [`Action::RunTools`] ran; its results are in the history.
     ToolsDone {
         /// What the round came to.
-        outcome: Box<RoundOutcome>,
+        outcome: RoundOutcome,
     },
     /// The pushes or the event of the last action are done.
     Done,
@@ -292,7 +303,7 @@ pub enum Input {
     /// The driver failed (the appender, a gate, accounting): the run ends with this error.
     Failed {
         /// The error.
-        error: AgentError,
+        error: Box<AgentError>,
     },
 }
 
@@ -327,8 +338,11 @@ pub enum Action {
     RunTools {
         /// The round's number (tool rounds run, this one included).
         iteration: u32,
-        /// The calls, in order, each run or refused.
-        calls: Vec<PlannedCall>,
+        /// The calls, in order.
+        calls: Vec<ToolCall>,
+        /// The calls not run (by position, ascending), with the result the model sees.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        refused: Vec<Refusal>,
     },
     /// Append these messages to the history; answer [`Input::Done`].
     Push {
@@ -355,8 +369,8 @@ pub enum Action {
     },
     /// The run ends with this error.
     Fail {
-        /// The error.
-        error: AgentError,
+        /// The error (boxed: an action is small on the run's way, the error is rare).
+        error: Box<AgentError>,
     },
 }
 
@@ -509,7 +523,7 @@ impl State {
                 self.plan_round(config, calls, Some(screens))
             }
             (Phase::RunningTools { remote }, Input::ToolsDone { outcome }) => {
-                self.tools_done(config, *outcome, remote)
+                self.tools_done(config, outcome, remote)
             }
             (Phase::Pushing { then }, Input::Done) => match then {
                 After::CallAgain => self.prepare(),
@@ -636,9 +650,17 @@ impl State {
     ) -> Action {
         let iteration = self.budgets.iterations;
         match round::plan(config, iteration, calls, screens) {
-            round::Plan::Run { calls, remote } => {
+            round::Plan::Run {
+                calls,
+                refused,
+                remote,
+            } => {
                 self.phase = Phase::RunningTools { remote };
-                Action::RunTools { iteration, calls }
+                Action::RunTools {
+                    iteration,
+                    calls,
+                    refused,
+                }
             }
             round::Plan::AwaitApproval(round) => {
                 let calls = round.waiting();
@@ -653,12 +675,16 @@ impl State {
 
     /// A round that waited for approval runs, under the decisions.
     fn resume_round(&mut self, decisions: &[ApprovalDecision]) -> Action {
-        let (iteration, calls, remote) = match self.budgets.approval_round.take() {
+        let (iteration, calls, refused, remote) = match self.budgets.approval_round.take() {
             Some(round) => round::resumed(round, decisions),
-            None => (self.budgets.iterations, Vec::new(), Vec::new()),
+            None => (self.budgets.iterations, Vec::new(), Vec::new(), Vec::new()),
         };
         self.phase = Phase::RunningTools { remote };
-        Action::RunTools { iteration, calls }
+        Action::RunTools {
+            iteration,
+            calls,
+            refused,
+        }
     }
 
     fn tools_done(
@@ -688,7 +714,7 @@ impl State {
             return fail(aborted("the run was cancelled while tools were running"));
         }
         if let Some(error) = failure.or(stop) {
-            return fail(error);
+            return fail(*error);
         }
         if let Err(error) = budget::check_spend(&self.budgets, config) {
             return fail(error);
@@ -709,7 +735,9 @@ impl State {
 }
 
 fn fail(error: AgentError) -> Action {
-    Action::Fail { error }
+    Action::Fail {
+        error: Box::new(error),
+    }
 }
 
 fn aborted(message: &str) -> AgentError {

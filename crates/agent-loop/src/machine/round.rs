@@ -2,14 +2,15 @@
 
 use agent_types::ToolCall;
 
-use super::{Config, PlannedCall, Screen};
+use super::{Config, Refusal, Screen};
 use crate::approval::{ApprovalDecision, Disposition, Round, RoundCall};
 
 /// What a round comes to.
 pub(super) enum Plan {
     /// Run the local calls; the remote ones wait for the caller after.
     Run {
-        calls: Vec<PlannedCall>,
+        calls: Vec<ToolCall>,
+        refused: Vec<Refusal>,
         remote: Vec<ToolCall>,
     },
     /// Calls wait for a person: nothing of the round runs yet.
@@ -26,57 +27,71 @@ pub(super) fn plan(
 ) -> Plan {
     let cap = config.max_tool_calls_per_round;
     let asked = calls.len();
-    let mut planned = Vec::with_capacity(asked.min(cap.saturating_add(1)));
+    if screens.is_none() && asked <= cap {
+        // Every call runs: the round is the response's calls, as they are.
+        return Plan::Run {
+            calls,
+            refused: Vec::new(),
+            remote: Vec::new(),
+        };
+    }
+    let mut local = Vec::with_capacity(asked.min(cap.saturating_add(1)));
+    let mut refused = Vec::new();
     let mut remote = Vec::new();
     let mut waiting = Vec::new();
     let mut screens = screens.map(Vec::into_iter);
     for (at, mut call) in calls.into_iter().enumerate() {
         let screen = screens.as_mut().and_then(Iterator::next);
         if at >= cap {
-            let refused = format!(
+            let reason = format!(
                 "This call was not run: the model asked for {asked} tool calls in one round and \
                  at most {cap} run per round (max_tool_calls_per_round). Ask for fewer at once."
             );
-            planned.push(PlannedCall {
-                call,
-                refused: Some(refused),
+            refused.push(Refusal {
+                index: local.len(),
+                reason,
             });
+            local.push(call);
             continue;
         }
-        let refused = match screen {
-            None | Some(Screen::Run) => None,
+        match screen {
+            None | Some(Screen::Run) => {}
             Some(Screen::Remote { arguments }) => {
                 call.arguments = arguments;
                 remote.push(call);
                 continue;
             }
-            Some(Screen::AwaitApproval) => {
-                waiting.push(planned.len());
-                None
-            }
-            Some(Screen::Refuse { reason }) => Some(reason),
-        };
-        planned.push(PlannedCall { call, refused });
+            Some(Screen::AwaitApproval) => waiting.push(local.len()),
+            Some(Screen::Refuse { reason }) => refused.push(Refusal {
+                index: local.len(),
+                reason,
+            }),
+        }
+        local.push(call);
     }
     if waiting.is_empty() {
         return Plan::Run {
-            calls: planned,
+            calls: local,
+            refused,
             remote,
         };
     }
-    let local = planned
+    let mut refused = refused.into_iter().peekable();
+    let local = local
         .into_iter()
         .enumerate()
-        .map(|(at, planned)| RoundCall {
+        .map(|(at, call)| RoundCall {
             disposition: if waiting.contains(&at) {
                 Disposition::Waiting
             } else {
-                match planned.refused {
-                    Some(reason) => Disposition::Refused { reason },
+                match refused.next_if(|refusal| refusal.index == at) {
+                    Some(refusal) => Disposition::Refused {
+                        reason: refusal.reason,
+                    },
                     None => Disposition::Run,
                 }
             },
-            call: planned.call,
+            call,
         })
         .collect();
     Plan::AwaitApproval(Round {
@@ -87,16 +102,18 @@ pub(super) fn plan(
 }
 
 /// The calls of a round that waited for approval, under `decisions` (checked when the run
-/// started), and its remote calls.
+/// started): its local calls with the refused ones, and its remote calls.
 pub(super) fn resumed(
     round: Round,
     decisions: &[ApprovalDecision],
-) -> (u32, Vec<PlannedCall>, Vec<ToolCall>) {
+) -> (u32, Vec<ToolCall>, Vec<Refusal>, Vec<ToolCall>) {
+    let mut refused = Vec::new();
     let calls = round
         .local
         .into_iter()
-        .map(|entry| {
-            let refused = match entry.disposition {
+        .enumerate()
+        .map(|(index, entry)| {
+            let reason = match entry.disposition {
                 Disposition::Run => None,
                 Disposition::Refused { reason } => Some(reason),
                 Disposition::Waiting => decisions
@@ -104,11 +121,11 @@ pub(super) fn resumed(
                     .find(|decision| decision.call_id == entry.call.id.as_str())
                     .and_then(|decision| (!decision.approved).then(|| decision.denial())),
             };
-            PlannedCall {
-                call: entry.call,
-                refused,
+            if let Some(reason) = reason {
+                refused.push(Refusal { index, reason });
             }
+            entry.call
         })
         .collect();
-    (round.iteration, calls, round.remote)
+    (round.iteration, calls, refused, round.remote)
 }

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use agent_types::{AgentEvent, Budget, ErrorKind, Message, ModelPrice, ToolCall, Usage};
+use agent_types::{AgentEvent, Budget, ErrorKind, Message, ToolCall, Usage};
 use serde_json::json;
 
 use super::*;
@@ -71,9 +71,7 @@ fn start(state: &mut State, config: &Config) {
 }
 
 fn done(outcome: RoundOutcome) -> Input {
-    Input::ToolsDone {
-        outcome: Box::new(outcome),
-    }
+    Input::ToolsDone { outcome }
 }
 
 fn budget_of(action: &Action) -> Budget {
@@ -109,10 +107,8 @@ fn a_tool_round_runs_and_the_model_is_called_again() {
         action,
         Action::RunTools {
             iteration: 1,
-            calls: vec![PlannedCall {
-                call: calls[0].clone(),
-                refused: None,
-            }],
+            calls,
+            refused: Vec::new(),
         }
     );
     let next = state.step(&config, done(RoundOutcome::default()));
@@ -200,10 +196,9 @@ fn a_call_whose_input_cannot_fit_the_token_budget_is_not_sent_and_one_that_fits_
 fn the_cost_budget_trips_after_a_priced_call() {
     let config = Config {
         max_cost_usd: Some(0.01),
-        price: Some(ModelPrice {
+        price: Some(CallPrice {
             input_per_mtok: 1.0,
             output_per_mtok: 1.0,
-            ..ModelPrice::default()
         }),
         ..config()
     };
@@ -275,18 +270,18 @@ fn calls_past_the_round_cap_are_refused_with_a_reason() {
     let calls: Vec<ToolCall> = (0..3)
         .map(|n| call(&format!("c{n}"), "t", json!(n)))
         .collect();
-    let Action::RunTools { calls: planned, .. } = respond(&mut state, &config, calls, None) else {
+    let Action::RunTools {
+        calls: planned,
+        refused,
+        ..
+    } = respond(&mut state, &config, calls, None)
+    else {
         panic!("not a round");
     };
     assert_eq!(planned.len(), 3);
-    assert!(planned[0].refused.is_none() && planned[1].refused.is_none());
-    assert!(
-        planned[2]
-            .refused
-            .as_deref()
-            .unwrap()
-            .contains("at most 2 run per round")
-    );
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].index, 2);
+    assert!(refused[0].reason.contains("at most 2 run per round"));
 }
 
 #[test]
@@ -345,18 +340,11 @@ fn an_approval_round_suspends_survives_serde_and_resumes_then_waits_for_the_remo
         action,
         Action::RunTools {
             iteration: 1,
-            calls: vec![
-                PlannedCall {
-                    call: calls[0].clone(),
-                    refused: Some(
-                        "This call was not run: the user denied it: not today".to_owned()
-                    ),
-                },
-                PlannedCall {
-                    call: calls[2].clone(),
-                    refused: None,
-                },
-            ],
+            calls: vec![calls[0].clone(), calls[2].clone()],
+            refused: vec![Refusal {
+                index: 0,
+                reason: "This call was not run: the user denied it: not today".to_owned(),
+            }],
         }
     );
     let action = state.step(&config, done(RoundOutcome::default()));
@@ -384,7 +372,7 @@ fn a_tool_stop_cancellation_or_reported_spend_ends_the_round_in_that_order() {
     };
     let (_, action) = round(RoundOutcome {
         cancelled: true,
-        stop: Some(AgentError::config("stop")),
+        stop: Some(Box::new(AgentError::config("stop"))),
         ..RoundOutcome::default()
     });
     let Action::Fail { error } = action else {
@@ -392,7 +380,10 @@ fn a_tool_stop_cancellation_or_reported_spend_ends_the_round_in_that_order() {
     };
     assert!(error.is_aborted());
     let (_, action) = round(RoundOutcome {
-        stop: Some(AgentError::new(ErrorKind::Validation, "bad arguments")),
+        stop: Some(Box::new(AgentError::new(
+            ErrorKind::Validation,
+            "bad arguments",
+        ))),
         ..RoundOutcome::default()
     });
     let Action::Fail { error } = action else {
