@@ -29,7 +29,10 @@
 
 mod answer;
 mod budget;
+mod resume;
 mod round;
+
+pub use resume::{close_dangling, order_results};
 
 use agent_types::{AgentError, AgentEvent, ErrorKind, Message, ToolCall, ToolResult, Usage};
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,6 @@
 //! The loop itself: one run of a session, from its input to an answer, a suspension or an error.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -10,7 +9,7 @@ use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
 use agent_types::{
     AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError, Capabilities,
     ErrorKind, Message, MessageAssembler, ModelRequest, Role, StopReason, ToolCall, ToolChoice,
-    ToolResult, TraceEntry,
+    TraceEntry,
 };
 use futures_util::StreamExt;
 use tokio::time::Instant;
@@ -311,7 +310,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             input,
             SessionInput::ToolResults(_) | SessionInput::Approvals(_)
         ) {
-            close_dangling(&mut messages, "the run that made it ended first");
+            crate::machine::close_dangling(&mut messages, "the run that made it ended first");
         }
         let before_input = messages.len();
         let mut approvals = None;
@@ -320,7 +319,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             SessionInput::User(user) => messages.push(Message::User(user)),
             SessionInput::ToolResults(results) => {
                 // Remote results count against the budgets as input of the next call.
-                messages.extend(order_results(
+                messages.extend(crate::machine::order_results(
                     results,
                     &pending,
                     &policy,
@@ -556,7 +555,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 // Every call the model asked for gets a result, so the history stays valid
                 // for the next request.
                 let reason = format!("the run ended first: {}", error.kind);
-                close_dangling(&mut self.request.messages, &reason);
+                crate::machine::close_dangling(&mut self.request.messages, &reason);
                 // After an appender failure, storing more would reorder the stored turns.
                 if matches!(error.kind, ErrorKind::Appender) {
                     self.appended_to = self.request.messages.len();
@@ -1410,65 +1409,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The results in the pending calls' order, each capped like a local result.
-fn order_results(
-    results: Vec<ToolResult>,
-    pending: &[ToolCall],
-    policy: &TruncationPolicy,
-    max_binary_bytes: usize,
-) -> Vec<Message> {
-    let mut slots: Vec<Option<ToolResult>> = pending.iter().map(|_| None).collect();
-    for mut result in results {
-        if let Some(at) = pending
-            .iter()
-            .position(|call| call.id == result.tool_call_id)
-        {
-            if result.name.is_empty() {
-                result.name.clone_from(&pending[at].name);
-            }
-            result.content =
-                agent_tools::truncate(std::mem::take(&mut result.content), policy).text;
-            // The caller's images and files fall under the same cap as a local handler's.
-            agent_tools::cap_binary(&mut result.blocks, max_binary_bytes);
-            slots[at] = Some(result);
-        }
-    }
-    slots.into_iter().flatten().map(Message::Tool).collect()
-}
-
-/// Adds an error result for every call of the last assistant turn that has none, so the
-/// history is valid to send again. Returns how many were added.
-pub(crate) fn close_dangling(messages: &mut Vec<Message>, reason: &str) -> usize {
-    let mut answered = HashSet::new();
-    let mut calls = Vec::new();
-    for message in messages.iter().rev() {
-        match message {
-            Message::Tool(result) => {
-                answered.insert(result.tool_call_id.clone());
-            }
-            Message::Assistant(assistant) => {
-                calls.extend(
-                    assistant
-                        .tool_calls()
-                        .filter(|call| !answered.contains(&call.id))
-                        .map(|call| (call.id.clone(), call.name.clone())),
-                );
-                break;
-            }
-            _ => break,
-        }
-    }
-    let added = calls.len();
-    for (id, name) in calls {
-        messages.push(Message::Tool(ToolResult::error(
-            id,
-            name,
-            format!("This call was not run: {reason}."),
-        )));
-    }
-    added
 }
 
 /// The strategy `wanted` comes to on a backend with `capabilities`; an explicit strategy the
