@@ -303,6 +303,12 @@ pub enum Input {
     Done,
     /// The run was cancelled.
     Cancelled,
+    /// A timer the driver set fired (a deadline for the run, a wait that lasted too long):
+    /// the run ends as aborted, with this reason. Time reaches the machine only this way.
+    TimerFired {
+        /// What the timer was for, for the error's message.
+        reason: String,
+    },
     /// The driver failed (the appender, a gate, accounting): the run ends with this error.
     Failed {
         /// The error.
@@ -477,6 +483,10 @@ impl State {
                 fail(aborted("the run was cancelled before the model call"))
             }
             (_, Input::Cancelled) => fail(aborted("the run was cancelled")),
+            (_, Input::TimerFired { reason }) => fail(AgentError::new(
+                ErrorKind::Aborted,
+                format!("the run was stopped by a timer: {reason}"),
+            )),
             (Phase::Ready, Input::Start { approvals }) => match approvals {
                 Some(decisions) => self.resume_round(&decisions),
                 None => self.prepare(),
@@ -764,6 +774,7 @@ fn input_name(input: &Input) -> &'static str {
         Input::ToolsDone { .. } => "tools_done",
         Input::Done => "done",
         Input::Cancelled => "cancelled",
+        Input::TimerFired { .. } => "timer_fired",
         Input::Failed { .. } => "failed",
     }
 }

@@ -518,6 +518,31 @@ fn cancellation_before_the_model_call_aborts() {
 }
 
 #[test]
+fn a_timer_ends_a_run_waiting_for_its_tools_as_aborted() {
+    let config = config();
+    let mut state = State::new();
+    start(&mut state, &config);
+    respond(
+        &mut state,
+        &config,
+        vec![call("a", "slow", json!({}))],
+        None,
+    );
+    let action = state.step(
+        &config,
+        Input::TimerFired {
+            reason: "the run's 10 minute deadline".to_owned(),
+        },
+    );
+    let Action::Fail { error } = action else {
+        panic!("{action:?}")
+    };
+    assert!(error.is_aborted());
+    assert!(error.message.contains("10 minute deadline"));
+    assert_eq!(state.phase(), &Phase::Ended);
+}
+
+#[test]
 fn an_input_the_phase_does_not_expect_is_a_clear_error() {
     let config = config();
     let mut state = State::new();
