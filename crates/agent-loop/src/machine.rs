@@ -26,6 +26,38 @@
 //! [`Screen::Refuse`] (the model sees the reason) or [`Screen::AwaitApproval`]; a check on the
 //! final answer runs when the machine says [`Action::Finish`] and, to refuse it, feeds
 //! [`Input::Failed`] instead of ending the run.
+//!
+//! A driver in a few lines, for a model that answers at once (a real driver performs each
+//! action before it answers it):
+//!
+//! ```
+//! use agent_loop::Options;
+//! use agent_loop::machine::{Action, Config, Input, State};
+//!
+//! let config = Config::new(&Options::auto(), "some-model", None, false);
+//! let mut state = State::new();
+//! let mut action = state.step(&config, Input::Start { approvals: None });
+//! let output = loop {
+//!     let input = match action {
+//!         Action::PrepareCall { .. } => Input::Prepared {
+//!             estimated_input_tokens: 0,
+//!             own_max_output_tokens: None,
+//!         },
+//!         Action::CallModel { .. } => Input::ModelResponded {
+//!             usage: None,
+//!             cost_usd: None,
+//!         },
+//!         Action::AppendResponse => Input::ResponseAppended {
+//!             calls: Vec::new(),
+//!             text: None,
+//!         },
+//!         Action::Finish { output } => break output,
+//!         other => panic!("not in this run: {other:?}"),
+//!     };
+//!     action = state.step(&config, input);
+//! };
+//! assert_eq!(output, None);
+//! ```
 
 mod answer;
 mod budget;
