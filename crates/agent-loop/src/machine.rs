@@ -63,8 +63,10 @@ mod answer;
 mod budget;
 mod resume;
 mod round;
+mod tools;
 
 pub use resume::{close_dangling, order_results};
+pub use tools::{CallFailure, ToolStop, stop_error, tool_stop};
 
 use agent_types::{AgentError, AgentEvent, ErrorKind, Message, ToolCall, ToolResult, Usage};
 use serde::{Deserialize, Serialize};

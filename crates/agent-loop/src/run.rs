@@ -1246,7 +1246,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 waiting.await;
             }
             if stop.is_none() {
-                stop = stops.map(|kind| Box::new(stop_error(kind, &job.call, &result.content)));
+                stop = stops.map(|kind| {
+                    Box::new(crate::machine::stop_error(kind, &job.call, &result.content))
+                });
             }
             self.trace.push(trace);
             self.push_message(Message::Tool(result), None).await?;
@@ -1373,26 +1375,6 @@ impl<B: ?Sized> Drop for Run<'_, '_, B> {
         if self.session.status == SessionStatus::Running {
             self.session.status = SessionStatus::Aborted;
         }
-    }
-}
-
-/// The error that ends the run for a call that failed in a way that stops it.
-fn stop_error(kind: crate::dispatch::Stop, call: &ToolCall, content: &str) -> AgentError {
-    use crate::dispatch::Stop;
-    match kind {
-        Stop::Invalid => AgentError::new(
-            ErrorKind::Validation,
-            format!(
-                "the arguments of `{}` (call {}) are invalid: {content}",
-                call.name, call.id
-            ),
-        ),
-        Stop::Failed => AgentError::new(
-            ErrorKind::Tool {
-                tool: call.name.clone(),
-            },
-            format!("`{}` (call {}) failed: {content}", call.name, call.id),
-        ),
     }
 }
 
