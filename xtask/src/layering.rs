@@ -155,6 +155,26 @@ const MODULE_RULES: &[ModuleRule] = &[
         why: "only the crate root and `Agent` call into agent-loop's `run`",
     },
     ModuleRule {
+        files: &[
+            "crates/agent-loop/src/machine.rs",
+            "crates/agent-loop/src/machine/answer.rs",
+            "crates/agent-loop/src/machine/budget.rs",
+            "crates/agent-loop/src/machine/resume.rs",
+            "crates/agent-loop/src/machine/round.rs",
+        ],
+        forbidden: &[
+            "crate::run",
+            "crate::dispatch",
+            "tokio",
+            "Instant",
+            "SystemTime",
+            "std::env",
+            "std::fs",
+            "std::net",
+        ],
+        why: "the loop's state machine is deterministic: no driver, runtime, clock or I/O",
+    },
+    ModuleRule {
         files: &["crates/agent-backends/src/anthropic/request.rs"],
         forbidden: &["cache::", "super::cache"],
         why: "the Anthropic body is built by request.rs and marked by cache.rs, never back",

@@ -86,6 +86,7 @@ mod events;
 pub mod history;
 mod hooks;
 mod job;
+pub mod machine;
 mod options;
 pub mod output;
 pub mod prepare;
