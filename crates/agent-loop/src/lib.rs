@@ -86,6 +86,7 @@ mod events;
 pub mod history;
 mod hooks;
 mod job;
+mod one_call;
 mod options;
 pub mod output;
 pub mod prepare;
@@ -110,6 +111,7 @@ pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
+pub use one_call::{ToolCallOutcome, run_tool_call};
 pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,
 };

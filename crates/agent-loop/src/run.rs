@@ -1692,7 +1692,11 @@ fn aborted(message: &str) -> AgentError {
 }
 
 /// The error that ends the run for a call that failed in a way that stops it.
-fn stop_error(kind: crate::dispatch::Stop, call: &ToolCall, content: &str) -> AgentError {
+pub(crate) fn stop_error(
+    kind: crate::dispatch::Stop,
+    call: &ToolCall,
+    content: &str,
+) -> AgentError {
     use crate::dispatch::Stop;
     match kind {
         Stop::Invalid => AgentError::new(
