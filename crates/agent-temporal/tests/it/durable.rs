@@ -1,6 +1,5 @@
 //! The engine tests.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_loop::Session;
@@ -8,6 +7,7 @@ use agent_temporal::{RunHandle, RunRequest};
 
 use crate::support::{
     RoundModel, WorkerProcess, lines, namespace, options, temporal_addr, timeless, unique,
+    wait_until,
 };
 
 /// Test 1: a 3-round run on Temporal gives the same answer, trace and usage as the in-process
@@ -80,6 +80,218 @@ async fn a_three_round_run_matches_the_in_process_loop() {
         durable.as_secs_f64() * 1e3,
         durable.as_secs_f64() * 1e3 / 3.0,
     );
-    let _ = Arc::new(());
-    let _ = RunHandle::new(client, queue);
+    // A handle made from the id alone reads the same run.
+    let again = RunHandle::new(client, queue);
+    assert_eq!(again.outcome().await.unwrap(), outcome);
+}
+
+fn count(lines: &[String], line: &str) -> usize {
+    lines.iter().filter(|l| l.as_str() == line).count()
+}
+
+/// Test 2: kill -9 of the worker during a tool call; another worker finishes the run. Every
+/// completed tool call ran exactly once, and no completed round went to the model again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_is_replaced_and_completed_work_is_not_redone() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let slow = Duration::from_secs(3);
+    let queue = unique("kill");
+    let mut first = WorkerProcess::spawn(&queue, &tool_log, &model_log, slow);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let handle = agent_temporal::start_run(
+        &client,
+        &queue,
+        &queue,
+        RunRequest::new(
+            Session::with_id("s-kill", "test-model"),
+            "What is (2 + 3) × 4?",
+        ),
+    )
+    .await
+    .unwrap();
+    wait_until(60, "the slow tool to start", || {
+        lines(&tool_log).contains(&"started call_2".to_string())
+    })
+    .await;
+    first.kill();
+    let _second = WorkerProcess::spawn(&queue, &tool_log, &model_log, slow);
+    let outcome = tokio::time::timeout(Duration::from_secs(120), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(outcome.answer, "2 + 3 = 5, and 5 × 4 = 20.");
+    let tools = lines(&tool_log);
+    // The interrupted call ran again (at least once); each completed call once.
+    assert_eq!(count(&tools, "done call_1"), 1, "{tools:?}");
+    assert_eq!(count(&tools, "done call_2"), 1, "{tools:?}");
+    assert_eq!(count(&tools, "started call_2"), 2, "{tools:?}");
+    // Every round went to the model once: the new worker replayed the history, not the model.
+    assert_eq!(lines(&model_log), ["round 1", "round 2", "round 3"]);
+    assert_eq!(outcome.trace.len(), 2);
+}
+
+/// Test 3: a call waiting for approval waits across a worker restart, and the signal resumes
+/// it; a remote tool's result likewise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_and_remote_results_wait_across_a_worker_restart() {
+    let Some(addr) = temporal_addr() else { return };
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    for (setting, signal_approval) in [
+        ("AGENTRY_TEMPORAL_APPROVE", true),
+        ("AGENTRY_TEMPORAL_REMOTE", false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+        let queue = unique(if signal_approval { "approve" } else { "remote" });
+        let env = [(setting, "multiply")];
+        let mut first =
+            WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+        let handle = agent_temporal::start_run(
+            &client,
+            &queue,
+            &queue,
+            RunRequest::new(
+                Session::with_id("s-wait", "test-model"),
+                "What is (2 + 3) × 4?",
+            ),
+        )
+        .await
+        .unwrap();
+        let pending = loop {
+            let pending = handle.pending().await.unwrap();
+            if !pending.is_empty() {
+                break pending;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].id.as_str(), "call_2");
+        let status = handle.status().await.unwrap();
+        let expected = if signal_approval {
+            agent_loop::SessionStatus::AwaitingApproval
+        } else {
+            agent_loop::SessionStatus::AwaitingToolExecution
+        };
+        assert_eq!(status.status, expected);
+        assert_eq!(status.model_calls, 2);
+
+        // No worker while it waits; a new one takes the signal.
+        first.kill();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let _second =
+            WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+        if signal_approval {
+            let decision: agent_loop::ApprovalDecision =
+                serde_json::from_value(serde_json::json!({"call_id": "call_2", "approved": true}))
+                    .unwrap();
+            handle.approve(vec![decision]).await.unwrap();
+        } else {
+            handle
+                .tool_results(vec![agent_types::ToolResult::ok(
+                    "call_2", "multiply", "20",
+                )])
+                .await
+                .unwrap();
+        }
+        let outcome = tokio::time::timeout(Duration::from_secs(120), handle.outcome())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(outcome.answer, "2 + 3 = 5, and 5 × 4 = 20.");
+        assert_eq!(lines(&model_log), ["round 1", "round 2", "round 3"]);
+        let tools = lines(&tool_log);
+        if signal_approval {
+            assert_eq!(tools, ["done call_1", "started call_2", "done call_2"]);
+        } else {
+            // The remote call ran nowhere on the worker.
+            assert_eq!(tools, ["done call_1"]);
+        }
+    }
+}
+
+/// Test 4: cancelling the workflow cancels the running tool: its cancellation token fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_workflow_cancels_the_running_tool() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("cancel");
+    let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::from_secs(120));
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let handle = agent_temporal::start_run(
+        &client,
+        &queue,
+        &queue,
+        RunRequest::new(
+            Session::with_id("s-cancel", "test-model"),
+            "What is (2 + 3) × 4?",
+        ),
+    )
+    .await
+    .unwrap();
+    wait_until(60, "the slow tool to start", || {
+        lines(&tool_log).contains(&"started call_2".to_string())
+    })
+    .await;
+    let asked = Instant::now();
+    handle.cancel().await.unwrap();
+    wait_until(30, "the tool's cancellation", || {
+        lines(&tool_log).contains(&"cancelled call_2".to_string())
+    })
+    .await;
+    eprintln!(
+        "the tool saw the cancellation {:?} after the request",
+        asked.elapsed()
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap();
+    assert!(ended.is_err(), "a cancelled run has no outcome: {ended:?}");
+    assert!(!lines(&tool_log).contains(&"done call_2".to_string()));
+}
+
+/// Test 5: a Python client (PyPI `temporalio`) starts `agent_run` by name and reads its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_client_starts_the_workflow_by_name() {
+    let Some(addr) = temporal_addr() else { return };
+    let python = match std::env::var("AGENTRY_TEST_TEMPORAL_PYTHON") {
+        Ok(python) => python,
+        Err(_) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "AGENTRY_TEST_TEMPORAL_PYTHON is not set: CI must run `eval \"$(bash .ci/temporal.sh start)\"` first"
+            );
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("python");
+    let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
+    let request = serde_json::to_string(&RunRequest::new(
+        Session::with_id("s-python", "test-model"),
+        "What is (2 + 3) × 4?",
+    ))
+    .unwrap();
+    let script = format!("{}/tests/python_client.py", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(python)
+            .args([&script, &addr, &namespace(), &queue, &queue, &request])
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "python client failed: {stderr}");
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["answer"], "2 + 3 = 5, and 5 × 4 = 20.");
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["model_calls"], 3);
+    assert_eq!(result["trace"].as_array().unwrap().len(), 2);
+    assert_eq!(result["queried_status"]["status"], "completed");
 }

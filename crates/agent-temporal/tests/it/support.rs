@@ -179,6 +179,18 @@ pub(crate) fn lines(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Polls `check` every 50 ms until it holds, for at most `secs` seconds.
+pub(crate) async fn wait_until(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A worker as a child process (this binary, `worker_process`), serving `task_queue`.
 pub(crate) struct WorkerProcess(std::process::Child);
 
@@ -189,7 +201,20 @@ impl WorkerProcess {
         model_log: &Path,
         slow: Duration,
     ) -> Self {
+        Self::spawn_with(task_queue, tool_log, model_log, slow, &[])
+    }
+
+    /// With extra settings: `AGENTRY_TEMPORAL_APPROVE=<tool>` makes the tool wait for
+    /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool.
+    pub(crate) fn spawn_with(
+        task_queue: &str,
+        tool_log: &Path,
+        model_log: &Path,
+        slow: Duration,
+        env: &[(&str, &str)],
+    ) -> Self {
         let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .envs(env.iter().copied())
             .args([
                 "worker_process",
                 "--exact",
@@ -241,8 +266,17 @@ pub(crate) fn worker_main() {
     runtime.block_on(async move {
         let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
         let backend: Arc<dyn Backend> = Arc::new(RoundModel::new(model_log));
-        let activities =
-            agent_temporal::AgentActivities::new(backend, options(tool_log, slow)).unwrap();
+        let mut registry = registry(tool_log, slow);
+        if let Ok(name) = std::env::var("AGENTRY_TEMPORAL_APPROVE") {
+            registry.require_approval([name]).unwrap();
+        }
+        if let Ok(name) = std::env::var("AGENTRY_TEMPORAL_REMOTE") {
+            let spec = registry.get(&name).unwrap().spec().clone();
+            registry = registry.filter(|tool| tool.name() != name);
+            registry.register(Tool::new(spec, None)).unwrap();
+        }
+        let options = Options::auto().with_tools(registry).with_tool_trace(true);
+        let activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
         agent_temporal::run_worker(client, &task_queue, activities)
             .await
             .unwrap();
