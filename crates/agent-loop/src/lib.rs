@@ -86,6 +86,7 @@ mod events;
 pub mod history;
 mod hooks;
 mod job;
+pub mod machine;
 mod one_call;
 mod options;
 pub mod output;

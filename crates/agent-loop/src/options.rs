@@ -19,7 +19,10 @@ use crate::output::{OutputSpec, OutputStrategy};
 use crate::result::ModelCallRecord;
 
 /// Who resolves the tool calls the model asks for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum ToolMode {
     /// One model call. Requested tool calls come back to the caller (finish reason
     /// `tool_calls`), who runs them and calls again. The default.
