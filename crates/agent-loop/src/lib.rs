@@ -112,7 +112,9 @@ pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
-pub use one_call::{ToolCallOutcome, run_tool_call};
+pub use one_call::{
+    CallScreen, ToolCallOutcome, decide_tool_call, run_tool_call, screen_tool_call,
+};
 pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,
 };

@@ -24,7 +24,9 @@ pub struct ToolCallOutcome {
 }
 
 /// Runs `call` against `options.tools` as round `iteration` of a run would, with the run's
-/// cancellation token (`options.cancellation`) reaching the handler.
+/// cancellation token (`options.cancellation`) reaching the handler. With `refused` set the
+/// call is not run: the model sees that text as its error result (an approval policy's or a
+/// person's denial), and the trace records it as the loop does.
 ///
 /// # Errors
 /// A configuration error when `options.tool_result_max_bytes` is not a usable cap.
@@ -32,6 +34,7 @@ pub async fn run_tool_call(
     options: &Options,
     call: ToolCall,
     iteration: u32,
+    refused: Option<String>,
 ) -> Result<ToolCallOutcome, AgentError> {
     let policy = TruncationPolicy::new(options.tool_result_max_bytes)
         .map_err(|error| AgentError::config(error.to_string()))?;
@@ -39,7 +42,7 @@ pub async fn run_tool_call(
         name: std::sync::Arc::from(call.name.as_str()),
         call,
         iteration,
-        refused: None,
+        refused,
     };
     let budget = BudgetLeft {
         tokens: options.token_budget,
@@ -73,4 +76,39 @@ pub async fn run_tool_call(
         trace: outcome.trace,
         stop,
     })
+}
+
+/// How the run's approval policy treats one local call, before its round runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallScreen {
+    /// Run it (or let the dispatch refuse it: unknown tool, invalid arguments).
+    Run,
+    /// A person must approve it first.
+    AwaitApproval,
+    /// Not run: the model sees this text as its error result.
+    Refuse(String),
+}
+
+/// Screens `call` against `options`' approval policy (`approval_policy`,
+/// `require_approval_for`, tools marked `with_approval`) as the loop screens a round's calls.
+pub fn screen_tool_call(options: &Options, call: &ToolCall) -> CallScreen {
+    match crate::approval::screen(options, &options.tools, call) {
+        None => CallScreen::Run,
+        Some(Ok(())) => CallScreen::AwaitApproval,
+        Some(Err(reason)) => CallScreen::Refuse(reason),
+    }
+}
+
+/// The decision for `call` among `decisions`: `None` while there is none that fits (a
+/// decision bound to another tool name or other arguments does not fit), else
+/// `Some(None)` to run it and `Some(Some(text))` to refuse it with the loop's denial text.
+pub fn decide_tool_call(
+    decisions: &[crate::ApprovalDecision],
+    call: &ToolCall,
+) -> Option<Option<String>> {
+    let decision = decisions
+        .iter()
+        .rev()
+        .find(|d| d.call_id == call.id.as_str() && !d.mismatches(call))?;
+    Some((!decision.approved).then(|| decision.denial()))
 }

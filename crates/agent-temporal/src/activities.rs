@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{Options, SessionStatus};
+use agent_loop::{CallScreen, Options, SessionStatus};
 use agent_tools::{Registry, Tool};
 use agent_types::{AgentError, Backend, ErrorKind, ToolCall};
 use temporalio_common::error::ApplicationFailure;
@@ -13,7 +13,7 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tokio_util::sync::CancellationToken;
 
-use crate::wire::{ModelCallInput, ModelCallOutput, ToolCallInput, ToolCallOutput};
+use crate::wire::{ModelCallInput, ModelCallOutput, Refused, ToolCallInput, ToolCallOutput};
 
 /// How often a running activity heartbeats. The workflow's heartbeat timeout is a few times
 /// this, so a killed worker's activity is retried elsewhere within seconds.
@@ -44,6 +44,10 @@ impl AgentActivities {
         }
         let mut model_options = options.clone();
         model_options.tools = Arc::new(remote);
+        // Approval is screened by `model_call` against the real registry and decided by the
+        // workflow: the model call's remote copies never wait for it.
+        model_options.approval_policy = None;
+        model_options.approval_tools = None;
         Ok(Self {
             backend,
             options,
@@ -87,22 +91,24 @@ impl AgentActivities {
             .model_calls
             .last()
             .map_or(1, |call| call.iteration + 1);
-        let (mut local, mut remote, mut needs_approval) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut local, mut remote) = (Vec::new(), Vec::new());
+        let (mut needs_approval, mut refused) = (Vec::new(), Vec::new());
         if session.status == SessionStatus::AwaitingToolExecution {
             for call in &session.pending_tool_calls {
-                if self.is_local(call) {
-                    if self
-                        .options
-                        .tools
-                        .get(&call.name)
-                        .is_some_and(|tool| tool.tool().requires_approval())
-                    {
-                        needs_approval.push(call.clone());
-                    }
-                    local.push(call.clone());
-                } else {
+                if !self.is_local(call) {
                     remote.push(call.clone());
+                    continue;
                 }
+                // The loop's own screening, with the worker's approval policy.
+                match agent_loop::screen_tool_call(&self.options, call) {
+                    CallScreen::Run => {}
+                    CallScreen::AwaitApproval => needs_approval.push(call.clone()),
+                    CallScreen::Refuse(reason) => refused.push(Refused {
+                        call_id: call.id.to_string(),
+                        reason,
+                    }),
+                }
+                local.push(call.clone());
             }
         }
         Ok(ModelCallOutput {
@@ -112,6 +118,7 @@ impl AgentActivities {
             iteration,
             local,
             needs_approval,
+            refused,
             remote,
             session,
         })
@@ -128,7 +135,7 @@ impl AgentActivities {
         let cancel = CancellationToken::new();
         let mut options = self.options.clone();
         options.cancellation = cancel.clone();
-        let run = agent_loop::run_tool_call(&options, input.call, input.iteration);
+        let run = agent_loop::run_tool_call(&options, input.call, input.iteration, input.refused);
         let outcome = heartbeating(&ctx, &cancel, run).await.map_err(failure)?;
         if cancel.is_cancelled() {
             // Temporal asked for it: report the cancellation, not the tool's cancelled result.

@@ -29,7 +29,7 @@ pub use activities::AgentActivities;
 pub use client::{RunHandle, connect, run_worker, start_run, worker};
 pub use error::Error;
 pub use wire::{
-    Carried, ModelCallInput, ModelCallOutput, RunOutcome, RunRequest, RunStatus, Step,
+    Carried, ModelCallInput, ModelCallOutput, Refused, RunOutcome, RunRequest, RunStatus, Step,
     ToolCallInput, ToolCallOutput,
 };
 pub use workflow::{AgentRun, CONTINUE_AS_NEW_AFTER_EVENTS};

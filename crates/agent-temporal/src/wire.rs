@@ -105,12 +105,24 @@ pub struct ModelCallOutput {
     /// The calls the worker's registry runs (`tool_call` activities), in call order.
     #[serde(default)]
     pub local: Vec<ToolCall>,
-    /// Of `local`, the calls whose tool waits for a person's approval.
+    /// Of `local`, the calls the run's approval policy sends to a person first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub needs_approval: Vec<ToolCall>,
+    /// Of `local`, the calls the approval policy refused, with the text the model sees.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refused>,
     /// The calls nobody on the worker runs: their results arrive as the `tool_results` signal.
     #[serde(default)]
     pub remote: Vec<ToolCall>,
+}
+
+/// A call the run refuses to run, and why (the model sees the text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refused {
+    /// The call's id.
+    pub call_id: String,
+    /// The error result's text.
+    pub reason: String,
 }
 
 /// The `tool_call` activity's input.
@@ -120,6 +132,10 @@ pub struct ToolCallInput {
     pub call: ToolCall,
     /// The loop round it belongs to.
     pub iteration: u32,
+    /// Set when the call is not to be run (an approval policy's or a person's denial): the
+    /// activity records the refusal as the loop does, without running the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// The `tool_call` activity's output.

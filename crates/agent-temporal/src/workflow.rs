@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use agent_loop::{ApprovalDecision, SessionStatus};
+use agent_loop::{ApprovalDecision, SessionStatus, decide_tool_call};
 use agent_types::{ToolCall, ToolResult, TraceEntry, Usage, UserMessage};
 use futures_util::future::join_all;
 use temporalio_common::RetryPolicy;
@@ -108,6 +108,7 @@ impl AgentRun {
                 iteration,
                 local,
                 needs_approval,
+                refused,
                 remote,
             } = output;
             session = after;
@@ -122,17 +123,18 @@ impl AgentRun {
             }
 
             // Calls waiting for a person: the run waits (no worker held) for the `approve`
-            // signal with a decision for each.
-            let mut denied: Vec<ToolResult> = Vec::new();
+            // signal with a decision for each, then refuses the denied ones.
+            let mut refusals: Vec<(String, String)> =
+                refused.into_iter().map(|r| (r.call_id, r.reason)).collect();
             if !needs_approval.is_empty() {
                 ctx.state_mut(|s| {
                     s.status.status = SessionStatus::AwaitingApproval;
                     s.status.pending_approvals = needs_approval.clone();
                 });
-                let ids: Vec<String> = needs_approval.iter().map(|c| c.id.to_string()).collect();
                 ctx.wait_condition(|s| {
-                    ids.iter()
-                        .all(|id| s.decisions.iter().any(|d| &d.call_id == id))
+                    needs_approval
+                        .iter()
+                        .all(|call| decide_tool_call(&s.decisions, call).is_some())
                 })
                 .await?;
                 let decisions = ctx.state_mut(|s| {
@@ -141,32 +143,25 @@ impl AgentRun {
                     std::mem::take(&mut s.decisions)
                 });
                 for call in &needs_approval {
-                    let decision = decisions.iter().find(|d| d.call_id == call.id.as_str());
-                    if let Some(decision) = decision.filter(|d| !d.approved) {
-                        let reason = decision
-                            .reason
-                            .clone()
-                            .unwrap_or_else(|| "a person denied this call".to_string());
-                        denied.push(ToolResult::error(
-                            call.id.clone(),
-                            call.name.clone(),
-                            format!("This call was not run: {reason}"),
-                        ));
+                    if let Some(Some(denial)) = decide_tool_call(&decisions, call) {
+                        refusals.push((call.id.to_string(), denial));
                     }
                 }
             }
 
-            // The worker's tools, one activity each, all at once (the loop's parallel mode).
-            let to_run: Vec<&ToolCall> = local
-                .iter()
-                .filter(|call| !denied.iter().any(|r| r.tool_call_id == call.id))
-                .collect();
-            let outputs = join_all(to_run.iter().map(|call| {
+            // The worker's tools, one activity each, all at once (the loop's parallel mode);
+            // a refused call's activity records the refusal without running the tool.
+            let outputs = join_all(local.iter().map(|call| {
+                let refused = refusals
+                    .iter()
+                    .find(|(id, _)| id == call.id.as_str())
+                    .map(|(_, reason)| reason.clone());
                 ctx.execute_activity(
                     AgentActivities::tool_call,
                     ToolCallInput {
-                        call: (*call).clone(),
+                        call: call.clone(),
                         iteration,
+                        refused,
                     },
                     tool_options(),
                 )
@@ -182,7 +177,6 @@ impl AgentRun {
                 }
                 results.push(output.result);
             }
-            results.extend(denied);
             if let Some(error) = stop {
                 session.status = SessionStatus::Error;
                 return Ok(finish(

@@ -295,3 +295,59 @@ async fn a_python_client_starts_the_workflow_by_name() {
     assert_eq!(result["trace"].as_array().unwrap().len(), 2);
     assert_eq!(result["queried_status"]["status"], "completed");
 }
+
+/// A person's denial refuses the call as the in-process loop does: the tool never runs, the
+/// model sees the loop's denial text, and the trace records it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_is_refused_as_the_loop_refuses_it() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("deny");
+    let env = [("AGENTRY_TEMPORAL_APPROVE", "multiply")];
+    let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let handle = agent_temporal::start_run(
+        &client,
+        &queue,
+        &queue,
+        RunRequest::new(
+            Session::with_id("s-deny", "test-model"),
+            "What is (2 + 3) × 4?",
+        ),
+    )
+    .await
+    .unwrap();
+    let pending = loop {
+        let pending = handle.pending().await.unwrap();
+        if !pending.is_empty() {
+            break pending;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // A decision bound to other arguments does not fit the waiting call: it keeps waiting.
+    let stale = agent_loop::ApprovalDecision::approve("call_2").bound_to(
+        &agent_types::ToolCall::new("call_2", "multiply", serde_json::json!({"a": 1, "b": 1})),
+    );
+    handle.approve(vec![stale]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(handle.pending().await.unwrap(), pending);
+    handle
+        .approve(vec![agent_loop::ApprovalDecision::deny(
+            "call_2", "not now",
+        )])
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    let denial = "This call was not run: the user denied it: not now";
+    assert_eq!(outcome.trace[1].error.as_deref(), Some(denial));
+    let agent_types::Message::Tool(result) = &outcome.session.messages[4] else {
+        panic!("{:?}", outcome.session.messages);
+    };
+    assert!(result.is_error);
+    assert_eq!(result.content, denial);
+    assert_eq!(lines(&tool_log), ["done call_1"]);
+}
