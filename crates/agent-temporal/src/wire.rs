@@ -20,6 +20,10 @@ pub struct RunRequest {
     /// What the previous runs of this workflow (before continue-as-new) produced.
     #[serde(default)]
     pub carried: Carried,
+    /// Continue as new past this many history events instead of
+    /// [`CONTINUE_AS_NEW_AFTER_EVENTS`](crate::CONTINUE_AS_NEW_AFTER_EVENTS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_as_new_after: Option<u32>,
 }
 
 impl RunRequest {
@@ -30,6 +34,7 @@ impl RunRequest {
             user: Some(text.into()),
             next: None,
             carried: Carried::default(),
+            continue_as_new_after: None,
         }
     }
 }
@@ -168,6 +173,9 @@ pub struct RunOutcome {
     pub trace: Vec<TraceEntry>,
     /// Model calls made.
     pub model_calls: u32,
+    /// How many times the workflow continued as new on the way.
+    #[serde(default)]
+    pub continued: u32,
     /// Why the run ended early, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

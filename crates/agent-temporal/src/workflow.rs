@@ -42,6 +42,8 @@ pub struct AgentRun {
     remote_results: Vec<ToolResult>,
     /// Decisions from the `approve` signal, until the round takes them.
     decisions: Vec<ApprovalDecision>,
+    /// Times the workflow continued as new before this run.
+    continued: u32,
 }
 
 #[workflow_methods]
@@ -57,12 +59,15 @@ impl AgentRun {
             user,
             next,
             mut carried,
+            continue_as_new_after,
         } = request;
+        let limit = continue_as_new_after.unwrap_or(CONTINUE_AS_NEW_AFTER_EVENTS);
         ctx.state_mut(|s| {
             s.trace = std::mem::take(&mut carried.trace);
             s.status.usage = carried.usage;
             s.status.model_calls = carried.model_calls;
             s.status.status = SessionStatus::Running;
+            s.continued = carried.continued;
         });
         let mut step = match (next, user) {
             (Some(step), _) => step,
@@ -74,9 +79,7 @@ impl AgentRun {
             },
         };
         loop {
-            if ctx.history_length() > CONTINUE_AS_NEW_AFTER_EVENTS
-                || ctx.continue_as_new_suggested()
-            {
+            if ctx.history_length() > limit || ctx.continue_as_new_suggested() {
                 let carried = ctx.state(|s| Carried {
                     trace: s.trace.clone(),
                     usage: s.status.usage,
@@ -89,9 +92,13 @@ impl AgentRun {
                     user: None,
                     next: Some(step),
                     carried,
+                    continue_as_new_after,
                 };
-                ctx.continue_as_new(next, ContinueAsNewOptions::default())?;
-                unreachable!("continue_as_new always returns an error");
+                // Always an `Err`: the termination that makes the server start the next run.
+                match ctx.continue_as_new(next, ContinueAsNewOptions::default()) {
+                    Err(termination) => return Err(termination),
+                    Ok(never) => match never {},
+                }
             }
             let output: ModelCallOutput = ctx
                 .execute_activity(
@@ -269,8 +276,14 @@ fn finish(
     error: Option<String>,
 ) -> RunOutcome {
     ctx.state_mut(|s| s.status.status = session.status);
-    let (trace, usage, model_calls) =
-        ctx.state(|s| (s.trace.clone(), s.status.usage, s.status.model_calls));
+    let (trace, usage, model_calls, continued) = ctx.state(|s| {
+        (
+            s.trace.clone(),
+            s.status.usage,
+            s.status.model_calls,
+            s.continued,
+        )
+    });
     RunOutcome {
         session_id: session.id.to_string(),
         status: session.status,
@@ -279,6 +292,7 @@ fn finish(
         cost_usd,
         trace,
         model_calls,
+        continued,
         error,
         session,
     }

@@ -351,3 +351,45 @@ async fn a_denied_call_is_refused_as_the_loop_refuses_it() {
     assert_eq!(result.content, denial);
     assert_eq!(lines(&tool_log), ["done call_1"]);
 }
+
+/// Past the history size, the workflow continues as new and the run still ends as in process:
+/// same answer, trace and usage, each round sent to the model once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_continues_as_new_past_the_history_size() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let backend = RoundModel::new(None);
+    let mut session = Session::with_id("s-local", "test-model");
+    let local = agent_loop::execute(
+        &mut session,
+        "What is (2 + 3) × 4?",
+        &backend,
+        &options(None, Duration::ZERO),
+    )
+    .await
+    .unwrap();
+
+    let queue = unique("continue");
+    let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let mut request = RunRequest::new(
+        Session::with_id("s-can", "test-model"),
+        "What is (2 + 3) × 4?",
+    );
+    // A round takes more than 10 events: every model call after the first starts a new run.
+    request.continue_as_new_after = Some(10);
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.continued, 2);
+    assert_eq!(outcome.answer, local.message.text_content());
+    assert_eq!(outcome.usage, local.usage);
+    assert_eq!(timeless(&outcome.trace), timeless(&local.trace));
+    assert_eq!(outcome.model_calls, 3);
+    assert_eq!(lines(&model_log), ["round 1", "round 2", "round 3"]);
+}
