@@ -747,6 +747,32 @@ fn status_name(status: SessionStatus) -> String {
         .unwrap_or_else(|| format!("{status:?}"))
 }
 
+/// What a durable run needs from the flags and agentry.toml, resolved as `agentry run`
+/// resolves them: the backend, the loop's options with the tools, and a new session
+/// (`agentry worker` and `agentry run --temporal`, crate::temporal).
+pub(crate) fn durable_parts(
+    flags: &ModelArgs,
+    loop_args: &LoopArgs,
+) -> Result<(Box<dyn agent_types::Backend>, agent_loop::Options, Session), Error> {
+    let config = Config::load(flags.config.as_deref())?;
+    let mut state = settle(None, flags, &config, None)?;
+    let settings = LoopSettings::resolve(loop_args, &config.merged)?;
+    let tools = registry(&state.tools, state.root.as_deref())?;
+    let model = connect(state.provider, state.base_url.as_deref())?;
+    let mut prices = rate_card(&config.merged);
+    if state.provider == Api::Ollama && prices.price(&state.session.model).is_none() {
+        prices.insert(state.session.model.clone(), ModelPrice::default());
+    }
+    state
+        .require_approval
+        .extend(settings.require_approval.iter().cloned());
+    let options = settings
+        .options(prices)
+        .with_tools(tools)
+        .require_approval_for(state.require_approval.iter().cloned());
+    Ok((model, options, state.session))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -883,30 +909,4 @@ mod tests {
         assert_eq!(session.remote_tools.len(), 1);
         assert!(add_remote_tool(&mut session, "no spaces").is_err());
     }
-}
-
-/// What a durable run needs from the flags and agentry.toml, resolved as `agentry run`
-/// resolves them: the backend, the loop's options with the tools, and a new session
-/// (`agentry worker` and `agentry run --temporal`, crate::temporal).
-pub(crate) fn durable_parts(
-    flags: &ModelArgs,
-    loop_args: &LoopArgs,
-) -> Result<(Box<dyn agent_types::Backend>, agent_loop::Options, Session), Error> {
-    let config = Config::load(flags.config.as_deref())?;
-    let mut state = settle(None, flags, &config, None)?;
-    let settings = LoopSettings::resolve(loop_args, &config.merged)?;
-    let tools = registry(&state.tools, state.root.as_deref())?;
-    let model = connect(state.provider, state.base_url.as_deref())?;
-    let mut prices = rate_card(&config.merged);
-    if state.provider == Api::Ollama && prices.price(&state.session.model).is_none() {
-        prices.insert(state.session.model.clone(), ModelPrice::default());
-    }
-    state
-        .require_approval
-        .extend(settings.require_approval.iter().cloned());
-    let options = settings
-        .options(prices)
-        .with_tools(tools)
-        .require_approval_for(state.require_approval.iter().cloned());
-    Ok((model, options, state.session))
 }
