@@ -109,6 +109,21 @@ const RULES: &[Rule] = &[
         why: "MCP sits on the tool layer only, with one reqwest over rustls",
     },
     Rule {
+        package: "agent-temporal",
+        features: Features::All,
+        forbidden: &[
+            "agent-backends",
+            "agent-server",
+            "rusqlite",
+            "tokio-postgres",
+            "openssl-sys",
+            "native-tls",
+            "aws-lc-sys",
+        ],
+        why: "the Temporal driver sits on the loop and the backend trait: the worker's caller \
+              brings the backend; Temporal's client reaches the server over rustls with ring",
+    },
+    Rule {
         package: "agentry",
         features: Features::NoDefault,
         forbidden: &["tokio", "reqwest", "hyper", "rusqlite"],

@@ -176,7 +176,7 @@ impl ApprovalDecision {
     }
 
     /// Whether a bound decision names something else than `call`.
-    fn mismatches(&self, call: &ToolCall) -> bool {
+    pub(crate) fn mismatches(&self, call: &ToolCall) -> bool {
         self.name.as_ref().is_some_and(|name| *name != call.name)
             || self
                 .arguments

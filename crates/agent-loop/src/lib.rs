@@ -87,6 +87,7 @@ pub mod history;
 mod hooks;
 mod job;
 pub mod machine;
+mod one_call;
 mod options;
 pub mod output;
 pub mod prepare;
@@ -112,6 +113,9 @@ pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
+pub use one_call::{
+    CallScreen, ToolCallOutcome, decide_tool_call, run_tool_call, screen_tool_call,
+};
 pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,
 };

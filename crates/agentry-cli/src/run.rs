@@ -656,7 +656,7 @@ fn add_remote_tool(session: &mut Session, name: &str) -> Result<(), Error> {
 }
 
 /// The prompt from the arguments, or from stdin when there are none.
-fn prompt(words: Vec<String>) -> Result<String, Error> {
+pub(crate) fn prompt(words: Vec<String>) -> Result<String, Error> {
     let prompt = if words.is_empty() {
         let mut stdin = std::io::stdin();
         if stdin.is_terminal() {
@@ -680,7 +680,7 @@ fn prompt(words: Vec<String>) -> Result<String, Error> {
     Ok(prompt)
 }
 
-fn read_results(path: &Path) -> Result<String, Error> {
+pub(crate) fn read_results(path: &Path) -> Result<String, Error> {
     if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()
@@ -760,6 +760,33 @@ fn status_name(status: SessionStatus) -> String {
         .ok()
         .and_then(|value| value.as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("{status:?}"))
+}
+
+#[cfg(feature = "temporal")]
+/// What a durable run needs from the flags and agentry.toml, resolved as `agentry run`
+/// resolves them: the backend, the loop's options with the tools, and a new session
+/// (`agentry worker` and `agentry run --temporal`, crate::temporal).
+pub(crate) fn durable_parts(
+    flags: &ModelArgs,
+    loop_args: &LoopArgs,
+) -> Result<(Box<dyn agent_types::Backend>, agent_loop::Options, Session), Error> {
+    let config = Config::load(flags.config.as_deref())?;
+    let mut state = settle(None, flags, &config, None)?;
+    let settings = LoopSettings::resolve(loop_args, &config.merged)?;
+    let tools = registry(&state.tools, state.root.as_deref())?;
+    let model = connect(state.provider, state.base_url.as_deref())?;
+    let mut prices = rate_card(&config.merged);
+    if state.provider == Api::Ollama && prices.price(&state.session.model).is_none() {
+        prices.insert(state.session.model.clone(), ModelPrice::default());
+    }
+    state
+        .require_approval
+        .extend(settings.require_approval.iter().cloned());
+    let options = settings
+        .options(prices)
+        .with_tools(tools)
+        .require_approval_for(state.require_approval.iter().cloned());
+    Ok((model, options, state.session))
 }
 
 #[cfg(test)]
