@@ -3,7 +3,6 @@
 //! starts as a workflow, shows the tool call and prints the answer.
 
 #![cfg(feature = "temporal")]
-
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::Path;

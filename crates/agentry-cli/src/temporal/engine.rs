@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use agent_temporal::{RunHandle, RunRequest};
 
+use super::TemporalArgs;
 use crate::approval::ApprovalArgs;
 use crate::args::{LoopArgs, ModelArgs};
 use crate::error::Error;
 use crate::exit::Exit;
-use super::TemporalArgs;
 
 fn temporal_error(error: agent_temporal::Error) -> Error {
     match error {
