@@ -5,7 +5,7 @@
 //! Node at run time. It signs in with a tenant's API key (kept in the tab's
 //! `sessionStorage`, sent as `Authorization: Bearer`) and reads only the public API: the
 //! sessions list and sessions, their execute stream, approvals, `/v1/usage` and the
-//! session's timeline ([`timeline`]). Every string from the server is put in the page as
+//! session's timeline (`timeline.rs`). Every string from the server is put in the page as
 //! text, never as markup, and the assets are served with a Content-Security-Policy that
 //! allows no inline script, no other origin and no framing.
 
