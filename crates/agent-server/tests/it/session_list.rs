@@ -104,7 +104,10 @@ async fn the_list_carries_spend_and_filters_in_the_store_across_pages() {
     // Another tenant's ids are as absent under a filter as without one.
     for id in &theirs {
         assert!(ids(&server, ACME, &format!("q={id}")).await.is_empty());
-        assert_eq!(ids(&server, GLOBEX, &format!("q={id}")).await, [id.as_str()]);
+        assert_eq!(
+            ids(&server, GLOBEX, &format!("q={id}")).await,
+            [id.as_str()]
+        );
     }
     assert_eq!(ids(&server, GLOBEX, "status=idle").await.len(), 2);
 
