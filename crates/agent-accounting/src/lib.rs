@@ -49,7 +49,7 @@ pub use postgres::PostgresSink;
 pub use sqlite::SqliteSink;
 
 /// The schema version this build writes and reads. Version 1: `model_calls`, `tool_calls`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// What went wrong storing or reading rows.
 #[derive(Debug, thiserror::Error)]

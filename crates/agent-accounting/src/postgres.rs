@@ -65,7 +65,21 @@ CREATE INDEX tool_calls_tenant_at ON tool_calls (tenant, at_us);
     // 2: the provider's response id (`gen_ai.response.id`).
     "ALTER TABLE model_calls ADD COLUMN response_id TEXT;
 ",
+    // 3: one session's rows (the console's timeline) found without scanning the tenant's.
+    "CREATE INDEX IF NOT EXISTS model_calls_tenant_session ON model_calls (tenant, session, id);
+CREATE INDEX IF NOT EXISTS tool_calls_tenant_session ON tool_calls (tenant, session, id);
+",
 ];
+
+/// The end of a rows query: one session's rows by the `(tenant, session)` index, or all of
+/// the tenant's. Two texts rather than `(? IS NULL OR session = ?)`, which a plan made before
+/// the value is known cannot serve from the index.
+fn by_session(session: Option<&str>) -> &'static str {
+    match session {
+        Some(_) => "session = $2 ORDER BY id",
+        None => "$2::TEXT IS NULL ORDER BY id",
+    }
+}
 
 const INSERT_MODEL: &str = "INSERT INTO model_calls (at_us, tenant, caller, session, run_id, \
     round, provider, model, input_tokens, output_tokens, cache_read_tokens, \
@@ -271,11 +285,15 @@ impl PostgresSink {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT at_us, tenant, caller, session, run_id, provider, round, model, \
+                &[
+                    "SELECT at_us, tenant, caller, session, run_id, provider, round, model, \
                  input_tokens, output_tokens, cache_read_tokens, cache_write_5m_tokens, \
                  cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, first_event_us, \
                  tool_calls, stop_reason, error, response_id FROM model_calls \
-                 WHERE tenant = $1 AND ($2::TEXT IS NULL OR session = $2) ORDER BY id",
+                 WHERE tenant = $1 AND ",
+                    by_session(session),
+                ]
+                .concat(),
                 &[&tenant, &session],
             )
             .await?;
@@ -330,10 +348,14 @@ impl PostgresSink {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
+                &[
+                    "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
                  arguments_bytes, arguments_sha256, result_bytes, sent_bytes, truncated, \
                  duration_us, outcome, error FROM tool_calls \
-                 WHERE tenant = $1 AND ($2::TEXT IS NULL OR session = $2) ORDER BY id",
+                 WHERE tenant = $1 AND ",
+                    by_session(session),
+                ]
+                .concat(),
                 &[&tenant, &session],
             )
             .await?;

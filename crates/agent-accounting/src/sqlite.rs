@@ -62,7 +62,32 @@ CREATE INDEX tool_calls_tenant_at ON tool_calls (tenant, at_us);
     // 2: the provider's response id (`gen_ai.response.id`).
     "ALTER TABLE model_calls ADD COLUMN response_id TEXT;
 ",
+    // 3: one session's rows (the console's timeline) found without scanning the tenant's.
+    "CREATE INDEX IF NOT EXISTS model_calls_tenant_session ON model_calls (tenant, session);
+CREATE INDEX IF NOT EXISTS tool_calls_tenant_session ON tool_calls (tenant, session);
+",
 ];
+
+/// A tenant's `model_calls` rows, ended by [`by_session`].
+const MODEL_ROWS: &str = "SELECT at_us, tenant, caller, session, run_id, provider, round, \
+    model, input_tokens, output_tokens, cache_read_tokens, cache_write_5m_tokens, \
+    cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, first_event_us, tool_calls, \
+    stop_reason, error, response_id FROM model_calls WHERE tenant = ?1 AND ";
+
+/// A tenant's `tool_calls` rows, ended by [`by_session`].
+const TOOL_ROWS: &str = "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
+    arguments_bytes, arguments_sha256, result_bytes, sent_bytes, truncated, duration_us, \
+    outcome, error FROM tool_calls WHERE tenant = ?1 AND ";
+
+/// The end of a rows query: one session's rows by the `(tenant, session)` index, or all of
+/// the tenant's. Two texts rather than `(? IS NULL OR session = ?)`, which a plan made before
+/// the value is known cannot serve from the index.
+fn by_session(session: Option<&str>) -> &'static str {
+    match session {
+        Some(_) => "session = ?2 ORDER BY id",
+        None => "?2 IS NULL ORDER BY id",
+    }
+}
 
 const INSERT_MODEL: &str = "INSERT INTO model_calls (at_us, tenant, caller, session, run_id, \
     round, provider, model, input_tokens, output_tokens, cache_read_tokens, \
@@ -190,13 +215,7 @@ impl SqliteSink {
         session: Option<&str>,
     ) -> Result<Vec<StoredModelCall>, Error> {
         self.with(|conn| {
-            let mut statement = conn.prepare(
-                "SELECT at_us, tenant, caller, session, run_id, provider, round, model, \
-                 input_tokens, output_tokens, cache_read_tokens, cache_write_5m_tokens, \
-                 cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, first_event_us, \
-                 tool_calls, stop_reason, error, response_id FROM model_calls \
-                 WHERE tenant = ?1 AND (?2 IS NULL OR session = ?2) ORDER BY id",
-            )?;
+            let mut statement = conn.prepare(&[MODEL_ROWS, by_session(session)].concat())?;
             let rows = statement.query_map(rusqlite::params![tenant, session], |r| {
                 let stop: String = r.get(18)?;
                 Ok(StoredModelCall {
@@ -242,12 +261,7 @@ impl SqliteSink {
 
     fn tool_rows(&self, tenant: &str, session: Option<&str>) -> Result<Vec<StoredToolCall>, Error> {
         self.with(|conn| {
-            let mut statement = conn.prepare(
-                "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
-                 arguments_bytes, arguments_sha256, result_bytes, sent_bytes, truncated, \
-                 duration_us, outcome, error FROM tool_calls \
-                 WHERE tenant = ?1 AND (?2 IS NULL OR session = ?2) ORDER BY id",
-            )?;
+            let mut statement = conn.prepare(&[TOOL_ROWS, by_session(session)].concat())?;
             let rows = statement.query_map(rusqlite::params![tenant, session], |r| {
                 Ok(StoredToolCall {
                     at_us: r.get(0)?,
@@ -427,4 +441,65 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
     }
     tx.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// How SQLite runs one session's rows query, for each table.
+    fn plans(sink: &SqliteSink) -> Vec<String> {
+        sink.with(|conn| {
+            let mut details = Vec::new();
+            for rows in [MODEL_ROWS, TOOL_ROWS] {
+                let sql = format!("EXPLAIN QUERY PLAN {rows}{}", by_session(Some("s")));
+                let mut statement = conn.prepare(&sql)?;
+                let found = statement
+                    .query_map(rusqlite::params!["acme", "s"], |r| r.get::<_, String>(3))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                details.push(found.join("; "));
+            }
+            Ok(details)
+        })
+        .unwrap()
+    }
+
+    /// The timeline's query reads one session's rows through `(tenant, session)`, in a new
+    /// file and in one migrated from version 2 (which had only `(tenant, at_us)`): not a
+    /// scan of the tenant's rows, and no sort.
+    #[test]
+    fn one_sessions_rows_are_found_by_the_tenant_session_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("accounting.db");
+        let sink = SqliteSink::open(&path).unwrap();
+        let expect = |details: Vec<String>| {
+            for (detail, index) in details
+                .iter()
+                .zip(["model_calls_tenant_session", "tool_calls_tenant_session"])
+            {
+                assert!(
+                    detail.contains(&format!("INDEX {index} (tenant=? AND session=?)")),
+                    "{detail}"
+                );
+                assert!(!detail.contains("TEMP B-TREE"), "{detail}");
+            }
+        };
+        expect(plans(&sink));
+        sink.with(|conn| {
+            conn.execute_batch(
+                "DROP INDEX model_calls_tenant_session; DROP INDEX tool_calls_tenant_session;
+                 DELETE FROM accounting_schema_version WHERE version > 2;",
+            )?;
+            Ok(())
+        })
+        .unwrap();
+        let before = plans(&sink);
+        assert!(!before[0].contains("tenant_session"), "{before:?}");
+        drop(sink);
+        let sink = SqliteSink::open(&path).unwrap();
+        assert_eq!(sink.schema_version().unwrap(), 3);
+        expect(plans(&sink));
+    }
 }

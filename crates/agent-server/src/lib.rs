@@ -59,6 +59,7 @@ mod openai;
 mod path_id;
 mod quota;
 mod result_gate;
+mod session_list;
 mod sessions;
 pub mod spend;
 mod sse_batch;

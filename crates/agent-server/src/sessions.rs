@@ -20,11 +20,6 @@ use crate::quota;
 use crate::state::{AppState, Tenant, now_ms};
 use crate::store::{Removal, SessionOptions, SessionRecord};
 
-/// Sessions per page of `GET /v1/sessions` unless `limit` says otherwise.
-const LIST_DEFAULT: u32 = 50;
-/// The most sessions one page of `GET /v1/sessions` holds.
-const LIST_MAX: u32 = 200;
-
 /// The body of `POST /v1/sessions` (and the `context` of an execute that creates its session).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -179,8 +174,10 @@ pub(crate) async fn delete(
     .await
 }
 
-/// `GET /v1/sessions?limit=&after=`: the caller's sessions in id order, a page at a time;
-/// `next_after` is the `after` of the next page (`null` on the last).
+/// `GET /v1/sessions?limit=&after=&status=&model=&q=`: the caller's sessions in id order, a
+/// page at a time, with each one's model, tokens and cost; the filters apply in the store
+/// before the page is cut, and `next_after` is the `after` of the next page (`null` on the
+/// last).
 pub(crate) async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -188,16 +185,16 @@ pub(crate) async fn list(
 ) -> Response {
     let (state, headers) = (&state, &headers);
     respond(state, headers, |tenant| async move {
-        let (limit, after) = page(uri.query().unwrap_or(""))?;
+        let now = now_ms();
+        let (limit, after, filter) = crate::session_list::query(uri.query().unwrap_or(""), now)?;
         // One more than asked tells whether another page follows.
         let mut rows = state
             .inner
             .store
-            .list(&tenant.name, after.as_deref(), limit + 1)
+            .list(&tenant.name, after.as_deref(), limit + 1, &filter)
             .await?;
         let more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
-        let now = now_ms();
         let data: Vec<serde_json::Value> = rows
             .iter()
             .map(|row| {
@@ -215,6 +212,10 @@ pub(crate) async fn list(
                     "created_at_ms": row.created_at_ms,
                     "updated_at_ms": row.updated_at_ms,
                     "size_bytes": row.size_bytes,
+                    "model": row.model,
+                    "input_tokens": row.input_tokens,
+                    "output_tokens": row.output_tokens,
+                    "cost_usd": row.cost_usd,
                 })
             })
             .collect();
@@ -229,40 +230,8 @@ pub(crate) async fn list(
     .await
 }
 
-/// `limit` (1 to [`LIST_MAX`]) and `after` from a query string.
-fn page(query: &str) -> Result<(u32, Option<String>), ApiError> {
-    let mut limit = LIST_DEFAULT;
-    let mut after = None;
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value).ok_or_else(|| {
-            ApiError::bad_request(format!("`{key}` is not valid percent-encoding"))
-        })?;
-        match key {
-            "limit" => {
-                limit = value
-                    .parse()
-                    .ok()
-                    .filter(|limit| (1..=LIST_MAX).contains(limit))
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!(
-                            "`limit` must be a number from 1 to {LIST_MAX}"
-                        ))
-                    })?;
-            }
-            "after" => after = Some(value),
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown query parameter `{other}`; use `limit` and `after`"
-                )));
-            }
-        }
-    }
-    Ok((limit, after))
-}
-
 /// `%XX` and `+` decoded; `None` when it is not UTF-8 or an escape is broken.
-fn percent_decode(text: &str) -> Option<String> {
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(text.len());
     let mut rest = text.bytes();
     while let Some(byte) = rest.next() {

@@ -154,7 +154,7 @@ pub struct Stored {
 }
 
 /// One line of a tenant's session list: what the row's columns say, without the document.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionSummary {
     /// The session's id.
     pub id: String,
@@ -168,6 +168,31 @@ pub struct SessionSummary {
     pub size_bytes: u64,
     /// As in [`Stored::lease_until_ms`].
     pub lease_until_ms: Option<u64>,
+    /// The model as clients name it (empty for a session written before the stores kept it
+    /// and whose document did not say).
+    pub model: String,
+    /// Input tokens over every run, when known.
+    pub input_tokens: Option<u64>,
+    /// Output tokens over every run, when known.
+    pub output_tokens: Option<u64>,
+    /// US dollars over every run, once something is priced.
+    pub cost_usd: Option<f64>,
+}
+
+/// Which of a tenant's sessions [`SessionStore::list`] returns; every field left `None`
+/// matches all. The filters apply before the page is cut, so they compose with `after`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// The status as the list shows it at `now_ms`: `running` is a session under an
+    /// unexpired lease, `aborted` also a stored `running` whose lease is gone (a run cut off
+    /// by a crash), any other status the stored one of a session not under a lease.
+    pub status: Option<String>,
+    /// The model exactly as clients name it.
+    pub model: Option<String>,
+    /// A substring of the id (case-sensitive).
+    pub id_contains: Option<String>,
+    /// The clock `status` is judged at, in milliseconds since the Unix epoch.
+    pub now_ms: u64,
 }
 
 /// The outcome of deleting a session.
@@ -279,13 +304,14 @@ pub trait SessionStore: Send + Sync + 'static {
     /// not expired at `now_ms` ([`Removal::Busy`]: nothing is deleted).
     fn delete<'a>(&'a self, tenant: &'a str, id: &'a str, now_ms: u64) -> StoreFuture<'a, Removal>;
 
-    /// Up to `limit` of `tenant`'s sessions with ids after `after` (all when `None`), in id
-    /// order.
+    /// Up to `limit` of `tenant`'s sessions matching `filter` with ids after `after` (all
+    /// when `None`), in id order.
     fn list<'a>(
         &'a self,
         tenant: &'a str,
         after: Option<&'a str>,
         limit: u32,
+        filter: &'a ListFilter,
     ) -> StoreFuture<'a, Vec<SessionSummary>>;
 
     /// How many sessions and bytes `tenant` holds.

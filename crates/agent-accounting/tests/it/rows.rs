@@ -161,7 +161,10 @@ async fn a_version_1_file_gains_the_response_id_column_and_keeps_its_rows() {
         .unwrap();
     }
     let sink = SqliteSink::open(&path).unwrap();
-    assert_eq!(sink.schema_version().unwrap(), 2);
+    assert_eq!(
+        sink.schema_version().unwrap(),
+        agent_accounting::SCHEMA_VERSION
+    );
     let models = sink.model_calls("acme").unwrap();
     assert_eq!(models.len(), 2);
     assert!(models.iter().all(|m| m.record.response_id.is_none()));
@@ -625,4 +628,93 @@ async fn postgres_writes_go_on_after_the_connection_is_killed() {
         .execute("DELETE FROM model_calls WHERE tenant = $1", &[&tenant])
         .await
         .unwrap();
+}
+
+/// In PostgreSQL, version 3 adds the `(tenant, session, id)` indexes the console's timeline
+/// reads one session's rows by, to a new database and to one at version 2 (in a schema of its
+/// own), and the planner uses them for one session's rows in id order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_one_sessions_rows_have_an_index_also_after_migrating() {
+    let Some(url) = postgres_url() else { return };
+    let schema = format!(
+        "acct_idx_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let scoped = format!("{url}{separator}options=-csearch_path%3D{schema}");
+    let sink = agent_accounting::PostgresSink::connect(&scoped)
+        .await
+        .unwrap();
+    let found = tenant_session_indexes(&admin, &schema).await;
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("(tenant, session, id)"), "{found:?}");
+    drop(sink);
+
+    // Back to version 2, as a database written by the release before.
+    admin
+        .batch_execute(&format!(
+            "DROP INDEX {schema}.model_calls_tenant_session;
+             DROP INDEX {schema}.tool_calls_tenant_session;
+             DELETE FROM {schema}.accounting_schema_version WHERE version > 2;"
+        ))
+        .await
+        .unwrap();
+    assert!(tenant_session_indexes(&admin, &schema).await.is_empty());
+    let sink = agent_accounting::PostgresSink::connect(&scoped)
+        .await
+        .unwrap();
+    assert_eq!(sink.schema_version().await.unwrap(), 3);
+    assert_eq!(tenant_session_indexes(&admin, &schema).await.len(), 2);
+    let plan = admin
+        .simple_query(&format!(
+            "SET enable_seqscan = off; EXPLAIN SELECT * FROM {schema}.model_calls
+             WHERE tenant = 'acme' AND session = 's' ORDER BY id"
+        ))
+        .await
+        .unwrap();
+    let text: Vec<String> = plan
+        .iter()
+        .filter_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        text.iter()
+            .any(|line| line.contains("model_calls_tenant_session"))
+            && !text.iter().any(|line| line.contains("Sort")),
+        "{text:?}"
+    );
+    drop(sink);
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+/// The definitions of the `*_tenant_session` indexes in `schema`.
+async fn tenant_session_indexes(admin: &tokio_postgres::Client, schema: &str) -> Vec<String> {
+    admin
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1
+             AND indexname LIKE '%tenant_session' ORDER BY indexname",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect()
 }

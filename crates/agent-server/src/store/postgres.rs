@@ -2,7 +2,8 @@
 //!
 //! All instances use one table, `agentry_sessions`, which the first of them creates (or
 //! migrates: the schema version is in `agentry_schema`; version 2 keys sessions by tenant
-//! and id and records each document's size, and a newer version is refused). Every
+//! and id and records each document's size, version 3 adds the model, tokens and cost the
+//! session list shows, and a newer version is refused). Every
 //! lease decision is made inside one `UPDATE`'s `WHERE` clause, so two instances racing for
 //! the same session cannot both win: PostgreSQL re-checks the condition on the row it locked.
 //!
@@ -22,8 +23,8 @@ use tokio_postgres::{Client, NoTls, Statement};
 
 use super::row::{Row, decode, limit, millis, over_quota, unsigned};
 use super::{
-    Lease, Quota, QuotaKind, Removal, SessionRecord, SessionStore, SessionSummary, StoreError,
-    StoreFuture, Stored, TenantUsage,
+    Lease, ListFilter, Quota, QuotaKind, Removal, SessionRecord, SessionStore, SessionSummary,
+    StoreError, StoreFuture, Stored, TenantUsage,
 };
 
 /// The advisory lock that serializes schema creation across instances starting at once
@@ -32,7 +33,7 @@ use super::{
 const SCHEMA_LOCK: i64 = 0x6167_656e_7472_7901;
 
 /// The schema version this code writes and understands.
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
 
 const VERSION_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS agentry_schema (version INTEGER NOT NULL);
@@ -66,15 +67,53 @@ BEGIN
 END $$;
 CREATE INDEX IF NOT EXISTS agentry_sessions_by_idle
     ON agentry_sessions (tenant, updated_at_ms);
-UPDATE agentry_schema SET version = 2";
+ALTER TABLE agentry_sessions ADD COLUMN IF NOT EXISTS model TEXT;
+ALTER TABLE agentry_sessions ADD COLUMN IF NOT EXISTS input_tokens BIGINT;
+ALTER TABLE agentry_sessions ADD COLUMN IF NOT EXISTS output_tokens BIGINT;
+ALTER TABLE agentry_sessions ADD COLUMN IF NOT EXISTS cost_usd DOUBLE PRECISION;
+DO $$
+DECLARE
+    r RECORD;
+BEGIN
+    -- Rows written before version 3 (model still NULL) get the list columns from their
+    -- documents; every later write sets them. A document that is not JSON fails the bulk
+    -- update, so then each row is tried alone and one that fails keeps '' until its next save.
+    BEGIN
+        UPDATE agentry_sessions SET
+            model = coalesce(nullif(d->>'model', ''), d->'session'->>'model', ''),
+            input_tokens = (d->'session'->'usage'->>'input_tokens')::BIGINT,
+            output_tokens = (d->'session'->'usage'->>'output_tokens')::BIGINT,
+            cost_usd = (d->'session'->>'cost_usd')::DOUBLE PRECISION
+        FROM (SELECT tenant AS t, id AS i, data::jsonb AS d FROM agentry_sessions
+              WHERE model IS NULL) AS docs
+        WHERE tenant = docs.t AND id = docs.i;
+    EXCEPTION WHEN others THEN
+        FOR r IN SELECT tenant, id FROM agentry_sessions WHERE model IS NULL LOOP
+            BEGIN
+                UPDATE agentry_sessions SET
+                    model = coalesce(nullif(data::jsonb->>'model', ''),
+                                     data::jsonb->'session'->>'model', ''),
+                    input_tokens = (data::jsonb->'session'->'usage'->>'input_tokens')::BIGINT,
+                    output_tokens =
+                        (data::jsonb->'session'->'usage'->>'output_tokens')::BIGINT,
+                    cost_usd = (data::jsonb->'session'->>'cost_usd')::DOUBLE PRECISION
+                WHERE tenant = r.tenant AND id = r.id;
+            EXCEPTION WHEN others THEN
+                UPDATE agentry_sessions SET model = ''
+                WHERE tenant = r.tenant AND id = r.id;
+            END;
+        END LOOP;
+    END;
+END $$;
+UPDATE agentry_schema SET version = 3";
 
 /// Inserts unless the tenant would go over its quota (`$10` sessions, `$11` bytes); no row
 /// changed means over quota. The count can race with another instance's insert for the same
 /// tenant; on one instance, inserts of a tenant are serialized (see [`PostgresStore`]).
 const INSERT: &str = "INSERT INTO agentry_sessions
      (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms,
-      size_bytes)
-     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+      size_bytes, model, input_tokens, output_tokens, cost_usd)
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $12, $13, $14, $15
      WHERE (SELECT count(*) < $10 AND coalesce(sum(size_bytes), 0) + $9 <= $11
             FROM agentry_sessions WHERE tenant = $2)";
 const USAGE: &str = "SELECT count(*), coalesce(sum(size_bytes), 0)::BIGINT
@@ -90,9 +129,20 @@ const DELETE: &str = "WITH found AS (
          RETURNING 1
      )
      SELECT EXISTS (SELECT 1 FROM found), EXISTS (SELECT 1 FROM gone)";
+/// A page of the tenant's sessions matching the filters (`$4` status as the list shows it
+/// at `$7`, `$5` model, `$6` id substring; each `NULL` matches all), walked in id order on
+/// the primary key.
 const LIST: &str = "SELECT id, status, created_at_ms, updated_at_ms, size_bytes, lease_holder,
-            lease_until_ms
-     FROM agentry_sessions WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3";
+            lease_until_ms, model, input_tokens, output_tokens, cost_usd
+     FROM agentry_sessions
+     WHERE tenant = $1 AND id > $2
+       AND ($4::TEXT IS NULL OR $4 = CASE
+             WHEN lease_holder IS NOT NULL AND lease_until_ms > $7 THEN 'running'
+             WHEN status = 'running' THEN 'aborted'
+             ELSE status END)
+       AND ($5::TEXT IS NULL OR model = $5)
+       AND ($6::TEXT IS NULL OR strpos(id, $6) > 0)
+     ORDER BY id LIMIT $3";
 const EXPIRE: &str = "DELETE FROM agentry_sessions WHERE tenant = $1 AND id IN (
          SELECT id FROM agentry_sessions
          WHERE tenant = $1 AND updated_at_ms < $2
@@ -110,7 +160,8 @@ const ACQUIRE: &str = "WITH found AS (
      )
      SELECT EXISTS (SELECT 1 FROM found), EXISTS (SELECT 1 FROM taken)";
 const SAVE: &str = "UPDATE agentry_sessions
-     SET data = $4, status = $5, updated_at_ms = $6, size_bytes = $8,
+     SET data = $4, status = $5, updated_at_ms = $6, size_bytes = $8, model = $9,
+         input_tokens = $10, output_tokens = $11, cost_usd = $12,
          lease_holder = CASE WHEN $7 THEN NULL ELSE lease_holder END,
          lease_until_ms = CASE WHEN $7 THEN NULL ELSE lease_until_ms END
      WHERE id = $1 AND tenant = $2 AND lease_holder = $3";
@@ -230,13 +281,29 @@ impl Conn {
                     int.clone(),
                     int.clone(),
                     int.clone(),
+                    text.clone(),
+                    int.clone(),
+                    int.clone(),
+                    Type::FLOAT8,
                 ],
             )
             .await?,
             usage: prepare(USAGE, vec![text.clone()]).await?,
             select: prepare(SELECT, vec![text.clone(), text.clone()]).await?,
             delete: prepare(DELETE, vec![text.clone(), text.clone(), int.clone()]).await?,
-            list: prepare(LIST, vec![text.clone(), text.clone(), int.clone()]).await?,
+            list: prepare(
+                LIST,
+                vec![
+                    text.clone(),
+                    text.clone(),
+                    int.clone(),
+                    text.clone(),
+                    text.clone(),
+                    text.clone(),
+                    int.clone(),
+                ],
+            )
+            .await?,
             expire: prepare(
                 EXPIRE,
                 vec![text.clone(), int.clone(), int.clone(), int.clone()],
@@ -263,7 +330,11 @@ impl Conn {
                     text.clone(),
                     int.clone(),
                     Type::BOOL,
+                    int.clone(),
+                    text.clone(),
+                    int.clone(),
                     int,
+                    Type::FLOAT8,
                 ],
             )
             .await?,
@@ -415,7 +486,7 @@ impl PostgresStore {
         holder: &str,
         release: bool,
     ) -> Result<(), StoreError> {
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let params: [&(dyn ToSql + Sync); 12] = [
             &record.id(),
             &record.tenant,
             &holder,
@@ -424,6 +495,10 @@ impl PostgresStore {
             &row.updated_at_ms,
             &release,
             &row.size_bytes,
+            &row.totals.model,
+            &row.totals.input_tokens,
+            &row.totals.output_tokens,
+            &row.totals.cost_usd,
         ];
         let saved = self
             .execute(Op::Save, &params)
@@ -449,7 +524,7 @@ impl SessionStore for PostgresStore {
             let until = lease.map(|(_, until_ms)| millis(until_ms));
             let (max_sessions, max_bytes) =
                 (limit(quota.max_sessions), limit(quota.max_stored_bytes));
-            let params: [&(dyn ToSql + Sync); 11] = [
+            let params: [&(dyn ToSql + Sync); 15] = [
                 &record.id(),
                 &record.tenant,
                 &row.status,
@@ -461,6 +536,10 @@ impl SessionStore for PostgresStore {
                 &row.size_bytes,
                 &max_sessions,
                 &max_bytes,
+                &row.totals.model,
+                &row.totals.input_tokens,
+                &row.totals.output_tokens,
+                &row.totals.cost_usd,
             ];
             let lock = (quota != Quota::UNLIMITED).then(|| self.insert_lock(&record.tenant));
             let _serialized = match &lock {
@@ -543,12 +622,25 @@ impl SessionStore for PostgresStore {
         tenant: &'a str,
         after: Option<&'a str>,
         limit: u32,
+        filter: &'a ListFilter,
     ) -> StoreFuture<'a, Vec<SessionSummary>> {
         Box::pin(async move {
             let after = after.unwrap_or("");
             let limit = i64::from(limit);
+            let now = millis(filter.now_ms);
             let rows = self
-                .query(Op::List, &[&tenant, &after, &limit])
+                .query(
+                    Op::List,
+                    &[
+                        &tenant,
+                        &after,
+                        &limit,
+                        &filter.status,
+                        &filter.model,
+                        &filter.id_contains,
+                        &now,
+                    ],
+                )
                 .await?
                 .map_err(|err| database(&err))?;
             rows.iter()
@@ -562,6 +654,10 @@ impl SessionStore for PostgresStore {
                         updated_at_ms: unsigned(row.try_get(3)?),
                         size_bytes: unsigned(row.try_get::<_, Option<i64>>(4)?.unwrap_or(0)),
                         lease_until_ms: holder.and(until).map(unsigned),
+                        model: row.try_get::<_, Option<String>>(7)?.unwrap_or_default(),
+                        input_tokens: row.try_get::<_, Option<i64>>(8)?.map(unsigned),
+                        output_tokens: row.try_get::<_, Option<i64>>(9)?.map(unsigned),
+                        cost_usd: row.try_get(10)?,
                     })
                 })
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()

@@ -11,6 +11,42 @@ pub(super) struct Row {
     pub(super) updated_at_ms: i64,
     /// The document's size in bytes, which the tenant's byte quota counts.
     pub(super) size_bytes: i64,
+    /// What the session list shows without reading the document (see [`Totals`]).
+    pub(super) totals: Totals,
+}
+
+/// A session's model and spend as list columns, repeated from the document on every write
+/// so that `GET /v1/sessions` neither parses documents nor has the client fetch each one.
+pub(super) struct Totals {
+    /// The model as clients name it (the provider's name for sessions stored without one).
+    pub(super) model: String,
+    /// Input tokens over every run; `None` while unknown.
+    pub(super) input_tokens: Option<i64>,
+    /// Output tokens over every run; `None` while unknown.
+    pub(super) output_tokens: Option<i64>,
+    /// US dollars over every run; `None` until something is priced.
+    pub(super) cost_usd: Option<f64>,
+}
+
+impl Totals {
+    fn of(record: &SessionRecord) -> Self {
+        let model = if record.model.is_empty() {
+            &record.session.model
+        } else {
+            &record.model
+        };
+        let usage = &record.session.usage;
+        Self {
+            model: model.clone(),
+            input_tokens: usage
+                .input_tokens
+                .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+            output_tokens: usage
+                .output_tokens
+                .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+            cost_usd: record.session.cost_usd.filter(|cost| cost.is_finite()),
+        }
+    }
 }
 
 impl Row {
@@ -34,6 +70,7 @@ impl Row {
             status,
             created_at_ms: millis(record.created_at_ms),
             updated_at_ms: millis(record.updated_at_ms),
+            totals: Totals::of(record),
         })
     }
 }

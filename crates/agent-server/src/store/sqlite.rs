@@ -2,8 +2,9 @@
 //!
 //! The file is opened in WAL mode with `synchronous = FULL`, so a write the store reported as
 //! done survives a crash or power loss, and readers never wait for a writer. The schema is
-//! versioned with `PRAGMA user_version` (this version writes and reads version 2, keyed by
-//! tenant and id, and migrates a version 1 file in place) and a file written by a newer
+//! versioned with `PRAGMA user_version` (this version writes and reads version 3, keyed by
+//! tenant and id with the list's model, tokens and cost as columns, and migrates a version 1
+//! or 2 file in place) and a file written by a newer
 //! agentry is refused rather than misread. The file (and SQLite's `-wal` and `-shm` beside it,
 //! which take its mode) is readable by its owner only: `0600`, in a `0700` directory when the
 //! store creates it.
@@ -27,19 +28,20 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use super::row::{Row, decode, millis, over_quota, unsigned};
 use super::{
-    Lease, Quota, Removal, SessionRecord, SessionStore, SessionSummary, StoreError, StoreFuture,
-    Stored, TenantUsage,
+    Lease, ListFilter, Quota, Removal, SessionRecord, SessionStore, SessionSummary, StoreError,
+    StoreFuture, Stored, TenantUsage,
 };
 
 /// The schema version this code writes and understands (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// How long a statement waits for another connection's write lock (another process on the
 /// same file, or a backup tool) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Version 2 of the schema. `data` is the whole [`SessionRecord`] as JSON; the other columns
-/// repeat what queries and operators need without parsing it. Ids are unique per tenant.
+/// Version 3 of the schema. `data` is the whole [`SessionRecord`] as JSON; the other columns
+/// repeat what queries and operators need without parsing it (version 3 added the model,
+/// tokens and cost the session list shows). Ids are unique per tenant.
 /// `data` comes last so that reading the other columns (lists, quota sums) never walks a
 /// large document's overflow pages.
 const SCHEMA: &str = "
@@ -52,10 +54,56 @@ CREATE TABLE IF NOT EXISTS sessions (
     updated_at_ms  INTEGER NOT NULL,
     lease_holder   TEXT,
     lease_until_ms INTEGER,
+    model          TEXT NOT NULL DEFAULT '',
+    input_tokens   INTEGER,
+    output_tokens  INTEGER,
+    cost_usd       REAL,
     data           TEXT NOT NULL,
     PRIMARY KEY (tenant, id)
 ) STRICT;
 CREATE INDEX IF NOT EXISTS sessions_by_idle ON sessions (tenant, updated_at_ms);
+";
+
+/// From version 2: the same rows with the list columns filled from each document. The table
+/// is rebuilt rather than altered so that `data` stays the last column (see [`SCHEMA`]); a
+/// document that is not JSON keeps empty columns (its next save fills them) instead of
+/// failing the migration.
+const MIGRATE_FROM_2: &str = "
+DROP INDEX IF EXISTS sessions_by_idle;
+ALTER TABLE sessions RENAME TO sessions_v2;
+CREATE TABLE sessions (
+    tenant         TEXT NOT NULL,
+    id             TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    size_bytes     INTEGER NOT NULL,
+    created_at_ms  INTEGER NOT NULL,
+    updated_at_ms  INTEGER NOT NULL,
+    lease_holder   TEXT,
+    lease_until_ms INTEGER,
+    model          TEXT NOT NULL DEFAULT '',
+    input_tokens   INTEGER,
+    output_tokens  INTEGER,
+    cost_usd       REAL,
+    data           TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+) STRICT;
+INSERT INTO sessions
+    (tenant, id, status, size_bytes, created_at_ms, updated_at_ms, lease_holder,
+     lease_until_ms, model, input_tokens, output_tokens, cost_usd, data)
+    SELECT tenant, id, status, size_bytes, created_at_ms, updated_at_ms, lease_holder,
+           lease_until_ms,
+           CASE WHEN json_valid(data) THEN coalesce(
+               nullif(json_extract(data, '$.model'), ''),
+               json_extract(data, '$.session.model'), '') ELSE '' END,
+           CASE WHEN json_valid(data)
+               THEN CAST(json_extract(data, '$.session.usage.input_tokens') AS INTEGER) END,
+           CASE WHEN json_valid(data)
+               THEN CAST(json_extract(data, '$.session.usage.output_tokens') AS INTEGER) END,
+           CASE WHEN json_valid(data)
+               THEN CAST(json_extract(data, '$.session.cost_usd') AS REAL) END,
+           data
+    FROM sessions_v2;
+DROP TABLE sessions_v2;
 ";
 
 /// From version 1 (ids unique across tenants, no sizes): the same rows, keyed by tenant and
@@ -85,17 +133,28 @@ DROP TABLE sessions_v1;
 
 const INSERT: &str = "INSERT INTO sessions
      (id, tenant, status, data, created_at_ms, updated_at_ms, lease_holder, lease_until_ms,
-      size_bytes)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+      size_bytes, model, input_tokens, output_tokens, cost_usd)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 const USAGE: &str = "SELECT count(*), coalesce(sum(size_bytes), 0) FROM sessions WHERE tenant = ?1";
 const SELECT: &str = "SELECT data, lease_holder, lease_until_ms FROM sessions
      WHERE id = ?1 AND tenant = ?2";
 /// Deletes unless an unexpired lease is held at `?3`.
 const DELETE: &str = "DELETE FROM sessions WHERE id = ?1 AND tenant = ?2
        AND (lease_holder IS NULL OR lease_until_ms <= ?3)";
+/// A page of the tenant's sessions matching the filters (`?4` status as the list shows it
+/// at `?7`, `?5` model, `?6` id substring; each `NULL` matches all), walked in id order on
+/// the primary key.
 const LIST: &str = "SELECT id, status, created_at_ms, updated_at_ms, size_bytes, lease_holder,
-            lease_until_ms
-     FROM sessions WHERE tenant = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+            lease_until_ms, model, input_tokens, output_tokens, cost_usd
+     FROM sessions
+     WHERE tenant = ?1 AND id > ?2
+       AND (?4 IS NULL OR ?4 = CASE
+             WHEN lease_holder IS NOT NULL AND lease_until_ms > ?7 THEN 'running'
+             WHEN status = 'running' THEN 'aborted'
+             ELSE status END)
+       AND (?5 IS NULL OR model = ?5)
+       AND (?6 IS NULL OR instr(id, ?6) > 0)
+     ORDER BY id LIMIT ?3";
 const EXPIRE: &str = "DELETE FROM sessions WHERE rowid IN (
          SELECT rowid FROM sessions
          WHERE tenant = ?1 AND updated_at_ms < ?2
@@ -107,7 +166,8 @@ const ACQUIRE: &str = "UPDATE sessions SET lease_holder = ?3, lease_until_ms = ?
        AND (lease_holder IS NULL OR lease_holder = ?3 OR lease_until_ms <= ?4)";
 const EXISTS: &str = "SELECT 1 FROM sessions WHERE id = ?1 AND tenant = ?2";
 const SAVE: &str = "UPDATE sessions
-     SET data = ?4, status = ?5, updated_at_ms = ?6, size_bytes = ?8,
+     SET data = ?4, status = ?5, updated_at_ms = ?6, size_bytes = ?8, model = ?9,
+         input_tokens = ?10, output_tokens = ?11, cost_usd = ?12,
          lease_holder = CASE WHEN ?7 THEN NULL ELSE lease_holder END,
          lease_until_ms = CASE WHEN ?7 THEN NULL ELSE lease_until_ms END
      WHERE id = ?1 AND tenant = ?2 AND lease_holder = ?3";
@@ -242,6 +302,7 @@ impl SqliteStore {
                 status,
                 updated_at_ms,
                 size_bytes,
+                totals,
                 ..
             } = row;
             let saved = conn
@@ -258,6 +319,10 @@ impl SqliteStore {
                     statement.raw_bind_parameter(6, updated_at_ms)?;
                     statement.raw_bind_parameter(7, release)?;
                     statement.raw_bind_parameter(8, size_bytes)?;
+                    statement.raw_bind_parameter(9, &totals.model)?;
+                    statement.raw_bind_parameter(10, totals.input_tokens)?;
+                    statement.raw_bind_parameter(11, totals.output_tokens)?;
+                    statement.raw_bind_parameter(12, totals.cost_usd)?;
                     statement.raw_execute()
                 })
                 .map_err(database)?;
@@ -515,6 +580,10 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
         tx.execute_batch(MIGRATE_FROM_1).map_err(context)?;
         tracing::info!(path = %path.display(), "session file migrated to schema version 2");
     }
+    if (1..=2).contains(&version) {
+        tx.execute_batch(MIGRATE_FROM_2).map_err(context)?;
+        tracing::info!(path = %path.display(), "session file migrated to schema version 3");
+    }
     tx.execute_batch(SCHEMA).map_err(context)?;
     tx.execute_batch(crate::idempotency::SQLITE_SCHEMA)
         .map_err(context)?;
@@ -569,7 +638,11 @@ impl SessionStore for SqliteStore {
                         row.updated_at_ms,
                         holder,
                         until,
-                        row.size_bytes
+                        row.size_bytes,
+                        row.totals.model,
+                        row.totals.input_tokens,
+                        row.totals.output_tokens,
+                        row.totals.cost_usd
                     ])
                 });
                 match inserted {
@@ -635,24 +708,41 @@ impl SessionStore for SqliteStore {
         tenant: &'a str,
         after: Option<&'a str>,
         limit: u32,
+        filter: &'a ListFilter,
     ) -> StoreFuture<'a, Vec<SessionSummary>> {
         let owner = tenant.to_owned();
         let after = after.unwrap_or("").to_owned();
+        let filter = filter.clone();
         Box::pin(self.call(tenant, SMALL, move |conn| {
             let mut statement = conn.prepare_cached(LIST).map_err(database)?;
             let rows = statement
-                .query_map(params![owner, after, i64::from(limit)], |row| {
-                    let holder: Option<String> = row.get(5)?;
-                    let until: Option<i64> = row.get(6)?;
-                    Ok(SessionSummary {
-                        id: row.get(0)?,
-                        status: row.get(1)?,
-                        created_at_ms: unsigned(row.get(2)?),
-                        updated_at_ms: unsigned(row.get(3)?),
-                        size_bytes: unsigned(row.get(4)?),
-                        lease_until_ms: holder.and(until).map(unsigned),
-                    })
-                })
+                .query_map(
+                    params![
+                        owner,
+                        after,
+                        i64::from(limit),
+                        filter.status,
+                        filter.model,
+                        filter.id_contains,
+                        millis(filter.now_ms)
+                    ],
+                    |row| {
+                        let holder: Option<String> = row.get(5)?;
+                        let until: Option<i64> = row.get(6)?;
+                        Ok(SessionSummary {
+                            id: row.get(0)?,
+                            status: row.get(1)?,
+                            created_at_ms: unsigned(row.get(2)?),
+                            updated_at_ms: unsigned(row.get(3)?),
+                            size_bytes: unsigned(row.get(4)?),
+                            lease_until_ms: holder.and(until).map(unsigned),
+                            model: row.get(7)?,
+                            input_tokens: row.get::<_, Option<i64>>(8)?.map(unsigned),
+                            output_tokens: row.get::<_, Option<i64>>(9)?.map(unsigned),
+                            cost_usd: row.get(10)?,
+                        })
+                    },
+                )
                 .map_err(database)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(database)
         }))

@@ -17,6 +17,7 @@ mod lifecycle;
 mod mcp;
 mod openai;
 mod responses;
+mod session_list;
 mod sessions;
 mod settings;
 mod spend;

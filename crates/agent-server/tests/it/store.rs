@@ -13,8 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_loop::{Session, SessionStatus};
 use agent_server::store::{
-    Lease, Quota, QuotaKind, Removal, SessionOptions, SessionRecord, SessionStore, StoreError,
-    TenantUsage,
+    Lease, ListFilter, Quota, QuotaKind, Removal, SessionOptions, SessionRecord, SessionStore,
+    StoreError, TenantUsage,
 };
 use agent_types::{AssistantBlock, AssistantMessage, StopReason, ToolCall, Usage, UserMessage};
 use serde_json::json;
@@ -273,6 +273,7 @@ conformance! {
     concurrent_creates_never_pass_the_session_quota,
     expire_deletes_idle_sessions_but_not_leased_ones,
     save_last_stores_the_history_and_drops_the_callers_copy,
+    list_filters_compose_with_pagination_and_show_totals,
 }
 
 /// A run's last save (`save_last`) stores the whole record, history included, and leaves the
@@ -409,9 +410,21 @@ async fn list_pages_through_one_tenants_sessions_only(h: &Harness) {
         Lease::Acquired
     );
 
-    let first = h.store.list(&tenant, None, 2).await.unwrap();
-    let second = h.store.list(&tenant, Some(&first[1].id), 2).await.unwrap();
-    let third = h.store.list(&tenant, Some(&second[1].id), 2).await.unwrap();
+    let first = h
+        .store
+        .list(&tenant, None, 2, &ListFilter::default())
+        .await
+        .unwrap();
+    let second = h
+        .store
+        .list(&tenant, Some(&first[1].id), 2, &ListFilter::default())
+        .await
+        .unwrap();
+    let third = h
+        .store
+        .list(&tenant, Some(&second[1].id), 2, &ListFilter::default())
+        .await
+        .unwrap();
     let listed: Vec<String> = first
         .iter()
         .chain(&second)
@@ -432,9 +445,204 @@ async fn list_pages_through_one_tenants_sessions_only(h: &Harness) {
     assert_eq!(first[0].lease_until_ms, None);
     assert!(
         h.store
-            .list(&unique("nobody"), None, 10)
+            .list(&unique("nobody"), None, 10, &ListFilter::default())
             .await
             .unwrap()
+            .is_empty()
+    );
+}
+
+/// Every page of `tenant`'s sessions matching `filter`, `limit` at a time, walked by the last
+/// id as `next_after` does.
+async fn list_all(h: &Harness, tenant: &str, limit: u32, filter: &ListFilter) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = h
+            .store
+            .list(tenant, after.as_deref(), limit, filter)
+            .await
+            .unwrap();
+        assert!(page.len() <= limit as usize);
+        ids.extend(page.iter().map(|row| row.id.clone()));
+        if page.len() < limit as usize {
+            return ids;
+        }
+        after = page.last().map(|row| row.id.clone());
+    }
+}
+
+/// The list's model, tokens and cost come from columns written on every save, and `status`,
+/// `model` and the id substring filter in the store, so they compose with the cursor; another
+/// tenant's sessions (same ids, more of them) never appear.
+async fn list_filters_compose_with_pagination_and_show_totals(h: &Harness) {
+    let (tenant, other) = (unique("tenant"), unique("other"));
+    let ids = [
+        "s-alpha-1",
+        "s-alpha-2",
+        "s-beta-3",
+        "s-alpha-4",
+        "s-alpha-5",
+        "s-beta-6",
+    ];
+    for (n, id) in ids.iter().enumerate() {
+        let mut made = record_with_id(&tenant, id);
+        if n % 2 == 1 {
+            made.model = "other-model".to_owned();
+        }
+        h.store.create(&made).await.unwrap();
+        let mut theirs = record_with_id(&other, id);
+        theirs.model = "other-model".to_owned();
+        h.store.create(&theirs).await.unwrap();
+    }
+    h.store
+        .create(&record_with_id(&other, "s-alpha-9"))
+        .await
+        .unwrap();
+
+    let all = ListFilter {
+        now_ms: 10_000,
+        ..ListFilter::default()
+    };
+    let rows = h.store.list(&tenant, None, 10, &all).await.unwrap();
+    assert_eq!(rows.len(), ids.len());
+    assert_eq!(
+        (
+            rows[0].model.as_str(),
+            rows[0].input_tokens,
+            rows[0].output_tokens,
+            rows[0].cost_usd
+        ),
+        ("demo", Some(120), Some(30), Some(0.0125))
+    );
+
+    // A save rewrites the columns with the document: s-alpha-2 completes with more spend;
+    // s-alpha-4 is saved as `running` and its lease released (a run cut off: `aborted`);
+    // s-beta-3 stays leased (`running` while the lease lasts).
+    let mut done = record_with_id(&tenant, "s-alpha-2");
+    done.model = "other-model".to_owned();
+    let mut done = changed(&done, "Lisbon is 9 degrees warmer.");
+    done.session.usage.input_tokens = Some(900);
+    done.session.usage.output_tokens = Some(70);
+    done.session.cost_usd = Some(0.5);
+    let mut cut = record_with_id(&tenant, "s-alpha-4");
+    cut.model = "other-model".to_owned();
+    cut.session.status = SessionStatus::Running;
+    for (record, release) in [(&done, true), (&cut, true)] {
+        assert_eq!(
+            h.store
+                .acquire(&tenant, record.id(), "h1", 1_000, 60_000)
+                .await
+                .unwrap(),
+            Lease::Acquired
+        );
+        h.store.save(record, "h1", release).await.unwrap();
+    }
+    assert_eq!(
+        h.store
+            .acquire(&tenant, "s-beta-3", "h1", 1_000, 60_000)
+            .await
+            .unwrap(),
+        Lease::Acquired
+    );
+    let rows = h.store.list(&tenant, None, 10, &all).await.unwrap();
+    let two = rows.iter().find(|row| row.id == "s-alpha-2").unwrap();
+    assert_eq!(
+        (
+            two.status.as_str(),
+            two.model.as_str(),
+            two.input_tokens,
+            two.output_tokens,
+            two.cost_usd
+        ),
+        ("completed", "other-model", Some(900), Some(70), Some(0.5))
+    );
+
+    let by = |status: Option<&str>, model: Option<&str>, q: Option<&str>, now_ms: u64| ListFilter {
+        status: status.map(str::to_owned),
+        model: model.map(str::to_owned),
+        id_contains: q.map(str::to_owned),
+        now_ms,
+    };
+    assert_eq!(
+        list_all(h, &tenant, 2, &by(None, None, Some("alpha"), 10_000)).await,
+        ["s-alpha-1", "s-alpha-2", "s-alpha-4", "s-alpha-5"]
+    );
+    assert_eq!(
+        list_all(h, &tenant, 1, &by(None, Some("other-model"), None, 10_000)).await,
+        ["s-alpha-2", "s-alpha-4", "s-beta-6"]
+    );
+    assert_eq!(
+        list_all(h, &tenant, 1, &by(Some("running"), None, None, 10_000)).await,
+        ["s-beta-3"]
+    );
+    assert_eq!(
+        list_all(h, &tenant, 1, &by(Some("aborted"), None, None, 10_000)).await,
+        ["s-alpha-4"]
+    );
+    // Leased s-beta-3 is not `awaiting_tool_execution` while the lease lasts, and is once it
+    // has expired.
+    assert_eq!(
+        list_all(
+            h,
+            &tenant,
+            2,
+            &by(Some("awaiting_tool_execution"), None, None, 10_000)
+        )
+        .await,
+        ["s-alpha-1", "s-alpha-5", "s-beta-6"]
+    );
+    assert_eq!(
+        list_all(
+            h,
+            &tenant,
+            2,
+            &by(Some("awaiting_tool_execution"), None, None, 100_000)
+        )
+        .await,
+        ["s-alpha-1", "s-alpha-5", "s-beta-3", "s-beta-6"]
+    );
+    // All three at once, a page of one at a time.
+    assert_eq!(
+        list_all(
+            h,
+            &tenant,
+            1,
+            &by(
+                Some("awaiting_tool_execution"),
+                Some("demo"),
+                Some("alpha"),
+                10_000
+            )
+        )
+        .await,
+        ["s-alpha-1", "s-alpha-5"]
+    );
+    // A cursor in the middle of the filtered set.
+    let rest = h
+        .store
+        .list(
+            &tenant,
+            Some("s-alpha-2"),
+            10,
+            &by(None, None, Some("alpha"), 10_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.iter().map(|row| row.id.as_str()).collect::<Vec<_>>(),
+        ["s-alpha-4", "s-alpha-5"]
+    );
+    // The other tenant's s-alpha-9 and its other-model sessions never show.
+    assert!(
+        list_all(h, &tenant, 3, &by(None, None, Some("-9"), 10_000))
+            .await
+            .is_empty()
+    );
+    // Characters LIKE would treat specially are plain text in `q`.
+    assert!(
+        list_all(h, &tenant, 3, &by(None, None, Some("%"), 10_000))
+            .await
             .is_empty()
     );
 }
@@ -482,7 +690,12 @@ async fn quotas_count_sessions_and_bytes_per_tenant(h: &Harness) {
     );
     assert!(error.to_string().contains("max_sessions"), "{error}");
     // A taken id is `Exists` even at the quota.
-    let taken = h.store.list(&tenant, None, 1).await.unwrap().remove(0);
+    let taken = h
+        .store
+        .list(&tenant, None, 1, &ListFilter::default())
+        .await
+        .unwrap()
+        .remove(0);
     let again = record_with_id(&tenant, &taken.id);
     let error = h.store.insert(&again, None, quota).await.unwrap_err();
     assert!(matches!(error, StoreError::Exists(_)), "{error:?}");
@@ -1140,7 +1353,7 @@ mod sqlite_only {
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |row| row.get(0))
             .unwrap();
-        assert_eq!((version, mode.as_str()), (2, "wal"));
+        assert_eq!((version, mode.as_str()), (3, "wal"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1149,14 +1362,14 @@ mod sqlite_only {
         let path = dir.path().join("sessions.db");
         drop(SqliteStore::open(path.clone()).await.unwrap());
         raw_sqlite(&path)
-            .pragma_update(None, "user_version", 3)
+            .pragma_update(None, "user_version", 4)
             .unwrap();
 
         let error = SqliteStore::open(path.clone()).await.unwrap_err();
         let message = error.to_string();
         assert!(matches!(error, StoreError::Database(_)), "{error:?}");
         assert!(message.contains("newer agentry"), "{message}");
-        assert!(message.contains("version 3"), "{message}");
+        assert!(message.contains("version 4"), "{message}");
     }
 
     /// A version 1 file (ids unique across tenants, no sizes) opens as version 2 with its
@@ -1198,7 +1411,94 @@ mod sqlite_only {
         let version: i64 = raw_sqlite(&path)
             .query_row("PRAGMA user_version", [], |row| row.get(0))
             .unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, 3);
+    }
+
+    /// A version 2 file (no list columns) opens as version 3 with each session's model,
+    /// tokens and cost filled from its document; a row whose document is not JSON stays
+    /// listed with empty columns instead of failing the migration.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_version_2_file_gets_the_list_columns_from_its_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let tenant = unique("tenant");
+        let mut old = record_with_id(&tenant, "a-old");
+        old.model = "gpt-demo".to_owned();
+        let data = serde_json::to_string(&old).unwrap();
+        {
+            // Exactly the version 2 schema of the release before.
+            let conn = raw_sqlite(&path);
+            conn.execute_batch(
+                "CREATE TABLE sessions (
+                    tenant TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL,
+                    size_bytes INTEGER NOT NULL, created_at_ms INTEGER NOT NULL,
+                    updated_at_ms INTEGER NOT NULL, lease_holder TEXT, lease_until_ms INTEGER,
+                    data TEXT NOT NULL, PRIMARY KEY (tenant, id)
+                ) STRICT;
+                CREATE INDEX sessions_by_idle ON sessions (tenant, updated_at_ms);
+                PRAGMA user_version = 2;",
+            )
+            .unwrap();
+            for (id, data) in [("a-old", data.as_str()), ("b-garbage", "not json")] {
+                conn.execute(
+                    "INSERT INTO sessions VALUES (?1, ?2, 'idle', ?3, 1, 2, NULL, NULL, ?4)",
+                    rusqlite::params![tenant, id, data.len() as i64, data],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteStore::open(path.clone()).await.unwrap();
+        let rows = store
+            .list(&tenant, None, 10, &ListFilter::default())
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (
+                rows[0].model.as_str(),
+                rows[0].input_tokens,
+                rows[0].output_tokens,
+                rows[0].cost_usd,
+                rows[0].size_bytes
+            ),
+            (
+                "gpt-demo",
+                Some(120),
+                Some(30),
+                Some(0.0125),
+                data.len() as u64
+            )
+        );
+        assert_eq!(
+            (
+                rows[1].model.as_str(),
+                rows[1].input_tokens,
+                rows[1].cost_usd
+            ),
+            ("", None, None)
+        );
+        let filter = ListFilter {
+            model: Some("gpt-demo".to_owned()),
+            ..ListFilter::default()
+        };
+        assert_eq!(
+            store.list(&tenant, None, 10, &filter).await.unwrap().len(),
+            1
+        );
+        assert_eq!(store.get(&tenant, "a-old").await.unwrap(), Some(old));
+        let conn = raw_sqlite(&path);
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        let index: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_by_idle'
+                 AND tbl_name = 'sessions'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!((version, index), (3, 1));
     }
 
     /// The session file and SQLite's `-wal` and `-shm` are private to the server's user, and
@@ -1278,11 +1578,102 @@ mod postgres_only {
         // Connecting again is a no-op; a newer schema is refused.
         drop(PostgresStore::connect(&scoped).await.unwrap());
         admin
-            .batch_execute(&format!("UPDATE {schema}.agentry_schema SET version = 3"))
+            .batch_execute(&format!("UPDATE {schema}.agentry_schema SET version = 4"))
             .await
             .unwrap();
         let error = PostgresStore::connect(&scoped).await.unwrap_err();
         assert!(error.to_string().contains("newer agentry"), "{error}");
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
+    /// A version 2 table (no list columns), in a schema of its own: the store adds them and
+    /// fills them from each document; a row whose document is not JSON stays listed with an
+    /// empty model instead of failing the migration.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_version_2_table_gets_the_list_columns_from_its_documents() {
+        let Some(url) = postgres_url() else { return };
+        let schema = unique("mig2").replace('-', "_");
+        let admin = raw_postgres(&url).await;
+        // Exactly the version 2 schema of the release before.
+        admin
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema};
+                 CREATE TABLE {schema}.agentry_schema (version INTEGER NOT NULL);
+                 INSERT INTO {schema}.agentry_schema VALUES (2);
+                 CREATE TABLE {schema}.agentry_sessions (
+                    tenant TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL,
+                    data TEXT NOT NULL, created_at_ms BIGINT NOT NULL,
+                    updated_at_ms BIGINT NOT NULL, lease_holder TEXT, lease_until_ms BIGINT,
+                    size_bytes BIGINT, PRIMARY KEY (tenant, id));
+                 CREATE INDEX agentry_sessions_by_idle
+                    ON {schema}.agentry_sessions (tenant, updated_at_ms)"
+            ))
+            .await
+            .unwrap();
+        let tenant = unique("tenant");
+        let mut old = record_with_id(&tenant, "a-old");
+        old.model = "gpt-demo".to_owned();
+        let data = serde_json::to_string(&old).unwrap();
+        for (id, data) in [("a-old", data.as_str()), ("b-garbage", "not json")] {
+            admin
+                .execute(
+                    &format!(
+                        "INSERT INTO {schema}.agentry_sessions
+                         VALUES ($1, $2, 'idle', $3, 1, 2, NULL, NULL, $4)"
+                    ),
+                    &[&tenant, &id, &data, &(data.len() as i64)],
+                )
+                .await
+                .unwrap();
+        }
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let scoped = format!("{url}{separator}options=-csearch_path%3D{schema}");
+        let store = PostgresStore::connect(&scoped).await.unwrap();
+        let rows = store
+            .list(&tenant, None, 10, &ListFilter::default())
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (
+                rows[0].model.as_str(),
+                rows[0].input_tokens,
+                rows[0].output_tokens,
+                rows[0].cost_usd
+            ),
+            ("gpt-demo", Some(120), Some(30), Some(0.0125))
+        );
+        assert_eq!(
+            (
+                rows[1].model.as_str(),
+                rows[1].input_tokens,
+                rows[1].cost_usd
+            ),
+            ("", None, None)
+        );
+        let filter = ListFilter {
+            model: Some("gpt-demo".to_owned()),
+            ..ListFilter::default()
+        };
+        assert_eq!(
+            store.list(&tenant, None, 10, &filter).await.unwrap().len(),
+            1
+        );
+        drop(store);
+        // Connecting again changes nothing.
+        drop(PostgresStore::connect(&scoped).await.unwrap());
+        let version: i32 = admin
+            .query_one(
+                &format!("SELECT max(version) FROM {schema}.agentry_schema"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, 3);
         admin
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
             .await

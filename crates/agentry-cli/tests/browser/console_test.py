@@ -20,6 +20,7 @@ os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager downlo
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
@@ -178,9 +179,39 @@ try:
     full_shot("console-usage.png")
     scheme(False)
 
-    say("back to the sessions list: the new session is there")
+    say("back to the sessions list: the new session is there, with its tokens and cost")
+    driver.execute_script("performance.clearResourceTimings()")
     driver.get(URL + "/console#/sessions")
     wait.until(lambda d: session_id in d.find_element(By.TAG_NAME, "table").text)
+    row = driver.find_element(By.XPATH, "//tbody/tr[td/a[text()='%s']]" % session_id)
+    cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[1] == "completed" and cells[2] == "demo", cells
+    assert cells[4] not in ("0", "") and cells[5].startswith("$"), cells
+    # One list request per page: no request for each listed session.
+    fetched = driver.execute_script(
+        "return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname)")
+    assert "/v1/sessions" in fetched, fetched
+    assert not [path for path in fetched if path.startswith("/v1/sessions/")], fetched
+
+    say("the filters run on the server: status, then part of an id, from the keyboard")
+    status = Select(driver.find_element(By.ID, "filter-status"))
+    status.select_by_value("completed")
+    wait.until(lambda d: d.find_element(By.ID, "filter-status").get_attribute("value") == "completed"
+               and HOSTILE not in d.find_element(By.TAG_NAME, "table").text
+               and session_id in d.find_element(By.TAG_NAME, "table").text)
+    status = Select(driver.find_element(By.ID, "filter-status"))
+    status.select_by_value("")
+    wait.until(lambda d: HOSTILE in d.find_element(By.TAG_NAME, "table").text)
+    driver.find_element(By.ID, "filter-text").send_keys(session_id[-10:])
+    wait.until(lambda d: HOSTILE not in d.find_element(By.TAG_NAME, "table").text
+               and session_id in d.find_element(By.TAG_NAME, "table").text)
+    assert driver.switch_to.active_element.get_attribute("id") == "filter-text"
+    driver.find_element(By.ID, "filter-text").send_keys("-no-such-id")
+    wait.until(lambda d: "No sessions match." in d.find_element(By.TAG_NAME, "table").text)
+    field = driver.find_element(By.ID, "filter-text")
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(Keys.DELETE)
+    wait.until(lambda d: HOSTILE in d.find_element(By.TAG_NAME, "table").text)
 
     say("sign out forgets the key")
     driver.find_element(By.ID, "sign-out").click()

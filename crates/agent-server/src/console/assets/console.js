@@ -254,6 +254,9 @@
   function signOut(message) {
     key = null;
     sessionStorage.removeItem(KEY);
+    // The list's filters were this tenant's too.
+    for (const slot of Object.values(FILTERS)) sessionStorage.removeItem(slot);
+    pages.after = [null];
     document.getElementById('nav').hidden = true;
     signIn(message);
   }
@@ -294,56 +297,73 @@
     else sessionsView();
   }
 
-  // Sessions: a page of the list API, each row completed from the session itself.
+  // Sessions: one request per page. The list carries each session's model, tokens and cost,
+  // and the server filters by status, model and id before it cuts the page, so the filters
+  // cover every session and the pager walks only the matches.
   const PAGE = 20;
   const pages = { after: [null] };
+  const FILTERS = { status: 'agentry.console.status', model: 'agentry.console.model', q: 'agentry.console.text' };
+  let models = null;
+  let refocus = null; // the filter that changed, focused again in the redrawn view (keyboard users)
   async function sessionsView() {
     const after = pages.after[pages.after.length - 1];
-    const filterStatus = sessionStorage.getItem('agentry.console.status') || '';
-    const filterText = sessionStorage.getItem('agentry.console.text') || '';
+    const filter = {};
+    for (const [name, slot] of Object.entries(FILTERS)) filter[name] = sessionStorage.getItem(slot) || '';
     const heading = h('h2', { id: 'sessions-h' }, 'Sessions');
     show(heading, h('p', { class: 'muted' }, 'Loading…'));
+    let query = 'limit=' + PAGE + (after ? '&after=' + encodeURIComponent(after) : '');
+    for (const [name, value] of Object.entries(filter)) if (value) query += '&' + name + '=' + encodeURIComponent(value);
     let list;
     try {
-      list = await getJson('/v1/sessions?limit=' + PAGE + (after ? '&after=' + encodeURIComponent(after) : ''));
+      [list] = await Promise.all([getJson('/v1/sessions?' + query), modelNames()]);
     } catch (error) { show(heading, failure(error)); return; }
-    const details = await Promise.all(list.data.map((row) => getJson('/v1/sessions/' + encodeURIComponent(row.id)).catch(() => null)));
-    const statusSelect = h('select', { id: 'filter-status', onchange: () => { sessionStorage.setItem('agentry.console.status', statusSelect.value); sessionsView(); } },
-      ...['', 'idle', 'running', 'completed', 'awaiting_approval', 'awaiting_tool_execution', 'error', 'aborted'].map((v) => h('option', { value: v, selected: v === filterStatus }, v || 'any')));
-    const textInput = h('input', { id: 'filter-text', type: 'search', value: filterText, placeholder: 'id or model' });
-    textInput.addEventListener('input', () => { sessionStorage.setItem('agentry.console.text', textInput.value); draw(); });
+    // A changed filter starts again at the first page.
+    const refilter = (name, value) => { sessionStorage.setItem(FILTERS[name], value); pages.after = [null]; refocus = name; sessionsView(); };
+    const statusSelect = h('select', { id: 'filter-status', onchange: () => refilter('status', statusSelect.value) },
+      ...['', 'idle', 'running', 'completed', 'awaiting_approval', 'awaiting_tool_execution', 'error', 'aborted'].map((v) => h('option', { value: v, selected: v === filter.status }, v || 'any')));
+    const modelSelect = h('select', { id: 'filter-model', onchange: () => refilter('model', modelSelect.value) },
+      ...['', ...new Set([...models, filter.model].filter(Boolean))].map((v) => h('option', { value: v, selected: v === filter.model }, v || 'any')));
+    const textInput = h('input', { id: 'filter-text', type: 'search', value: filter.q, maxlength: 128, placeholder: 'part of an id' });
+    let typing = null;
+    textInput.addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(() => refilter('q', textInput.value.trim()), 300); });
     const body = h('tbody');
-    function draw() {
-      const text = textInput.value.trim().toLowerCase();
-      body.replaceChildren();
-      list.data.forEach((row, i) => {
-        const detail = details[i] || {};
-        if (filterStatus && row.status !== filterStatus) return;
-        if (text && !(row.id.toLowerCase().includes(text) || String(detail.model || '').toLowerCase().includes(text))) return;
-        body.append(h('tr', null,
-          h('td', null, h('a', { href: '#/sessions/' + encodeURIComponent(row.id) }, row.id)),
-          h('td', null, badge(row.status)), h('td', null, detail.model || '–'), h('td', null, when(row.updated_at_ms)),
-          h('td', { class: 'num' }, int(tokens(detail.usage))), h('td', { class: 'num' }, usd(detail.cost_usd))));
-      });
-      if (!body.children.length) body.append(h('tr', null, h('td', { colspan: 6, class: 'muted' }, 'No sessions on this page match.')));
+    for (const row of list.data) {
+      const spent = row.input_tokens == null && row.output_tokens == null ? null : row;
+      body.append(h('tr', null,
+        h('td', null, h('a', { href: '#/sessions/' + encodeURIComponent(row.id) }, row.id)),
+        h('td', null, badge(row.status)), h('td', null, row.model || '–'), h('td', null, when(row.updated_at_ms)),
+        h('td', { class: 'num' }, int(tokens(spent))), h('td', { class: 'num' }, usd(row.cost_usd))));
     }
-    draw();
+    const filtered = filter.status || filter.model || filter.q;
+    if (!body.children.length) body.append(h('tr', null, h('td', { colspan: 6, class: 'muted' }, filtered ? 'No sessions match.' : 'No sessions yet.')));
     const pager = h('div', { class: 'pager' },
       h('button', { type: 'button', class: 'secondary', disabled: pages.after.length <= 1, onclick: () => { pages.after.pop(); sessionsView(); } }, 'Previous page'),
       h('button', { type: 'button', class: 'secondary', disabled: !list.has_more, onclick: () => { pages.after.push(list.next_after); sessionsView(); } }, 'Next page'));
     show(heading,
       await newSessionForm(),
       h('div', { class: 'row', role: 'search' }, h('div', null, h('label', { for: 'filter-status' }, 'Status'), statusSelect),
-        h('div', null, h('label', { for: 'filter-text' }, 'Filter this page'), textInput)),
+        h('div', null, h('label', { for: 'filter-model' }, 'Model'), modelSelect),
+        h('div', null, h('label', { for: 'filter-text' }, 'Session id contains'), textInput)),
       h('table', { 'aria-labelledby': 'sessions-h' },
         h('thead', null, h('tr', null, h('th', null, 'session'), h('th', null, 'status'), h('th', null, 'model'), h('th', null, 'updated'),
           h('th', { class: 'num' }, 'tokens'), h('th', { class: 'num' }, 'cost'))), body),
       pager);
+    const focused = { status: statusSelect, model: modelSelect, q: textInput }[refocus];
+    refocus = null;
+    if (focused) focused.focus();
+    if (focused === textInput) textInput.setSelectionRange(filter.q.length, filter.q.length);
+  }
+
+  // The server's models, asked once per page load (the model filter's choices).
+  async function modelNames() {
+    if (models === null) {
+      try { models = (await getJson('/v1/models')).data.map((m) => m.id); } catch (_) { models = []; }
+    }
+    return models;
   }
 
   async function newSessionForm() {
-    let models = [];
-    try { models = (await getJson('/v1/models')).data.map((m) => m.id); } catch (_) { /* listed below as none */ }
+    const models = await modelNames();
     const model = h('select', { id: 'new-model' }, ...models.map((m) => h('option', { value: m }, m)));
     const tools = h('input', { id: 'new-tools', placeholder: 'calculator, clock' });
     const system = h('input', { id: 'new-system', size: 40 });
