@@ -340,9 +340,11 @@ fn record(state: AppState, claim: KeyClaim, response: Response) -> Response {
                 client = None;
             }
         }
-        drop(client);
+        // The client's stream stays open until the key is stored or released: a client that
+        // saw the whole response and retries at once gets the replay, not a 409.
         if broken || kept.over {
             release(&state, &claim).await;
+            drop(client);
             return;
         }
         let outcome = StoredOutcome {
@@ -362,6 +364,7 @@ fn record(state: AppState, claim: KeyClaim, response: Response) -> Response {
             tracing::error!(%error, tenant = %claim.tenant, "an idempotent outcome could not be stored");
             release(&state, &claim).await;
         }
+        drop(client);
     });
     let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
         let chunk = receiver.recv().await?;
