@@ -309,6 +309,9 @@ pub(crate) struct RoundCall {
     pub(crate) call: ToolCall,
     #[serde(flatten)]
     pub(crate) disposition: Disposition,
+    /// What tool guardrails decided before the round waited (crate::guardrail).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) guardrails: Vec<agent_types::GuardrailDecision>,
 }
 
 /// A tool round suspended for approval, kept in the session's run state so it resumes in
@@ -339,6 +342,7 @@ impl Round {
                     }
                 },
                 call: job.call,
+                guardrails: job.guardrails.map(|boxed| *boxed).unwrap_or_default(),
             })
             .collect();
         Self {
@@ -377,6 +381,7 @@ impl Round {
                     call: entry.call,
                     iteration,
                     refused,
+                    guardrails: (!entry.guardrails.is_empty()).then(|| Box::new(entry.guardrails)),
                 }
             })
             .collect();

@@ -239,6 +239,8 @@ pub struct Options {
     /// The tools [`require_approval_for`](Self::require_approval_for) named, checked against
     /// the run's tools when it starts.
     pub approval_tools: Option<Arc<BTreeSet<String>>>,
+    /// Input, tool and output guardrails (see [`crate::guardrail`]); none by default.
+    pub guardrails: crate::guardrail::Guardrails,
 }
 
 impl Default for Options {
@@ -282,6 +284,7 @@ impl Default for Options {
             history: None,
             approval_policy: None,
             approval_tools: None,
+            guardrails: crate::guardrail::Guardrails::new(),
         }
     }
 }
@@ -534,6 +537,7 @@ impl fmt::Debug for Options {
             .field("history", &self.history)
             .field("approval_policy", &self.approval_policy.is_some())
             .field("approval_tools", &self.approval_tools)
+            .field("guardrails", &self.guardrails)
             .finish()
     }
 }

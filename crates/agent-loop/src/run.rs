@@ -162,6 +162,14 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
             }),
         };
         let (messages, retaken) = crate::run_messages::lend(session, scope, &mut outcome);
+        // [guardrail call site: trip event] before the error it explains.
+        let trip = outcome
+            .as_ref()
+            .err()
+            .and_then(crate::guardrail::trip_event);
+        if let Some(event) = trip {
+            emitter.emit(event).await;
+        }
         if let Some(event) = last {
             emitter.emit(event).await;
         }
@@ -450,8 +458,20 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 return Ok(end);
             }
         }
+        // [guardrail call site: input] before the first model call, or raced with it.
+        let mut input_check = crate::guardrail::input_check(self.options, &self.request.messages);
+        if !crate::guardrail::input_concurrent(self.options)
+            && let Some(check) = input_check.take()
+        {
+            check.await?;
+        }
+        let mut guard_retries = 0;
         loop {
-            let at = self.call_model().await?;
+            let at = match input_check.take() {
+                // Boxed: only a run racing its input check pays for the second call future.
+                Some(check) => Box::pin(crate::guardrail::race(check, self.call_model())).await?,
+                None => self.call_model().await?,
+            };
             self.check_spend()?;
             let calls: Vec<ToolCall> = match &self.request.messages[at] {
                 Message::Assistant(message) => message.tool_calls().cloned().collect(),
@@ -463,10 +483,16 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 match Box::pin(self.structured_turn(at, &calls)).await? {
                     Structured::Tools => {}
                     Structured::Retry => continue,
+                    Structured::Answered if self.guard_output(at, &mut guard_retries).await? => {
+                        continue;
+                    }
                     Structured::Answered => return Ok(End::Answered),
                 }
             }
             if calls.is_empty() {
+                if self.guard_output(at, &mut guard_retries).await? {
+                    continue;
+                }
                 return Ok(End::Answered);
             }
             if self.options.mode == ToolMode::Return {
@@ -486,6 +512,51 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 return Ok(end);
             }
         }
+    }
+
+    /// [guardrail call site: output] Runs the output guardrails on the answer at `at`;
+    /// `true` when they sent it back (the feedback is in the history: call the model again),
+    /// counted as a tool iteration.
+    async fn guard_output(&mut self, at: usize, retries: &mut u32) -> Result<bool, AgentError> {
+        if !self.options.guardrails.has_output_guardrails() {
+            return Ok(false);
+        }
+        // Boxed: a run without output guardrails keeps a pointer's room for the check.
+        Box::pin(self.guard_output_checked(at, retries)).await
+    }
+
+    async fn guard_output_checked(
+        &mut self,
+        at: usize,
+        retries: &mut u32,
+    ) -> Result<bool, AgentError> {
+        let structured = self
+            .output
+            .as_ref()
+            .and_then(|output| output.answer.as_ref());
+        let outcome = crate::guardrail::check_output(
+            self.options,
+            self.request.messages.get(at),
+            structured,
+            *retries,
+        )
+        .await?;
+        let crate::guardrail::OutputOutcome::Retry(feedback) = outcome else {
+            return Ok(false);
+        };
+        if self.state.iterations >= self.options.max_tool_iterations {
+            return Err(AgentError::budget(Budget::Iterations {
+                used: self.state.iterations,
+                max: self.options.max_tool_iterations,
+            }));
+        }
+        *retries += 1;
+        self.state.iterations += 1;
+        if let Some(output) = &mut self.output {
+            output.answer = None;
+        }
+        self.push_message(Message::user(feedback), None).await?;
+        Ok(true)
     }
 
     /// Settles the session and builds the result or the error.
@@ -1291,6 +1362,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     call,
                     iteration,
                     refused: Some(refused),
+                    guardrails: None,
                 });
                 continue;
             }
@@ -1311,7 +1383,13 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             if remote {
                 pending.push(call);
             } else {
+                // [guardrail call site: tool call] deny, rewrite or ask before approval.
+                let gate = crate::guardrail::before_call(self.options, tools, &mut call);
+                if gate.approval && gate.refused.is_none() {
+                    waiting.push(jobs.len());
+                }
                 let refused = match self.approvals_possible {
+                    _ if gate.refused.is_some() || gate.approval => gate.refused,
                     true => match crate::approval::screen(self.options, tools, &call) {
                         Some(Ok(())) => {
                             waiting.push(jobs.len());
@@ -1327,6 +1405,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     call,
                     iteration,
                     refused,
+                    guardrails: (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions)),
                 });
             }
         }
