@@ -110,8 +110,8 @@ pub use checkpoint::{CheckpointFuture, TurnCheckpoint};
 pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
 pub use guardrail::{
-    CallCheck, CallVerdict, Guardrails, InputCheck, InputGuardrail, OutputCheck, OutputGuardrail,
-    ResultCheck, ResultVerdict, ToolGuardrail, Verdict,
+    CallCheck, CallVerdict, GuardFuture, Guardrails, InputCheck, InputGuardrail, OutputCheck,
+    OutputGuardrail, ResultCheck, ResultVerdict, ToolGuardrail, Verdict,
 };
 pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
