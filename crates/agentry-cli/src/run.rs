@@ -457,6 +457,8 @@ async fn go<O: Write, E: Write>(
         .options(prices)
         .with_tools(tools)
         .require_approval_for(state.require_approval.iter().cloned());
+    // --guardrail and --policy (crate::guardrails).
+    options.guardrails = crate::guardrails::from_flags(run.loop_args)?;
     if let Some((spec, strategy, retries)) = run.output {
         options = options
             .with_output_spec(spec)
