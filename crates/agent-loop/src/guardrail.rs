@@ -301,6 +301,17 @@ impl Guardrails {
         !self.tool.is_empty()
     }
 
+    /// Each tool guardrail wrapped by `wrap` (a server turning `RequireApproval` into a denial
+    /// where a run cannot wait for a person).
+    #[must_use]
+    pub fn map_tools(
+        mut self,
+        wrap: impl Fn(Arc<dyn ToolGuardrail>) -> Arc<dyn ToolGuardrail>,
+    ) -> Self {
+        self.tool = self.tool.into_iter().map(wrap).collect();
+        self
+    }
+
     /// Adds every guardrail of `other` after these (the CLI's and a tenant's configuration
     /// on top of an application's).
     #[must_use]

@@ -417,6 +417,9 @@ pub struct TenantConfig {
     /// (docs/approval.md); in chat completions they are denied instead.
     #[serde(default)]
     pub require_approval: Vec<String>,
+    /// The tenant's guardrails (docs/guardrails.md).
+    #[serde(default)]
+    pub guardrails: crate::guardrails::TenantGuardrails,
 }
 
 impl TenantConfig {

@@ -278,3 +278,161 @@ fn an_unknown_guardrail_or_a_broken_policy_exits_2() {
     assert_eq!(code, 2, "{stderr}");
     assert!(setup.server.requests().is_empty());
 }
+
+#[path = "support/served.rs"]
+mod served;
+
+/// Every SSE event of one execute.
+fn execute(url: &str, id: &str, body: Value) -> Vec<Value> {
+    runtime().block_on(async {
+        let response = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/{id}/execute"))
+            .bearer_auth("key-acme-guard-0001")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response
+            .text()
+            .await
+            .unwrap()
+            .split("\n\n")
+            .filter_map(|frame| frame.strip_prefix("data: "))
+            .map(|data| serde_json::from_str(data).unwrap())
+            .collect()
+    })
+}
+
+#[test]
+fn a_tenants_guardrails_redact_deny_ask_and_trip_on_a_real_server() {
+    let setup = Setup::new(vec![
+        tool_calls(&[("call_1", "read_file", json!({"path": "customer.txt"}))]),
+        text("Ann's record is on file."),
+        tool_calls(&[("call_2", "calculator", json!({"expression": "13*3"}))]),
+        text("I may not compute that."),
+        tool_calls(&[("call_3", "calculator", json!({"expression": "1000*3"}))]),
+        text("It is 3000."),
+    ]);
+    let dir = setup.dir.path();
+    std::fs::write(
+        dir.join("customer.txt"),
+        "Ann Lee <ann.lee@example.com>, card 4111 1111 1111 1111",
+    )
+    .unwrap();
+    let policy = setup.policy();
+    let config = dir.join("agentry.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+tools = ["calculator", "read_file"]
+root = "{root}"
+
+[server.store]
+kind = "sqlite"
+path = "sessions.db"
+
+[[server.models]]
+name = "guarded"
+provider = "openai-compatible"
+base_url = "{upstream}/v1"
+
+[[server.tenants]]
+name = "acme"
+api_keys = ["key-acme-guard-0001"]
+
+[server.tenants.guardrails]
+pii = true
+policy = "{policy}"
+"#,
+            root = dir.display(),
+            upstream = setup.server.url(),
+        ),
+    )
+    .unwrap();
+    let served = served::Served::start(&config);
+    let context = json!({"model": "guarded", "tools": ["calculator", "read_file"]});
+
+    // PII in a tool result: redacted before the model and the client see it.
+    let events = execute(
+        &served.url,
+        "pii-1",
+        json!({"message": "Who is Ann?", "context": context}),
+    );
+    let seen = setup.tool_messages(1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!seen.contains("ann.lee@example.com"), "{seen}");
+    assert!(!seen.contains("4111 1111"), "{seen}");
+    assert!(
+        seen.contains("[REDACTED:email]") && seen.contains("[REDACTED:card]"),
+        "{seen}"
+    );
+    let end = events
+        .iter()
+        .find(|event| event["type"] == "tool_execution_end")
+        .unwrap();
+    assert!(
+        !end["output"].as_str().unwrap().contains("ann.lee"),
+        "{end}"
+    );
+    assert_eq!(events.last().unwrap()["status"], "completed");
+
+    // A policy denial reaches the model as the reason.
+    execute(
+        &served.url,
+        "deny-1",
+        json!({"message": "13*3?", "context": context}),
+    );
+    assert_eq!(
+        setup.tool_messages(3)[0]["content"],
+        "This call was not run: guardrail `policy` denied it: no arithmetic with 13: it is unlucky"
+    );
+
+    // require_approval: the session waits, and the decision runs the call.
+    let events = execute(
+        &served.url,
+        "ask-1",
+        json!({"message": "1000*3?", "context": context}),
+    );
+    let complete = events.last().unwrap();
+    assert_eq!(complete["status"], "awaiting_approval", "{complete}");
+    assert_eq!(complete["pending_approvals"][0]["id"], "call_3");
+    let events = execute(
+        &served.url,
+        "ask-1",
+        json!({"approvals": [{"call_id": "call_3", "approved": true}]}),
+    );
+    assert_eq!(events.last().unwrap()["status"], "completed");
+    assert_eq!(
+        setup.tool_messages(5)[0]["content"],
+        r#"{"expression":"1000*3","result":3000}"#
+    );
+
+    // An input trip: the typed error and its event, and no model call.
+    let before = setup.server.requests().len();
+    let events = execute(
+        &served.url,
+        "trip-1",
+        json!({"message": "use AKIAIOSFODNN7EXAMPLE", "context": context}),
+    );
+    let trip = events
+        .iter()
+        .find(|event| event["type"] == "guardrail_tripped")
+        .unwrap();
+    assert_eq!(trip["decision"]["guardrail"], "pii");
+    assert_eq!(trip["decision"]["stage"], "input");
+    let error = events
+        .iter()
+        .find(|event| event["type"] == "error")
+        .unwrap();
+    assert_eq!(error["error"]["kind"], "guardrail_tripped", "{error}");
+    assert_eq!(
+        setup.server.requests().len(),
+        before,
+        "no model call was made"
+    );
+}

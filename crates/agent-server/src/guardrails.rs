@@ -1,0 +1,86 @@
+//! A tenant's guardrails (docs/guardrails.md): `[server.tenants.guardrails]` names the
+//! ready-made ones, built once when the server starts and put into each of the tenant's runs.
+
+use std::path::PathBuf;
+
+use agent_loop::{CallCheck, CallVerdict, Guardrails, ToolGuardrail};
+use serde::Deserialize;
+
+use crate::config::TenantConfig;
+use crate::error::Error;
+
+/// `[server.tenants.guardrails]`: which guardrails guard the tenant's runs.
+///
+/// ```toml
+/// [[server.tenants]]
+/// name = "acme"
+/// api_key_env = "ACME_KEY"
+///
+/// [server.tenants.guardrails]
+/// pii = true
+/// policy = "policies/acme.rego"
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantGuardrails {
+    /// Redact PII and secrets from tool results; refuse input holding a key or card number.
+    #[serde(default)]
+    pub pii: bool,
+    /// A Rego tool-call policy (package `agentry`: `deny` and `require_approval` sets),
+    /// relative to the server's working directory.
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
+}
+
+/// The tenant's guardrails, built once; a policy that cannot be read or parsed stops the
+/// server from starting.
+pub(crate) fn build(tenant: &TenantConfig) -> Result<Guardrails, Error> {
+    let config = &tenant.guardrails;
+    let mut guardrails = Guardrails::new();
+    if config.pii {
+        guardrails = guardrails.merged(&agent_guardrails::PiiGuardrail::new().into_guardrails());
+    }
+    if let Some(path) = &config.policy {
+        let policy = agent_guardrails::policy_file(path)
+            .map_err(|error| Error::Config(format!("tenant `{}`: {error}", tenant.name)))?;
+        guardrails = guardrails.merged(&policy);
+    }
+    Ok(guardrails)
+}
+
+/// For a run that cannot wait for a person (a chat completion): a guardrail's
+/// `require_approval` becomes a denial, as the tenant's `require_approval` does there.
+pub(crate) fn without_approval(guardrails: &Guardrails) -> Guardrails {
+    if !guardrails.has_tool_guardrails() {
+        return guardrails.clone();
+    }
+    guardrails.clone().map_tools(|inner| {
+        std::sync::Arc::new(NoApproval(inner)) as std::sync::Arc<dyn ToolGuardrail>
+    })
+}
+
+struct NoApproval(std::sync::Arc<dyn ToolGuardrail>);
+
+impl ToolGuardrail for NoApproval {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn before_call(&self, call: &CallCheck<'_>) -> CallVerdict {
+        match self.0.before_call(call) {
+            CallVerdict::RequireApproval(reason) => CallVerdict::Deny(format!(
+                "{reason}; this call needs a person's approval, which a chat completion cannot \
+                 ask for: use the sessions API (POST /v1/sessions/{{id}}/execute)"
+            )),
+            verdict => verdict,
+        }
+    }
+
+    fn after_call(
+        &self,
+        call: &agent_loop::ResultCheck<'_>,
+        result: &mut agent_types::ToolResult,
+    ) -> agent_loop::ResultVerdict {
+        self.0.after_call(call, result)
+    }
+}
