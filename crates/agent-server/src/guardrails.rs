@@ -84,3 +84,53 @@ impl ToolGuardrail for NoApproval {
         self.0.after_call(call, result)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_backends::{ScriptedBackend, ScriptedTurn};
+    use agent_loop::{Input, Options, generate};
+    use agent_tools::{Registry, builtin};
+    use agent_types::Message;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn where_a_run_cannot_wait_a_policys_require_approval_is_a_denial() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ask.rego");
+        std::fs::write(
+            &path,
+            "package agentry\nrequire_approval contains \"ask first\" if input.tool.name == \"calculator\"\n",
+        )
+        .unwrap();
+        let tenant: TenantConfig = toml::from_str(&format!(
+            "name = \"acme\"\n[guardrails]\npolicy = \"{}\"\n",
+            path.display()
+        ))
+        .unwrap();
+        let guardrails = build(&tenant).unwrap();
+        let mut tools = Registry::new();
+        tools.register(builtin::calculator()).unwrap();
+        let backend = ScriptedBackend::new([
+            ScriptedTurn::tool_call("call_1", "calculator", json!({"expression": "1+1"})),
+            ScriptedTurn::text("no"),
+        ]);
+        let options = Options::auto()
+            .with_tools(tools)
+            .with_guardrails(without_approval(&guardrails));
+        let result = generate(&backend, Input::new("m").user("1+1?"), &options)
+            .await
+            .unwrap();
+        let Message::Tool(denied) = &result.messages[1] else {
+            panic!("{:?}", result.messages[1]);
+        };
+        assert!(denied.is_error);
+        assert!(
+            denied
+                .content
+                .contains("ask first; this call needs a person's approval"),
+            "{}",
+            denied.content
+        );
+    }
+}
