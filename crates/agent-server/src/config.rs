@@ -458,7 +458,8 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// Reads `path`; relative paths in it (the SQLite file, `root`) become relative to the
+    /// Reads `path`; relative paths in it (the SQLite file, `root`, a tenant's guardrail
+    /// policy) become relative to the
     /// file's directory.
     ///
     /// # Errors
@@ -480,6 +481,14 @@ impl ServerConfig {
             && root.is_relative()
         {
             *root = base.join(&*root);
+        }
+        // A tenant's guardrail policy too (crate::guardrails).
+        for tenant in &mut config.tenants {
+            if let Some(policy) = &mut tenant.guardrails.policy
+                && policy.is_relative()
+            {
+                *policy = base.join(&*policy);
+            }
         }
         Ok(config)
     }

@@ -26,8 +26,8 @@ pub struct TenantGuardrails {
     /// Redact PII and secrets from tool results; refuse input holding a key or card number.
     #[serde(default)]
     pub pii: bool,
-    /// A Rego tool-call policy (package `agentry`: `deny` and `require_approval` sets),
-    /// relative to the server's working directory.
+    /// A Rego tool-call policy (package `agentry`: `deny` and `require_approval` sets); a
+    /// relative path is relative to the configuration file.
     #[serde(default)]
     pub policy: Option<PathBuf>,
 }

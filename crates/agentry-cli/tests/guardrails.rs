@@ -320,7 +320,8 @@ fn a_tenants_guardrails_redact_deny_ask_and_trip_on_a_real_server() {
         "Ann Lee <ann.lee@example.com>, card 4111 1111 1111 1111",
     )
     .unwrap();
-    let policy = setup.policy();
+    // Written beside the configuration, which names it relatively.
+    setup.policy();
     let config = dir.join("agentry.toml");
     std::fs::write(
         &config,
@@ -345,7 +346,7 @@ api_keys = ["key-acme-guard-0001"]
 
 [server.tenants.guardrails]
 pii = true
-policy = "{policy}"
+policy = "policy.rego"
 "#,
             root = dir.display(),
             upstream = setup.server.url(),
