@@ -122,6 +122,21 @@ const RULES: &[Rule] = &[
         why: "MCP sits on the tool layer only, with one reqwest over rustls",
     },
     Rule {
+        package: "agent-temporal",
+        features: Features::All,
+        forbidden: &[
+            "agent-backends",
+            "agent-server",
+            "rusqlite",
+            "tokio-postgres",
+            "openssl-sys",
+            "native-tls",
+            "aws-lc-sys",
+        ],
+        why: "the Temporal driver sits on the loop and the backend trait: the worker's caller \
+              brings the backend; Temporal's client reaches the server over rustls with ring",
+    },
+    Rule {
         package: "agentry",
         features: Features::NoDefault,
         forbidden: &["tokio", "reqwest", "hyper", "rusqlite"],
@@ -166,6 +181,26 @@ const MODULE_RULES: &[ModuleRule] = &[
         ],
         forbidden: &["crate::run"],
         why: "only the crate root and `Agent` call into agent-loop's `run`",
+    },
+    ModuleRule {
+        files: &[
+            "crates/agent-loop/src/machine.rs",
+            "crates/agent-loop/src/machine/answer.rs",
+            "crates/agent-loop/src/machine/budget.rs",
+            "crates/agent-loop/src/machine/resume.rs",
+            "crates/agent-loop/src/machine/round.rs",
+        ],
+        forbidden: &[
+            "crate::run",
+            "crate::dispatch",
+            "tokio",
+            "Instant",
+            "SystemTime",
+            "std::env",
+            "std::fs",
+            "std::net",
+        ],
+        why: "the loop's state machine is deterministic: no driver, runtime, clock or I/O",
     },
     ModuleRule {
         files: &["crates/agent-backends/src/anthropic/request.rs"],

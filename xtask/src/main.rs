@@ -7,6 +7,7 @@
 // xtask is a command-line program: printing is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod bench;
 mod chaos;
 mod ci;
 mod fuzz;
@@ -32,7 +33,8 @@ commands:
              process, over MCP stdio and HTTP: to server-everything and to our own
              server) and agent-otel (the loop with the OpenTelemetry layer against
              without) and agent-guardrails (PII redaction of a 64 KB result per
-             round against none); each reports ratios to a baseline measured in the same run
+             round against none); each reports ratios to a baseline measured in the same run;
+             at the end, every issue-16 target with its ratio and MET / NOT MET
   fuzz       a long fuzzing campaign: [--cases N] per property (default 100000),
              [--target backends|conversation|loop|server|cli] (docs/reliability.md)
 ";
@@ -45,48 +47,47 @@ fn main() -> ExitCode {
         Some("chaos") => chaos::run(&args[1..]),
         // One cargo invocation builds both benches with one feature resolution, instead
         // of rebuilding the shared dependencies for each.
-        Some("bench") => step::cargo(
-            "benchmarks",
-            &[
-                "bench",
-                "-p",
-                "agent-tools",
-                "--bench",
-                "tools",
-                "-p",
-                "agent-loop",
-                "--bench",
-                "loop",
-                "-p",
-                "agent-backends",
-                "--bench",
-                "parse",
-                "-p",
-                "agentry",
-                "--bench",
-                "loopback",
-                "-p",
-                "agent-server",
-                "--bench",
-                "load",
-                "-p",
-                "agent-mcp",
-                "--bench",
-                "client",
-                "--bench",
-                "transport",
-                "-p",
-                "agent-otel",
-                "--bench",
-                "otel",
-                "-p",
-                "agent-guardrails",
-                "--bench",
-                "guardrails",
-                "--features",
-                "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
-            ],
-        ),
+        Some("bench") => bench::run(&[
+            "bench",
+            "-p",
+            "agent-tools",
+            "--bench",
+            "tools",
+            "-p",
+            "agent-loop",
+            "--bench",
+            "loop",
+            "--bench",
+            "tool_search",
+            "-p",
+            "agent-backends",
+            "--bench",
+            "parse",
+            "-p",
+            "agentry",
+            "--bench",
+            "loopback",
+            "-p",
+            "agent-server",
+            "--bench",
+            "load",
+            "-p",
+            "agent-mcp",
+            "--bench",
+            "client",
+            "--bench",
+            "transport",
+            "-p",
+            "agent-otel",
+            "--bench",
+            "otel",
+            "-p",
+            "agent-guardrails",
+            "--bench",
+            "guardrails",
+            "--features",
+            "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
+        ]),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");

@@ -243,14 +243,40 @@ impl PostgresSink {
     ///
     /// [`Error::Store`].
     pub async fn model_calls(&self, tenant: &str) -> Result<Vec<StoredModelCall>, Error> {
+        self.model_rows(tenant, None).await
+    }
+
+    /// The `model_calls` and `tool_calls` rows of `tenant`'s session `session`, oldest first
+    /// (filtered in the query: a tenant's other rows are not read).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`].
+    pub async fn session_calls(
+        &self,
+        tenant: &str,
+        session: &str,
+    ) -> Result<(Vec<StoredModelCall>, Vec<StoredToolCall>), Error> {
+        Ok((
+            self.model_rows(tenant, Some(session)).await?,
+            self.tool_rows(tenant, Some(session)).await?,
+        ))
+    }
+
+    async fn model_rows(
+        &self,
+        tenant: &str,
+        session: Option<&str>,
+    ) -> Result<Vec<StoredModelCall>, Error> {
         let client = self.client().await?;
         let rows = client
             .query(
                 "SELECT at_us, tenant, caller, session, run_id, provider, round, model, \
                  input_tokens, output_tokens, cache_read_tokens, cache_write_5m_tokens, \
                  cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, first_event_us, \
-                 tool_calls, stop_reason, error, response_id FROM model_calls WHERE tenant = $1 ORDER BY id",
-                &[&tenant],
+                 tool_calls, stop_reason, error, response_id FROM model_calls \
+                 WHERE tenant = $1 AND ($2::TEXT IS NULL OR session = $2) ORDER BY id",
+                &[&tenant, &session],
             )
             .await?;
         rows.iter()
@@ -293,13 +319,22 @@ impl PostgresSink {
     ///
     /// [`Error::Store`].
     pub async fn tool_calls(&self, tenant: &str) -> Result<Vec<StoredToolCall>, Error> {
+        self.tool_rows(tenant, None).await
+    }
+
+    async fn tool_rows(
+        &self,
+        tenant: &str,
+        session: Option<&str>,
+    ) -> Result<Vec<StoredToolCall>, Error> {
         let client = self.client().await?;
         let rows = client
             .query(
                 "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
                  arguments_bytes, arguments_sha256, result_bytes, sent_bytes, truncated, \
-                 duration_us, outcome, error FROM tool_calls WHERE tenant = $1 ORDER BY id",
-                &[&tenant],
+                 duration_us, outcome, error FROM tool_calls \
+                 WHERE tenant = $1 AND ($2::TEXT IS NULL OR session = $2) ORDER BY id",
+                &[&tenant, &session],
             )
             .await?;
         rows.iter()

@@ -164,14 +164,40 @@ impl SqliteSink {
     ///
     /// [`Error::Store`].
     pub fn model_calls(&self, tenant: &str) -> Result<Vec<StoredModelCall>, Error> {
+        self.model_rows(tenant, None)
+    }
+
+    /// The `model_calls` and `tool_calls` rows of `tenant`'s session `session`, oldest first
+    /// (filtered in the query: a tenant's other rows are not read into memory).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`].
+    pub fn session_calls(
+        &self,
+        tenant: &str,
+        session: &str,
+    ) -> Result<(Vec<StoredModelCall>, Vec<StoredToolCall>), Error> {
+        Ok((
+            self.model_rows(tenant, Some(session))?,
+            self.tool_rows(tenant, Some(session))?,
+        ))
+    }
+
+    fn model_rows(
+        &self,
+        tenant: &str,
+        session: Option<&str>,
+    ) -> Result<Vec<StoredModelCall>, Error> {
         self.with(|conn| {
             let mut statement = conn.prepare(
                 "SELECT at_us, tenant, caller, session, run_id, provider, round, model, \
                  input_tokens, output_tokens, cache_read_tokens, cache_write_5m_tokens, \
                  cache_write_1h_tokens, reasoning_tokens, cost_usd, latency_us, first_event_us, \
-                 tool_calls, stop_reason, error, response_id FROM model_calls WHERE tenant = ?1 ORDER BY id",
+                 tool_calls, stop_reason, error, response_id FROM model_calls \
+                 WHERE tenant = ?1 AND (?2 IS NULL OR session = ?2) ORDER BY id",
             )?;
-            let rows = statement.query_map([tenant], |r| {
+            let rows = statement.query_map(rusqlite::params![tenant, session], |r| {
                 let stop: String = r.get(18)?;
                 Ok(StoredModelCall {
                     at_us: r.get(0)?,
@@ -211,13 +237,18 @@ impl SqliteSink {
     ///
     /// [`Error::Store`].
     pub fn tool_calls(&self, tenant: &str) -> Result<Vec<StoredToolCall>, Error> {
+        self.tool_rows(tenant, None)
+    }
+
+    fn tool_rows(&self, tenant: &str, session: Option<&str>) -> Result<Vec<StoredToolCall>, Error> {
         self.with(|conn| {
             let mut statement = conn.prepare(
                 "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
                  arguments_bytes, arguments_sha256, result_bytes, sent_bytes, truncated, \
-                 duration_us, outcome, error FROM tool_calls WHERE tenant = ?1 ORDER BY id",
+                 duration_us, outcome, error FROM tool_calls \
+                 WHERE tenant = ?1 AND (?2 IS NULL OR session = ?2) ORDER BY id",
             )?;
-            let rows = statement.query_map([tenant], |r| {
+            let rows = statement.query_map(rusqlite::params![tenant, session], |r| {
                 Ok(StoredToolCall {
                     at_us: r.get(0)?,
                     tenant: r.get(1)?,

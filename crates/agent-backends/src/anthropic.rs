@@ -93,8 +93,12 @@ mod decode;
 mod request;
 #[cfg(test)]
 mod tests;
+mod tool_search;
+#[cfg(test)]
+mod tool_search_tests;
 #[cfg(feature = "vertex")]
 mod vertex;
+pub use tool_search::{TOOL_SEARCH_BETA, ToolSearchTool};
 #[cfg(feature = "vertex")]
 pub use vertex::VERTEX_API_VERSION;
 
@@ -180,6 +184,7 @@ pub struct Anthropic {
     capabilities: Capabilities,
     betas: Vec<String>,
     cache: Option<CacheLayout>,
+    tool_search: Option<ToolSearchTool>,
     #[cfg(feature = "vertex")]
     vertex: bool,
 }
@@ -197,9 +202,11 @@ impl Anthropic {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: false,
+                tool_search: false,
             },
             betas: Vec::new(),
             cache: None,
+            tool_search: None,
             #[cfg(feature = "vertex")]
             vertex: false,
         }
@@ -265,6 +272,7 @@ impl Protocol for Anthropic {
     fn prepare(&self, request: &ModelRequest) -> Result<Prepared, BackendError> {
         // request builds the body, cache marks it: cache depends on request, never back.
         let mut body = request::build(request, self.cache.as_ref())?;
+        tool_search::add(self.tool_search, &mut body)?;
         if let Some(layout) = &self.cache {
             cache::mark(layout, &mut body);
         }

@@ -198,6 +198,7 @@ impl Bedrock {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: false,
+                tool_search: false,
             },
             region,
             auth,

@@ -172,6 +172,7 @@ impl Gemini {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
             sse: true,
         }
@@ -224,19 +225,22 @@ impl Protocol for Gemini {
             ));
         }
         let body = request::body(request)?;
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(key) = self
-            .connection
-            .api_key
-            .as_deref()
-            .filter(|key| !key.is_empty())
-        {
-            headers.insert(
-                HeaderName::from_static("x-goog-api-key"),
-                secret_header(key)?,
-            );
-        }
+        let headers = self.connection.request_headers(|| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(key) = self
+                .connection
+                .api_key
+                .as_deref()
+                .filter(|key| !key.is_empty())
+            {
+                headers.insert(
+                    HeaderName::from_static("x-goog-api-key"),
+                    secret_header(key)?,
+                );
+            }
+            Ok(headers)
+        })?;
         Ok(Prepared {
             url: self.url(request),
             headers,

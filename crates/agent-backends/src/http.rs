@@ -23,6 +23,7 @@ mod auth;
 pub(crate) mod driver;
 #[cfg(any(feature = "gemini", feature = "ollama"))]
 pub(crate) mod extras;
+pub(crate) mod headers;
 mod options;
 #[cfg_attr(
     not(any(
@@ -51,6 +52,8 @@ pub(crate) struct Connection {
     pub(crate) base_url: String,
     pub(crate) api_key: Option<String>,
     pub(crate) http: HttpOptions,
+    /// The request headers, built once (see [`headers`]).
+    pub(crate) headers: headers::HeaderCache,
 }
 
 impl Connection {
@@ -59,7 +62,19 @@ impl Connection {
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key,
             http: HttpOptions::default(),
+            headers: headers::HeaderCache::default(),
         }
+    }
+
+    /// The headers of every request: the adapter's (`build`, called only when the key or the
+    /// configured headers changed) with [`HttpOptions::headers`] merged over them.
+    #[allow(dead_code)]
+    pub(crate) fn request_headers(
+        &self,
+        build: impl FnOnce() -> Result<reqwest::header::HeaderMap, BackendError>,
+    ) -> Result<reqwest::header::HeaderMap, BackendError> {
+        self.headers
+            .get(self.api_key.as_deref(), &self.http.headers, build)
     }
 
     /// `base_url` followed by `path` (which starts with `/`).

@@ -112,6 +112,8 @@ mod provider;
 mod scripted;
 #[cfg(feature = "http")]
 mod settings;
+#[cfg(any(feature = "openai", feature = "openai-responses"))]
+mod tools_json;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

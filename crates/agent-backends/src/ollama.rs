@@ -109,6 +109,7 @@ impl Ollama {
                 prompt_caching: false,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
         }
     }
@@ -183,16 +184,19 @@ impl Protocol for Ollama {
 
     fn prepare(&self, request: &ModelRequest) -> Result<Prepared, BackendError> {
         let body = request::body(request)?;
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(key) = self
-            .connection
-            .api_key
-            .as_deref()
-            .filter(|key| !key.is_empty())
-        {
-            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
-        }
+        let headers = self.connection.request_headers(|| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(key) = self
+                .connection
+                .api_key
+                .as_deref()
+                .filter(|key| !key.is_empty())
+            {
+                headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
+            }
+            Ok(headers)
+        })?;
         Ok(Prepared {
             url: self.connection.url("/api/chat"),
             headers,

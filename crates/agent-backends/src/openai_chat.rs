@@ -92,6 +92,7 @@ use self::decode::ChatDecoder;
 use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::{ProviderError, response_error};
 use crate::http::{Connection, HttpOptions, http_builders, secret_header};
+use crate::tools_json::ToolsJson;
 
 /// The default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -105,6 +106,8 @@ pub struct OpenAiChat {
     capabilities: Capabilities,
     prompt_cache_key: Option<String>,
     reasoning_in_history: bool,
+    /// The tools array of the last request, serialized.
+    tools_json: ToolsJson,
     /// Azure OpenAI deployment URLs: the `api-version` (see [`crate::cloud::azure`]).
     #[cfg(feature = "azure")]
     azure_api_version: Option<String>,
@@ -127,9 +130,11 @@ impl OpenAiChat {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
             prompt_cache_key: None,
             reasoning_in_history: false,
+            tools_json: ToolsJson::default(),
             #[cfg(feature = "azure")]
             azure_api_version: None,
         }
@@ -176,6 +181,7 @@ impl OpenAiChat {
         request::Options {
             prompt_cache_key: self.prompt_cache_key.as_deref(),
             reasoning_in_history: self.reasoning_in_history,
+            tools: Some(&self.tools_json),
         }
     }
 }
@@ -194,19 +200,22 @@ impl Protocol for OpenAiChat {
     }
 
     fn prepare(&self, request: &ModelRequest) -> Result<Prepared, BackendError> {
-        let mut headers = HeaderMap::new();
-        if let Some(key) = self
-            .connection
-            .api_key
-            .as_deref()
-            .filter(|key| !key.is_empty())
-        {
-            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
-        }
-        headers.insert(
-            reqwest::header::CONTENT_TYPE,
-            reqwest::header::HeaderValue::from_static("application/json"),
-        );
+        let headers = self.connection.request_headers(|| {
+            let mut headers = HeaderMap::new();
+            if let Some(key) = self
+                .connection
+                .api_key
+                .as_deref()
+                .filter(|key| !key.is_empty())
+            {
+                headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
+            }
+            headers.insert(
+                reqwest::header::CONTENT_TYPE,
+                reqwest::header::HeaderValue::from_static("application/json"),
+            );
+            Ok(headers)
+        })?;
         Ok(Prepared {
             url: self.url(request),
             headers,

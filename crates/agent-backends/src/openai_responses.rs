@@ -48,6 +48,7 @@ mod decode;
 mod request;
 #[cfg(test)]
 mod tests;
+mod tool_search;
 
 use agent_types::{BackendError, Capabilities, ModelRequest};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -56,6 +57,7 @@ use serde::Deserialize;
 use crate::http::driver::{Prepared, Protocol};
 use crate::http::status::response_error;
 use crate::http::{Connection, HttpOptions, http_builders, secret_header};
+use crate::tools_json::ToolsJson;
 
 pub(crate) use decode::WireDecoder;
 
@@ -70,6 +72,8 @@ pub struct OpenAiResponses {
     store: bool,
     encrypted_reasoning: Option<bool>,
     prompt_cache_key: Option<String>,
+    /// The tools array of the last request, serialized.
+    tools_json: ToolsJson,
     /// Azure OpenAI's `api-version` query parameter (see [`crate::cloud::azure`]).
     #[cfg(feature = "azure")]
     api_version: Option<String>,
@@ -89,9 +93,11 @@ impl OpenAiResponses {
                 prompt_caching: true,
                 usage_reporting: true,
                 structured_output: true,
+                tool_search: false,
             },
             store: false,
             encrypted_reasoning: None,
+            tools_json: ToolsJson::default(),
             prompt_cache_key: None,
             #[cfg(feature = "azure")]
             api_version: None,
@@ -167,13 +173,17 @@ impl Protocol for OpenAiResponses {
                 store: self.store,
                 encrypted_reasoning: self.encrypted_reasoning,
                 prompt_cache_key: self.prompt_cache_key.as_deref(),
+                tools: Some(&self.tools_json),
             },
         )?;
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(key) = self.connection.api_key.as_deref().filter(|k| !k.is_empty()) {
-            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
-        }
+        let headers = self.connection.request_headers(|| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(key) = self.connection.api_key.as_deref().filter(|k| !k.is_empty()) {
+                headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
+            }
+            Ok(headers)
+        })?;
         Ok(Prepared {
             url: self.url(),
             headers,

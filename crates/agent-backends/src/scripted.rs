@@ -381,6 +381,7 @@ impl ScriptedBackend {
                 prompt_caching: false,
                 usage_reporting: true,
                 structured_output: false,
+                tool_search: false,
             },
             model: None,
             recorded: None,

@@ -22,7 +22,6 @@ use agent_types::{AgentError, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::job::Job;
 use crate::options::Options;
 use crate::session::Session;
 
@@ -177,7 +176,7 @@ impl ApprovalDecision {
     }
 
     /// Whether a bound decision names something else than `call`.
-    fn mismatches(&self, call: &ToolCall) -> bool {
+    pub(crate) fn mismatches(&self, call: &ToolCall) -> bool {
         self.name.as_ref().is_some_and(|name| *name != call.name)
             || self
                 .arguments
@@ -186,7 +185,7 @@ impl ApprovalDecision {
     }
 
     /// The error result text the model sees for a denied call.
-    fn denial(&self) -> String {
+    pub(crate) fn denial(&self) -> String {
         match self.reason.as_deref().map(str::trim) {
             Some(reason) if !reason.is_empty() => {
                 format!("This call was not run: the user denied it: {reason}")
@@ -326,32 +325,6 @@ pub(crate) struct Round {
 }
 
 impl Round {
-    /// The round of `jobs` (calls at `waiting` wait for a person) and `remote` calls.
-    pub(crate) fn new(jobs: Vec<Job>, waiting: &[usize], remote: Vec<ToolCall>) -> Self {
-        let iteration = jobs.first().map_or(0, |job| job.iteration);
-        let local = jobs
-            .into_iter()
-            .enumerate()
-            .map(|(at, job)| RoundCall {
-                disposition: if waiting.contains(&at) {
-                    Disposition::Waiting
-                } else {
-                    match job.refused {
-                        Some(reason) => Disposition::Refused { reason },
-                        None => Disposition::Run,
-                    }
-                },
-                call: job.call,
-                guardrails: job.guardrails.map(|boxed| *boxed).unwrap_or_default(),
-            })
-            .collect();
-        Self {
-            iteration,
-            local,
-            remote,
-        }
-    }
-
     /// The calls waiting for a person, in call order.
     pub(crate) fn waiting(&self) -> Vec<ToolCall> {
         self.local
@@ -359,33 +332,6 @@ impl Round {
             .filter(|entry| entry.disposition == Disposition::Waiting)
             .map(|entry| entry.call.clone())
             .collect()
-    }
-
-    /// The round's jobs under `decisions` (checked by [`check`] first), and its remote calls.
-    pub(crate) fn into_jobs(self, decisions: &[ApprovalDecision]) -> (Vec<Job>, Vec<ToolCall>) {
-        let iteration = self.iteration;
-        let jobs = self
-            .local
-            .into_iter()
-            .map(|entry| {
-                let refused = match entry.disposition {
-                    Disposition::Run => None,
-                    Disposition::Refused { reason } => Some(reason),
-                    Disposition::Waiting => decisions
-                        .iter()
-                        .find(|decision| decision.call_id == entry.call.id.as_str())
-                        .and_then(|decision| (!decision.approved).then(|| decision.denial())),
-                };
-                Job {
-                    name: std::sync::Arc::from(entry.call.name.as_str()),
-                    call: entry.call,
-                    iteration,
-                    refused,
-                    guardrails: (!entry.guardrails.is_empty()).then(|| Box::new(entry.guardrails)),
-                }
-            })
-            .collect();
-        (jobs, self.remote)
     }
 }
 

@@ -21,16 +21,10 @@ use crate::telemetry::{self, SpanName};
 
 use crate::events::Emitter;
 use crate::job::Job;
-use crate::options::{Options, ToolErrorMode};
+use crate::options::Options;
 
-/// Why a call's failure ends the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stop {
-    /// Invalid arguments under `abort`.
-    Invalid,
-    /// Any other failure under `abort`, or a fatal handler error under any mode.
-    Failed,
-}
+/// Why a call's failure ends the run (the machine's table decides it).
+pub(crate) use crate::machine::ToolStop as Stop;
 
 /// What one call produced.
 pub(crate) struct Outcome {
@@ -154,6 +148,20 @@ impl Failure {
             Self::Handler(_) => "tool_error",
             Self::TimedOut => "timeout",
             Self::NotRun => "not_run",
+        }
+    }
+
+    /// The failure as the machine's error-mode table reads it.
+    fn for_machine(&self) -> crate::machine::CallFailure {
+        use crate::machine::CallFailure;
+        match self {
+            Self::UnknownTool => CallFailure::UnknownTool,
+            Self::Invalid => CallFailure::InvalidArguments,
+            Self::Handler(ToolErrorKind::Fatal) => CallFailure::Fatal,
+            Self::Handler(ToolErrorKind::Cancelled) => CallFailure::Cancelled,
+            Self::Handler(_) => CallFailure::HandlerError,
+            Self::TimedOut => CallFailure::TimedOut,
+            Self::NotRun => CallFailure::NotRun,
         }
     }
 }
@@ -530,17 +538,9 @@ impl Round<'_> {
             ),
             Err((failure, message)) => (Cut::text(truncate(message, self.policy)), Some(failure)),
         };
-        let abort = self.options.tool_error_mode == ToolErrorMode::Abort;
-        let stop = match failure {
-            None => None,
-            Some(Failure::Handler(ToolErrorKind::Fatal)) => Some(Stop::Failed),
-            Some(Failure::Handler(ToolErrorKind::Cancelled) | Failure::NotRun) => None,
-            Some(Failure::Invalid) if abort => Some(Stop::Invalid),
-            Some(Failure::UnknownTool | Failure::Handler(_) | Failure::TimedOut) if abort => {
-                Some(Stop::Failed)
-            }
-            Some(_) => None,
-        };
+        let stop = failure.as_ref().and_then(|failure| {
+            crate::machine::tool_stop(failure.for_machine(), self.options.tool_error_mode)
+        });
         if stop.is_some() {
             self.stopping.store(true, Ordering::Relaxed);
         }

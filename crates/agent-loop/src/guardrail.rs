@@ -534,6 +534,20 @@ pub(crate) async fn check_output(
     Ok(OutputOutcome::Pass)
 }
 
+/// The decisions among `decisions` about `call` (none: no allocation), for its job.
+#[allow(clippy::box_collection)]
+pub(crate) fn decisions_for(
+    decisions: &[GuardrailDecision],
+    call: &ToolCall,
+) -> Option<Box<Vec<GuardrailDecision>>> {
+    let mine: Vec<GuardrailDecision> = decisions
+        .iter()
+        .filter(|decision| decision.call_id.as_ref() == Some(&call.id))
+        .cloned()
+        .collect();
+    (!mine.is_empty()).then(|| Box::new(mine))
+}
+
 /// What the tool guardrails decided about a call before it runs.
 #[derive(Debug, Default)]
 pub(crate) struct CallGate {

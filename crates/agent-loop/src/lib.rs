@@ -87,6 +87,8 @@ pub mod guardrail;
 pub mod history;
 mod hooks;
 mod job;
+pub mod machine;
+mod one_call;
 mod options;
 pub mod output;
 pub mod prepare;
@@ -96,6 +98,7 @@ mod run_messages;
 mod session;
 pub mod span_sink;
 mod telemetry;
+pub mod tool_search;
 
 use agent_types::{AgentError, Backend, GenerationSettings, Message, ToolChoice, UserMessage};
 use serde_json::{Map, Value};
@@ -115,6 +118,9 @@ pub use guardrail::{
 };
 pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
+pub use one_call::{
+    CallScreen, ToolCallOutcome, decide_tool_call, run_tool_call, screen_tool_call,
+};
 pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,
 };
@@ -122,6 +128,7 @@ pub use output::{OutputSpec, OutputStrategy};
 pub use prepare::{PrepareRound, RoundContext, RoundPlan};
 pub use result::{GenerateResult, ModelCallRecord};
 pub use session::{BudgetsUsed, Session, SessionInput, SessionStatus};
+pub use tool_search::{SearchableTools, ToolSearch};
 
 pub use agent_tools::ValidationMode;
 

@@ -19,7 +19,10 @@ use crate::output::{OutputSpec, OutputStrategy};
 use crate::result::ModelCallRecord;
 
 /// Who resolves the tool calls the model asks for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum ToolMode {
     /// One model call. Requested tool calls come back to the caller (finish reason
     /// `tool_calls`), who runs them and calls again. The default.
@@ -241,6 +244,8 @@ pub struct Options {
     pub approval_tools: Option<Arc<BTreeSet<String>>>,
     /// Input, tool and output guardrails (see [`crate::guardrail`]); none by default.
     pub guardrails: crate::guardrail::Guardrails,
+    /// The catalog's tool search, set by [`with_tool_search`](Self::with_tool_search).
+    pub(crate) tool_search: Option<Arc<crate::tool_search::Catalog>>,
 }
 
 impl Default for Options {
@@ -285,6 +290,7 @@ impl Default for Options {
             approval_policy: None,
             approval_tools: None,
             guardrails: crate::guardrail::Guardrails::new(),
+            tool_search: None,
         }
     }
 }
@@ -538,6 +544,7 @@ impl fmt::Debug for Options {
             .field("approval_policy", &self.approval_policy.is_some())
             .field("approval_tools", &self.approval_tools)
             .field("guardrails", &self.guardrails)
+            .field("tool_search", &self.tool_search)
             .finish()
     }
 }

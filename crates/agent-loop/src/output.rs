@@ -70,7 +70,10 @@ use serde_json::Value;
 pub use agent_types::strict_schema;
 
 /// How the model is asked for a structured answer. See the [module docs](self).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum OutputStrategy {
     /// `Native` when the backend supports it, else `Tool`, else `Prompted`.
     #[default]
@@ -245,6 +248,35 @@ impl std::fmt::Debug for OutputSpec {
             .field("schema", &self.inner.schema)
             .field("compiled", &self.inner.validator.is_ok())
             .finish()
+    }
+}
+
+/// An output spec as data: its name, description and schema (the compiled validator is
+/// rebuilt when read), so a durable driver's state and config can carry it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SpecData<'a> {
+    name: std::borrow::Cow<'a, str>,
+    description: std::borrow::Cow<'a, str>,
+    schema: std::borrow::Cow<'a, Value>,
+}
+
+impl serde::Serialize for OutputSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        SpecData {
+            name: std::borrow::Cow::Borrowed(&self.inner.name),
+            description: std::borrow::Cow::Borrowed(&self.inner.description),
+            schema: std::borrow::Cow::Borrowed(&self.inner.schema),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for OutputSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let data = SpecData::deserialize(deserializer)?;
+        Ok(Self::from_schema(data.schema.into_owned())
+            .with_name(data.name.into_owned())
+            .with_description(data.description.into_owned()))
     }
 }
 

@@ -1,16 +1,15 @@
 //! The loop itself: one run of a session, from its input to an answer, a suspension or an error.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
 use agent_conversation::Turn;
 use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
 use agent_types::{
-    AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError, Budget,
-    Capabilities, ErrorKind, Message, MessageAssembler, ModelRequest, Role, StopReason, ToolCall,
-    ToolChoice, ToolResult, TraceEntry, Usage,
+    AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError, Capabilities,
+    ErrorKind, GuardrailDecision, Message, MessageAssembler, ModelRequest, Role, StopReason,
+    ToolCall, ToolChoice, TraceEntry,
 };
 use futures_util::StreamExt;
 use tokio::time::Instant;
@@ -23,16 +22,12 @@ use crate::estimate::CountCache;
 use crate::events::Emitter;
 use crate::hooks::ModelCallGate;
 use crate::job::Job;
-use crate::options::{Options, ToolMode};
+use crate::machine::{Action, Input, Refusal, RoundOutcome, Screen};
+use crate::options::Options;
 use crate::output::{OutputSpec, OutputStrategy};
 use crate::result::{GenerateResult, ModelCallRecord};
-use crate::session::{RepeatedCall, RunState, Session, SessionInput, SessionStatus};
+use crate::session::{RunState, Session, SessionInput, SessionStatus};
 use crate::telemetry::{self, SpanName};
-
-/// An output limit every current model accepts (the smallest maximum output among them, and
-/// Anthropic's adapter default): a budget's clamp below it is always sent; above it, only to
-/// lower a limit the session set itself.
-const SAFE_OUTPUT_LIMIT: u64 = 4_096;
 
 /// Whether the session outlives the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,8 +187,8 @@ enum End {
     Answered,
     /// Calls wait for the caller.
     Suspended(Vec<ToolCall>),
-    /// Calls wait for a person's approval.
-    AwaitingApproval(crate::approval::Round),
+    /// Calls wait for a person's approval (the round is in the machine's budgets).
+    AwaitingApproval(Vec<ToolCall>),
 }
 
 /// One run. Holds the session's history inside the request it sends, so no round copies the
@@ -210,9 +205,12 @@ struct Run<'s, 'o, B: ?Sized> {
     produced_from: usize,
     /// Messages before this index are already with the appender.
     appended_to: usize,
-    state: RunState,
-    usage: Usage,
-    cost_usd: Option<f64>,
+    /// The loop's decisions: budgets, spend, where the run stands.
+    machine: crate::machine::State,
+    /// The settings the machine decides by.
+    config: crate::machine::Config,
+    /// The prepared call's estimated input tokens, for its gate.
+    estimated_input_tokens: u64,
     records: Vec<ModelCallRecord>,
     trace: Vec<TraceEntry>,
     warned_no_usage: bool,
@@ -243,45 +241,15 @@ struct Run<'s, 'o, B: ?Sized> {
     approvals: Option<Vec<crate::ApprovalDecision>>,
 }
 
-/// A run's structured output: the spec, the strategy resolved for the backend, the retries
-/// used, the answer once validated.
+/// A run's structured output: the spec, the strategy resolved for the backend, the answer
+/// once validated (the machine judges answers and counts the retries).
 struct Output<'o> {
     spec: &'o OutputSpec,
     strategy: OutputStrategy,
-    retries: u32,
     /// The validated structured answer, once there is one.
     answer: Option<serde_json::Value>,
     /// The session's own system prompt, when `Prompted` added the schema to the request's.
     system_before: Option<Option<String>>,
-}
-
-/// What a model turn comes to in a run with an output schema.
-enum Structured {
-    /// Tool calls to run as usual.
-    Tools,
-    /// An invalid answer went back to the model: call it again.
-    Retry,
-    /// The validated answer ends the run.
-    Answered,
-}
-
-/// What a model turn is, for a run with an output schema.
-enum Verdict {
-    /// Tool calls that are not the final answer: the usual round.
-    Tools,
-    /// A valid answer (`call`: the final-answer call that carried it).
-    Answer {
-        value: serde_json::Value,
-        call: Option<ToolCall>,
-    },
-    /// An answer that fails the schema (or is not JSON).
-    Invalid {
-        raw: String,
-        errors: Vec<String>,
-        call: Option<ToolCall>,
-    },
-    /// The model refused.
-    Refused(String),
 }
 
 impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
@@ -350,7 +318,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             input,
             SessionInput::ToolResults(_) | SessionInput::Approvals(_)
         ) {
-            close_dangling(&mut messages, "the run that made it ended first");
+            crate::machine::close_dangling(&mut messages, "the run that made it ended first");
         }
         let before_input = messages.len();
         let mut approvals = None;
@@ -359,7 +327,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             SessionInput::User(user) => messages.push(Message::User(user)),
             SessionInput::ToolResults(results) => {
                 // Remote results count against the budgets as input of the next call.
-                messages.extend(order_results(
+                messages.extend(crate::machine::order_results(
                     results,
                     &pending,
                     &policy,
@@ -385,16 +353,24 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             response_format: None,
             stream: true,
         };
+        if let Some(search) = &options.tool_search {
+            search.resolve(backend.capabilities(), &mut request);
+        }
         let output = match (&options.output, strategy) {
             (Some(spec), Some(strategy)) => Some(Box::new(Output {
                 spec,
                 strategy,
-                retries: 0,
                 answer: None,
                 system_before: apply_output(spec, strategy, &mut request),
             })),
             _ => None,
         };
+        // Remote tools, approvals or tool guardrails: the round's calls are screened before
+        // it runs.
+        let screen_calls = approvals_possible
+            || options.guardrails.has_tool_guardrails()
+            || tools.iter().any(|tool| tool.is_remote());
+        let config = crate::machine::Config::new(options, &session.model, strategy, screen_calls);
         let preamble_tokens = options
             .token_counter
             .preamble_tokens(request.system.as_deref(), &request.tools);
@@ -417,9 +393,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             appended_to: produced_from,
             produced_from,
             request,
-            state,
-            usage: Usage::default(),
-            cost_usd: None,
+            machine: crate::machine::State::resume(state),
+            config,
+            estimated_input_tokens: 0,
             records: Vec::new(),
             trace: Vec::new(),
             warned_no_usage: false,
@@ -441,122 +417,161 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         })
     }
 
-    /// The loop: model call, tools, model call… until an answer, a suspension or an error.
+    /// The loop: a thin driver over the state machine ([`crate::machine`]). It performs
+    /// each action (prepare and make the model call, screen and run a round, push messages,
+    /// emit an event) and feeds what came of it back, until the machine ends the run. A
+    /// failure of the driver's own (the appender, a gate, accounting) ends the run at once,
+    /// as [`Input::Failed`] would.
     async fn drive(&mut self) -> Result<End, AgentError> {
         // Echoed input goes to the appender first.
         self.append_new().await?;
-        if let Some(decisions) = self.approvals.take() {
-            // The round that waited for approval runs now, in call order.
-            let round = self.state.approval_round.take();
-            let (jobs, pending) = match round {
-                Some(round) => round.into_jobs(&decisions),
-                None => (Vec::new(), Vec::new()),
-            };
-            let suspended = self.run_jobs(jobs, pending).await?;
-            self.check_spend()?;
-            if let Some(end) = suspended {
-                return Ok(end);
-            }
-        }
-        // [guardrail call site: input] before the first model call, or raced with it.
+        let approvals = self.approvals.take();
+        // [guardrail call site: input] before `start`, or raced with the first model call.
         let mut input_check = crate::guardrail::input_check(self.options, &self.request.messages);
         if !crate::guardrail::input_concurrent(self.options)
             && let Some(check) = input_check.take()
+            && let Err(trip) = check.await
         {
-            check.await?;
+            return Err(self.fail(trip));
         }
-        let mut guard_retries = 0;
+        let mut action = self.machine.step(&self.config, Input::Start { approvals });
+        // The last response's position, for the answer's check.
+        let mut last_response = 0;
+        // Each input is made after its await and fed at once: only the action is kept in the
+        // run's future across awaits.
         loop {
-            let at = match input_check.take() {
-                // Boxed: only a run racing its input check pays for the second call future.
-                Some(check) => Box::pin(crate::guardrail::race(check, self.call_model())).await?,
-                None => self.call_model().await?,
-            };
-            self.check_spend()?;
-            let calls: Vec<ToolCall> = match &self.request.messages[at] {
-                Message::Assistant(message) => message.tool_calls().cloned().collect(),
-                _ => Vec::new(),
-            };
-            if self.output.is_some() {
-                // Boxed: the answer's checks and retries are large futures that would
-                // otherwise take room in every run's future, text-only runs included.
-                match Box::pin(self.structured_turn(at, &calls)).await? {
-                    Structured::Tools => {}
-                    Structured::Retry => continue,
-                    Structured::Answered if self.guard_output(at, &mut guard_retries).await? => {
-                        continue;
+            action = match action {
+                Action::PrepareCall { iteration } => {
+                    let input = self.prepare_call(iteration).await?;
+                    self.machine.step(&self.config, input)
+                }
+                Action::CallModel {
+                    iteration,
+                    max_output_tokens,
+                } => {
+                    let at = match input_check.take() {
+                        // Boxed: only a run racing its input check pays for the second call
+                        // future. A trip drops (cancels) the call and ends the run.
+                        Some(check) => {
+                            let call = self.call_model(iteration, max_output_tokens);
+                            let raced = Box::pin(crate::guardrail::race(check, call)).await;
+                            match raced {
+                                Ok(at) => at,
+                                Err(error) => return Err(self.fail(error)),
+                            }
+                        }
+                        None => self.call_model(iteration, max_output_tokens).await?,
+                    };
+                    last_response = at;
+                    let input = self.response_input(at);
+                    self.machine.step(&self.config, input)
+                }
+                Action::ScreenCalls { calls } => {
+                    let input = self.screen(calls);
+                    self.machine.step(&self.config, input)
+                }
+                Action::RunTools {
+                    iteration,
+                    calls,
+                    refused,
+                    guardrails,
+                } => {
+                    let input = self
+                        .run_round(iteration, calls, refused, guardrails)
+                        .await?;
+                    self.machine.step(&self.config, input)
+                }
+                Action::CheckAnswer { output, retries } => {
+                    // [guardrail call site: output] the machine asks before it finishes.
+                    let checked = Box::pin(crate::guardrail::check_output(
+                        self.options,
+                        self.request.messages.get(last_response),
+                        output.as_ref(),
+                        retries,
+                    ))
+                    .await;
+                    let input = match checked {
+                        Ok(crate::guardrail::OutputOutcome::Pass) => {
+                            Input::AnswerChecked { retry: None }
+                        }
+                        Ok(crate::guardrail::OutputOutcome::Retry(feedback)) => {
+                            Input::AnswerChecked {
+                                retry: Some(feedback),
+                            }
+                        }
+                        Err(trip) => Input::Failed {
+                            error: Box::new(trip),
+                        },
+                    };
+                    self.machine.step(&self.config, input)
+                }
+                Action::Push { messages } => {
+                    for message in messages {
+                        self.push_message(message, None).await?;
                     }
-                    Structured::Answered => return Ok(End::Answered),
+                    self.machine.step(&self.config, Input::Done)
                 }
-            }
-            if calls.is_empty() {
-                if self.guard_output(at, &mut guard_retries).await? {
-                    continue;
+                Action::Emit { event } => {
+                    self.emitter.emit(*event).await;
+                    self.machine.step(&self.config, Input::Done)
                 }
-                return Ok(End::Answered);
-            }
-            if self.options.mode == ToolMode::Return {
-                return Ok(End::Suspended(calls));
-            }
-            if self.state.iterations >= self.options.max_tool_iterations {
-                return Err(AgentError::budget(Budget::Iterations {
-                    used: self.state.iterations,
-                    max: self.options.max_tool_iterations,
-                }));
-            }
-            self.state.iterations += 1;
-            self.check_cycle(&calls)?;
-            let suspended = self.run_tools(calls).await?;
-            self.check_spend()?;
-            if let Some(end) = suspended {
-                return Ok(end);
-            }
+                Action::Suspend { status, calls } => {
+                    return Ok(match status {
+                        SessionStatus::AwaitingApproval => End::AwaitingApproval(calls),
+                        _ => End::Suspended(calls),
+                    });
+                }
+                Action::Finish { output } => {
+                    if let Some(spec) = &mut self.output {
+                        spec.answer = output;
+                    }
+                    return Ok(End::Answered);
+                }
+                Action::Fail { error } => return Err(*error),
+                // Performed inside `call_model`, between the response and its push.
+                Action::AppendResponse => {
+                    return Err(AgentError::config(
+                        "the loop's state machine asked to append a response out of turn",
+                    ));
+                }
+            };
         }
     }
 
-    /// [guardrail call site: output] Runs the output guardrails on the answer at `at`;
-    /// `true` when they sent it back (the feedback is in the history: call the model again),
-    /// counted as a tool iteration.
-    async fn guard_output(&mut self, at: usize, retries: &mut u32) -> Result<bool, AgentError> {
-        if !self.options.guardrails.has_output_guardrails() {
-            return Ok(false);
-        }
-        // Boxed: a run without output guardrails keeps a pointer's room for the check.
-        Box::pin(self.guard_output_checked(at, retries)).await
-    }
-
-    async fn guard_output_checked(
-        &mut self,
-        at: usize,
-        retries: &mut u32,
-    ) -> Result<bool, AgentError> {
-        let structured = self
-            .output
-            .as_ref()
-            .and_then(|output| output.answer.as_ref());
-        let outcome = crate::guardrail::check_output(
-            self.options,
-            self.request.messages.get(at),
-            structured,
-            *retries,
-        )
-        .await?;
-        let crate::guardrail::OutputOutcome::Retry(feedback) = outcome else {
-            return Ok(false);
+    /// Feeds the driver's own failure `error` to the machine and returns the error the run
+    /// ends with.
+    fn fail(&mut self, error: AgentError) -> AgentError {
+        let input = Input::Failed {
+            error: Box::new(error),
         };
-        if self.state.iterations >= self.options.max_tool_iterations {
-            return Err(AgentError::budget(Budget::Iterations {
-                used: self.state.iterations,
-                max: self.options.max_tool_iterations,
-            }));
+        match self.machine.step(&self.config, input) {
+            Action::Fail { error } => *error,
+            other => AgentError::config(format!(
+                "the loop's state machine answered a failure with {other:?}"
+            )),
         }
-        *retries += 1;
-        self.state.iterations += 1;
-        if let Some(output) = &mut self.output {
-            output.answer = None;
-        }
-        self.push_message(Message::user(feedback), None).await?;
-        Ok(true)
+    }
+
+    /// The machine's input for the response at `at`, now in the history: its calls, and for
+    /// a structured-output run its refusal and text.
+    fn response_input(&self, at: usize) -> Input {
+        let Message::Assistant(message) = &self.request.messages[at] else {
+            return Input::ResponseAppended {
+                calls: Vec::new(),
+                text: None,
+            };
+        };
+        let calls = message.tool_calls().cloned().collect();
+        let text = self.output.as_ref().map(|_| {
+            Box::new(crate::machine::ResponseText {
+                refusal: message.content.iter().find_map(|block| match block {
+                    AssistantBlock::Refusal { text } => Some(text.clone()),
+                    _ => None,
+                }),
+                text: message.text_content(),
+            })
+        });
+        Input::ResponseAppended { calls, text }
     }
 
     /// Settles the session and builds the result or the error.
@@ -575,16 +590,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let span = tracing::Span::current();
         tracing::record_all!(
             span,
-            agentry.iterations = telemetry::int(self.state.iterations),
+            agentry.iterations = telemetry::int(self.machine.budgets().iterations),
             agentry.model_calls = telemetry::int(self.records.len()),
         );
-        telemetry::record_usage(&span, &self.usage, self.cost_usd);
+        let (usage, cost_usd) = (self.machine.usage(), self.machine.cost_usd());
+        telemetry::record_usage(&span, &usage, cost_usd);
         crate::span_sink::with_run(|run| {
             run.totals(&crate::span_sink::RunTotals {
-                iterations: self.state.iterations,
+                iterations: self.machine.budgets().iterations,
                 model_calls: self.records.len(),
-                usage: &self.usage,
-                cost_usd: self.cost_usd,
+                usage: &usage,
+                cost_usd,
             });
         });
         match ended {
@@ -594,15 +610,15 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             }
             Ok(End::Suspended(pending)) => {
                 self.session.status = SessionStatus::AwaitingToolExecution;
-                self.session.suspended = Some(std::mem::take(&mut self.state));
+                self.session.suspended = Some(self.machine.take_budgets());
                 self.session.pending_tool_calls.clone_from(&pending);
                 Ok(self.result(pending))
             }
-            Ok(End::AwaitingApproval(round)) => {
+            Ok(End::AwaitingApproval(waiting)) => {
                 self.session.status = SessionStatus::AwaitingApproval;
-                self.session.pending_approvals = round.waiting();
-                self.state.approval_round = Some(round);
-                self.session.suspended = Some(std::mem::take(&mut self.state));
+                self.session.pending_approvals = waiting;
+                // The machine keeps the waiting round in its budgets.
+                self.session.suspended = Some(self.machine.take_budgets());
                 let mut result = self.result(Vec::new());
                 result.finish_reason = StopReason::ToolCalls;
                 result.pending_approvals = self.session.pending_approvals.clone();
@@ -617,7 +633,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 // Every call the model asked for gets a result, so the history stays valid
                 // for the next request.
                 let reason = format!("the run ended first: {}", error.kind);
-                close_dangling(&mut self.request.messages, &reason);
+                crate::machine::close_dangling(&mut self.request.messages, &reason);
                 // After an appender failure, storing more would reorder the stored turns.
                 if matches!(error.kind, ErrorKind::Appender) {
                     self.appended_to = self.request.messages.len();
@@ -627,7 +643,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 let messages = self.take_new_messages();
                 Err(error
                     .with_partial(std::mem::take(&mut self.trace), messages)
-                    .with_spend(self.usage, self.cost_usd))
+                    .with_spend(self.machine.usage(), self.machine.cost_usd()))
             }
         }
     }
@@ -669,8 +685,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             finish_reason,
             messages,
             pending_tool_calls: pending,
-            usage: self.usage,
-            cost_usd: self.cost_usd,
+            usage: self.machine.usage(),
+            cost_usd: self.machine.cost_usd(),
             model_calls: std::mem::take(&mut self.records),
             trace: if self.options.include_tool_trace {
                 std::mem::take(&mut self.trace)
@@ -682,13 +698,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
     }
 
-    /// One model call: gate, stream, assemble, account, append. Returns the new message's
-    /// position in the history.
-    async fn call_model(&mut self) -> Result<usize, AgentError> {
+    /// Prepares the next call's request (the round's preparation, the history policy) and
+    /// estimates its input, for the machine's check against the budgets.
+    async fn prepare_call(&mut self, iteration: u32) -> Result<Input, AgentError> {
         if self.options.cancellation.is_cancelled() {
-            return Err(aborted("the run was cancelled before the model call"));
+            return Ok(Input::Cancelled);
         }
-        let iteration = self.state.iterations;
         if let (Some(hook), Some(prepared)) = (&self.options.prepare_round, &mut self.prepared)
             && prepared.apply(
                 hook,
@@ -718,7 +733,30 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         } else {
             0
         };
-        let max_output_tokens = self.admit(estimated_input_tokens)?;
+        self.estimated_input_tokens = estimated_input_tokens;
+        Ok(Input::Prepared {
+            estimated_input_tokens,
+            own_max_output_tokens: self.own_output_limit(),
+        })
+    }
+
+    /// The output limit the next request carries before the budgets clamp it: a prepared
+    /// round's settings carry its own limit (set in `prepare_call`), else the session's.
+    fn own_output_limit(&self) -> Option<u32> {
+        match &self.prepared {
+            Some(_) => self.request.settings.max_output_tokens,
+            None => self.session.settings.max_output_tokens,
+        }
+    }
+
+    /// One model call with the output limit the machine admitted: gate, stream, assemble,
+    /// account, append. Returns the new message's position in the history.
+    async fn call_model(
+        &mut self,
+        iteration: u32,
+        max_output_tokens: Option<u32>,
+    ) -> Result<usize, AgentError> {
+        let estimated_input_tokens = self.estimated_input_tokens;
         self.request.settings.max_output_tokens = max_output_tokens;
         if self.options.hooks.has_gate() {
             let gate = ModelCallGate {
@@ -939,7 +977,24 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         if message.model.is_none() {
             message.model = Some(self.request.model.clone());
         }
-        let cost_usd = self.account(&message);
+        let cost_usd = self.price(&message);
+        // The machine counts the call against the budgets before the response is pushed, so
+        // the checkpoint after it holds the call's spend.
+        match self.machine.step(
+            &self.config,
+            Input::ModelResponded {
+                usage: message.usage,
+                cost_usd,
+            },
+        ) {
+            Action::AppendResponse => {}
+            Action::Fail { error } => return Err(*error),
+            _ => {
+                return Err(AgentError::config(
+                    "the loop's state machine did not take the model's response",
+                ));
+            }
+        }
         let tool_calls = u32::try_from(message.tool_calls().count()).unwrap_or(u32::MAX);
         if let Some(usage) = &message.usage {
             telemetry::record_usage(&span, usage, cost_usd);
@@ -1024,7 +1079,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             let estimate = counter
                 .preamble_tokens(request.system.as_deref(), &[])
                 .saturating_add(counter.message_tokens(&request.messages[0]));
-            if let Some(room) = self.admit(estimate)? {
+            let own = self.own_output_limit();
+            if let Some(room) = self.machine.admit(&self.config, estimate, own)? {
                 let own = request.settings.max_output_tokens.unwrap_or(room);
                 request.settings.max_output_tokens = Some(own.min(room));
             }
@@ -1053,8 +1109,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 iteration,
             )
             .await?;
-            let cost_usd = self.account(&message);
+            let cost_usd = self.price(&message);
             record.cost_usd = cost_usd;
+            // Counted at once (the run's usage holds it whatever follows); the budgets'
+            // verdict waits until the call's row went out, as for a round's call.
+            let spent = self.machine.step(
+                &self.config,
+                Input::Spent {
+                    usage: message.usage,
+                    cost_usd,
+                },
+            );
             if let Some(usage) = &message.usage {
                 telemetry::record_usage(&span, usage, cost_usd);
             }
@@ -1086,7 +1151,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 to: need.to,
                 text: message.text_content(),
             });
-            self.check_spend()?;
+            if let Action::Fail { error } = spent {
+                return Err(*error);
+            }
         }
         let summary = self
             .session
@@ -1120,8 +1187,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
     }
 
-    /// Adds a model call's usage and cost to the run; returns the call's cost.
-    fn account(&mut self, message: &AssistantMessage) -> Option<f64> {
+    /// A model call's price (the machine adds it and its usage to the run and the budgets).
+    fn price(&mut self, message: &AssistantMessage) -> Option<f64> {
         let Some(usage) = &message.usage else {
             let budgeted =
                 self.options.token_budget.is_some() || self.options.max_cost_usd.is_some();
@@ -1135,11 +1202,6 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             }
             return None;
         };
-        self.usage += *usage;
-        self.state.tokens = self
-            .state
-            .tokens
-            .saturating_add(usage.total_tokens().unwrap_or(0));
         let model = message.model.as_deref().unwrap_or(&self.request.model);
         // The requested model's price stands in only for the same model under a path
         // (`models/gemini-2.5-flash`, `openai/gpt-4o`), never for another model that answered
@@ -1147,16 +1209,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         let same_model = model
             .strip_suffix(self.request.model.as_str())
             .is_some_and(|path| path.is_empty() || path.ends_with('/'));
-        let cost = self.options.rate_card.cost(model, usage).or_else(|| {
+        self.options.rate_card.cost(model, usage).or_else(|| {
             same_model
                 .then(|| self.options.rate_card.cost(&self.request.model, usage))
                 .flatten()
-        });
-        if let Some(cost) = cost {
-            self.state.cost_usd += cost;
-            *self.cost_usd.get_or_insert(0.0) += cost;
-        }
-        cost
+        })
     }
 
     /// The next request's input tokens: the backend's own count, else the counter's
@@ -1174,246 +1231,52 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         self.preamble_tokens.saturating_add(history)
     }
 
-    /// Refuses a call whose estimated input leaves no room for output within the budgets,
-    /// before anything is sent; otherwise returns the call's output limit: the session's
-    /// `max_output_tokens` clamped to what the budgets leave.
-    ///
-    /// Without a limit of the session's own, a room of [`SAFE_OUTPUT_LIMIT`] tokens or more is
-    /// not sent: a limit above the model's maximum output is a 400 from the provider, and
-    /// the loop does not know each model's maximum.
-    fn admit(&self, estimate: u64) -> Result<Option<u32>, AgentError> {
-        // A prepared round's settings carry its own limit (set just before this check).
-        let own = match &self.prepared {
-            Some(_) => self.request.settings.max_output_tokens,
-            None => self.session.settings.max_output_tokens,
-        };
-        let mut limit = own.map(u64::from);
-        let mut clamp = |room: u64| match limit {
-            Some(current) => limit = Some(current.min(room)),
-            None if room < SAFE_OUTPUT_LIMIT => limit = Some(room),
-            None => {}
-        };
-        if let Some(max) = self.options.token_budget {
-            let left = max.saturating_sub(self.state.tokens);
-            if estimate >= left {
-                return Err(AgentError::budget(Budget::RequestTokens {
-                    used: self.state.tokens,
-                    estimated_input: estimate,
-                    max,
-                }));
-            }
-            clamp(left - estimate);
-        }
-        if let Some(max) = self.options.max_cost_usd
-            && let Some(price) = self.options.rate_card.price(&self.request.model)
-        {
-            let left = max - self.state.cost_usd;
-            // Priced as uncached input: a cache hit only makes the call cheaper.
-            let input_usd = estimate as f64 * price.input_per_mtok / 1e6;
-            let room_usd = left - input_usd;
-            let room = if price.output_per_mtok > 0.0 {
-                (room_usd.max(0.0) / price.output_per_mtok * 1e6).floor()
-            } else {
-                f64::INFINITY
-            };
-            if room_usd <= 0.0 || room < 1.0 {
-                return Err(AgentError::budget(Budget::RequestCostUsd {
-                    used: self.state.cost_usd,
-                    estimated_input: estimate,
-                    estimated_usd: input_usd,
-                    max,
-                }));
-            }
-            if room.is_finite() {
-                // `as` saturates: a room beyond u64 is no limit worth sending anyway.
-                clamp(room as u64);
-            }
-        }
-        Ok(limit.map(|limit| u32::try_from(limit).unwrap_or(u32::MAX)))
-    }
-
-    /// What is left of the token and cost budgets, for the handlers of a round (a
-    /// sub-agent's budgets are capped by it).
-    fn budget_left(&self) -> agent_tools::BudgetLeft {
-        agent_tools::BudgetLeft {
-            tokens: self
-                .options
-                .token_budget
-                .map(|max| max.saturating_sub(self.state.tokens)),
-            cost_usd: self
-                .options
-                .max_cost_usd
-                .map(|max| (max - self.state.cost_usd).max(0.0)),
-        }
-    }
-
-    /// The token and cost budgets, checked after every model call and every tool round.
-    fn check_spend(&self) -> Result<(), AgentError> {
-        if let Some(max) = self.options.token_budget
-            && self.state.tokens > max
-        {
-            let budget = Budget::Tokens {
-                used: self.state.tokens,
-                max,
-            };
-            // The budget also counts what handlers reported, which the run's usage does
-            // not: say so, so the two numbers are not mistaken for one.
-            return Err(match self.state.tool_tokens {
-                0 => AgentError::budget(budget),
-                reported => {
-                    let message = format!(
-                        "{budget} ({} by model calls, {reported} reported by tools); raise the \
-                         limit or narrow the task",
-                        self.state.tokens - reported
-                    );
-                    AgentError::new(ErrorKind::BudgetExceeded { budget }, message)
-                }
-            });
-        }
-        if let Some(max) = self.options.max_cost_usd
-            && self.state.cost_usd > max
-        {
-            return Err(AgentError::budget(Budget::CostUsd {
-                used: self.state.cost_usd,
-                max,
-            }));
-        }
-        Ok(())
-    }
-
-    /// Cycle detection: the same tool with the same arguments too many times in a row, across
-    /// rounds. Identical calls within one round count once (asking for the same thing twice
-    /// at once is redundancy, not a loop). Compares in place; only the round's last call is
-    /// copied into the run state.
-    fn check_cycle(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
-        let Some(max) = self.options.max_repeated_calls else {
-            return Ok(());
-        };
-        let max = max.max(2);
-        let stored = self.state.last_call.as_ref();
-        let mut times = stored.map_or(0, |last| last.times);
-        let mut previous: Option<&ToolCall> = None;
-        for call in calls {
-            let same_as =
-                |other: &ToolCall| other.name == call.name && other.arguments == call.arguments;
-            if previous.is_some_and(same_as) {
-                continue;
-            }
-            let same = match previous {
-                Some(_) => false,
-                None => stored
-                    .is_some_and(|last| last.tool == call.name && last.arguments == call.arguments),
-            };
-            times = if same { times + 1 } else { 1 };
-            previous = Some(call);
-            if times >= max {
-                let budget = Budget::RepeatedCall {
-                    tool: call.name.clone(),
-                    times,
-                };
-                let message = format!(
-                    "{budget}, so the model looks stuck in a loop. Check that the tool's result \
-                     answers what the model asked (an error it cannot act on invites a retry), or \
-                     raise `max_repeated_calls`"
-                );
-                return Err(AgentError::new(
-                    ErrorKind::BudgetExceeded { budget },
-                    message,
-                ));
-            }
-        }
-        if let Some(call) = previous {
-            match &mut self.state.last_call {
-                Some(last) if last.tool == call.name && last.arguments == call.arguments => {
-                    last.times = times;
-                }
-                slot => {
-                    *slot = Some(RepeatedCall {
-                        tool: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                        times,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs one round's calls; local results join the history in call order. Returns how
-    /// the run suspends, if it does: remote calls left for the caller, or calls waiting for
-    /// approval (then nothing of the round ran).
-    async fn run_tools(&mut self, calls: Vec<ToolCall>) -> Result<Option<End>, AgentError> {
-        let iteration = self.state.iterations;
-        let mut pending = Vec::new();
-        let mut waiting = Vec::new();
-        let cap = self.options.max_tool_calls_per_round;
-        let asked = calls.len();
-        let mut jobs = Vec::with_capacity(asked.min(cap.saturating_add(1)));
+    /// Screens a round's calls for the machine: a remote tool's call with valid arguments
+    /// waits for the caller (with invalid ones it is refused like a local call, so the model
+    /// can fix it without a round trip); a local call may need approval or be denied by the
+    /// policy. Calls past the round's cap are refused by the machine, unscreened.
+    fn screen(&self, mut calls: Vec<ToolCall>) -> Input {
         let tools = self.round_tools();
-        for (at, mut call) in calls.into_iter().enumerate() {
-            if at >= cap {
-                let refused = format!(
-                    "This call was not run: the model asked for {asked} tool calls in one round \
-                     and at most {cap} run per round (max_tool_calls_per_round). Ask for fewer \
-                     at once."
-                );
-                jobs.push(Job {
-                    name: std::sync::Arc::from(call.name.as_str()),
-                    call,
-                    iteration,
-                    refused: Some(refused),
-                    guardrails: None,
-                });
-                continue;
-            }
-            // A remote call with valid arguments waits for the caller; with invalid ones it is
-            // refused here like a local call, so the model can fix it without a round trip.
-            let remote = match tools.get(&call.name) {
-                Some(tool) if tool.is_remote() => {
-                    match tool.validate(call.arguments.clone(), self.options.tool_arg_validation) {
-                        Ok(validated) => {
-                            call.arguments = validated.arguments;
-                            true
-                        }
-                        Err(_) => false,
-                    }
+        let cap = self.config.max_tool_calls_per_round;
+        let mut guardrails = Vec::new();
+        let screens = calls
+            .iter_mut()
+            .take(cap)
+            .map(|call| {
+                if let Some(tool) = tools.get(&call.name)
+                    && tool.is_remote()
+                    && let Ok(validated) =
+                        tool.validate(call.arguments.clone(), self.options.tool_arg_validation)
+                {
+                    return Screen::Remote {
+                        arguments: validated.arguments,
+                    };
                 }
-                _ => false,
-            };
-            if remote {
-                pending.push(call);
-            } else {
-                // [guardrail call site: tool call] deny, rewrite or ask before approval.
-                let gate = crate::guardrail::before_call(self.options, tools, &mut call);
-                if gate.approval && gate.refused.is_none() {
-                    waiting.push(jobs.len());
+                // [guardrail call site: tool call] deny, rewrite or ask before approval; an
+                // approver sees the rewritten arguments.
+                let gate = crate::guardrail::before_call(self.options, tools, call);
+                guardrails.extend(gate.decisions);
+                if let Some(reason) = gate.refused {
+                    return Screen::Refuse { reason };
                 }
-                let refused = match self.approvals_possible {
-                    _ if gate.refused.is_some() || gate.approval => gate.refused,
-                    true => match crate::approval::screen(self.options, tools, &call) {
-                        Some(Ok(())) => {
-                            waiting.push(jobs.len());
-                            None
-                        }
-                        Some(Err(reason)) => Some(reason),
-                        None => None,
-                    },
-                    false => None,
-                };
-                jobs.push(Job {
-                    name: std::sync::Arc::from(call.name.as_str()),
-                    call,
-                    iteration,
-                    refused,
-                    guardrails: (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions)),
-                });
-            }
+                if gate.approval {
+                    return Screen::AwaitApproval;
+                }
+                if !self.approvals_possible {
+                    return Screen::Run;
+                }
+                match crate::approval::screen(self.options, tools, call) {
+                    Some(Ok(())) => Screen::AwaitApproval,
+                    Some(Err(reason)) => Screen::Refuse { reason },
+                    None => Screen::Run,
+                }
+            })
+            .collect();
+        Input::Screened {
+            calls,
+            screens,
+            guardrails,
         }
-        if !waiting.is_empty() {
-            let round = crate::approval::Round::new(jobs, &waiting, pending);
-            return Ok(Some(End::AwaitingApproval(round)));
-        }
-        self.run_jobs(jobs, pending).await
     }
 
     /// The tools this round's calls run against: the preparation's narrowed registry when it
@@ -1427,13 +1290,32 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         }
     }
 
-    /// Runs a round's local `jobs` in call order; `pending` remote calls then wait for the
-    /// caller.
-    async fn run_jobs(
+    /// Runs a round's calls (the `refused` ones get their error result); the results join
+    /// the history in call order. Returns what the round came to, for the machine.
+    async fn run_round(
         &mut self,
-        jobs: Vec<Job>,
-        pending: Vec<ToolCall>,
-    ) -> Result<Option<End>, AgentError> {
+        iteration: u32,
+        calls: Vec<ToolCall>,
+        refused: Vec<Refusal>,
+        guardrails: Vec<GuardrailDecision>,
+    ) -> Result<Input, AgentError> {
+        let jobs: Vec<Job> = {
+            let mut refused = refused.into_iter().peekable();
+            calls
+                .into_iter()
+                .enumerate()
+                .map(|(at, call)| Job {
+                    name: std::sync::Arc::from(call.name.as_str()),
+                    refused: refused
+                        .next_if(|refusal| refusal.index == at)
+                        .map(|refusal| refusal.reason),
+                    // The decisions screening made about this call, for its trace entry.
+                    guardrails: crate::guardrail::decisions_for(&guardrails, &call),
+                    call,
+                    iteration,
+                })
+                .collect()
+        };
         let tools = self.round_tools();
         let outcomes = crate::dispatch::run_batch(
             &jobs,
@@ -1443,7 +1325,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             &self.emitter,
             &self.hard_stop,
             &self.accounting,
-            self.budget_left(),
+            self.machine.budget_left(&self.config),
             self.audit.as_ref(),
         )
         .await;
@@ -1460,30 +1342,25 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 waiting.await;
             }
             if stop.is_none() {
-                stop = stops.map(|kind| stop_error(kind, &job.call, &result.content));
+                stop = stops.map(|kind| {
+                    Box::new(crate::machine::stop_error(kind, &job.call, &result.content))
+                });
             }
             self.trace.push(trace);
             self.push_message(Message::Tool(result), None).await?;
         }
-        // Tool output is not counted here: it is input of the next call, whose estimate must
-        // fit the budgets before it is sent. What handlers spent themselves is.
+        // What handlers spent themselves (a sub-agent's model calls): the machine counts it.
         let reported = self.accounting.take();
-        // Sub-agents' model calls are part of this run's usage (their tokens are in `tokens`).
-        self.usage += reported.usage;
-        self.state.tokens = self.state.tokens.saturating_add(reported.tokens);
-        self.state.tool_tokens = self.state.tool_tokens.saturating_add(reported.tokens);
-        if reported.cost_usd > 0.0 {
-            self.state.cost_usd += reported.cost_usd;
-            *self.cost_usd.get_or_insert(0.0) += reported.cost_usd;
-        }
-        if self.options.cancellation.is_cancelled() {
-            return Err(aborted("the run was cancelled while tools were running"));
-        }
-        self.audit_verdict()?;
-        match stop {
-            Some(error) => Err(error),
-            None => Ok((!pending.is_empty()).then_some(End::Suspended(pending))),
-        }
+        Ok(Input::ToolsDone {
+            outcome: RoundOutcome {
+                reported_usage: reported.usage,
+                reported_tokens: reported.tokens,
+                reported_cost_usd: reported.cost_usd,
+                cancelled: self.options.cancellation.is_cancelled(),
+                failure: self.audit_verdict().err().map(Box::new),
+                stop,
+            },
+        })
     }
 
     /// `Err` when accounting failed and the queue is set to fail the run with it.
@@ -1491,175 +1368,6 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         match &self.options.accounting {
             Some(queue) => queue.verdict(),
             None => Ok(()),
-        }
-    }
-
-    /// Handles the model's turn at `at` in a run with an output schema: a valid answer ends
-    /// the run, an invalid one goes back for another try, a refusal is an error.
-    async fn structured_turn(
-        &mut self,
-        at: usize,
-        calls: &[ToolCall],
-    ) -> Result<Structured, AgentError> {
-        match self.judge(at, calls) {
-            Verdict::Tools => Ok(Structured::Tools),
-            Verdict::Answer { value, call } => {
-                self.close_answer_round(calls, call.as_ref(), None).await?;
-                self.emitter
-                    .emit_with(|| AgentEvent::Output {
-                        value: value.clone(),
-                    })
-                    .await;
-                if let Some(output) = &mut self.output {
-                    output.answer = Some(value);
-                }
-                Ok(Structured::Answered)
-            }
-            Verdict::Invalid { raw, errors, call } => {
-                self.retry_output(calls, call, raw, errors).await?;
-                Ok(Structured::Retry)
-            }
-            Verdict::Refused(refusal) => {
-                let message = format!("the model refused to give a structured answer: {refusal}");
-                Err(AgentError::new(
-                    ErrorKind::OutputRefused { refusal },
-                    message,
-                ))
-            }
-        }
-    }
-
-    /// What the model's turn at `at` is, for a run with an output schema.
-    fn judge(&self, at: usize, calls: &[ToolCall]) -> Verdict {
-        let (Some(output), Message::Assistant(message)) =
-            (&self.output, &self.request.messages[at])
-        else {
-            return Verdict::Tools;
-        };
-        let refusal = message.content.iter().find_map(|block| match block {
-            AssistantBlock::Refusal { text } => Some(text.clone()),
-            _ => None,
-        });
-        if let Some(refusal) = refusal {
-            return Verdict::Refused(refusal);
-        }
-        if output.strategy == OutputStrategy::Tool
-            && let Some(call) = calls.iter().find(|call| call.name == output.spec.name())
-        {
-            return match output.spec.validate(call.arguments.clone()) {
-                Ok(value) => Verdict::Answer {
-                    value,
-                    call: Some(call.clone()),
-                },
-                Err(errors) => Verdict::Invalid {
-                    raw: call.arguments.to_string(),
-                    errors,
-                    call: Some(call.clone()),
-                },
-            };
-        }
-        if !calls.is_empty() {
-            return Verdict::Tools;
-        }
-        // A text answer: what `Native` and `Prompted` expect, and under `Tool` a model that
-        // answered in text anyway (accepted when the text is a valid answer).
-        let text = message.text_content();
-        let parsed = crate::output::parse_text(&text).map_err(|error| vec![error]);
-        match parsed.and_then(|value| output.spec.validate(value)) {
-            Ok(value) => Verdict::Answer { value, call: None },
-            Err(errors) => Verdict::Invalid {
-                raw: text,
-                errors,
-                call: None,
-            },
-        }
-    }
-
-    /// Gives every call of the answering turn a result, so the history stays valid: the
-    /// final-answer call its acknowledgement (or `feedback`, an error result, when the answer
-    /// was invalid), any other call a result saying it was not run.
-    async fn close_answer_round(
-        &mut self,
-        calls: &[ToolCall],
-        answer: Option<&ToolCall>,
-        feedback: Option<String>,
-    ) -> Result<(), AgentError> {
-        let mut feedback = feedback;
-        for call in calls {
-            let result = if answer.is_some_and(|answer| answer.id == call.id) {
-                match feedback.take() {
-                    Some(text) => ToolResult::error(call.id.clone(), call.name.clone(), text),
-                    None => ToolResult::ok(
-                        call.id.clone(),
-                        call.name.clone(),
-                        "The final answer was received.",
-                    ),
-                }
-            } else {
-                ToolResult::error(
-                    call.id.clone(),
-                    call.name.clone(),
-                    "This call was not run: it came in the same turn as the final answer.",
-                )
-            };
-            self.push_message(Message::Tool(result), None).await?;
-        }
-        Ok(())
-    }
-
-    /// Sends an invalid answer back with its problems for another try, or ends the run when
-    /// the retries (or the iterations) are used up.
-    async fn retry_output(
-        &mut self,
-        calls: &[ToolCall],
-        call: Option<ToolCall>,
-        raw: String,
-        errors: Vec<String>,
-    ) -> Result<(), AgentError> {
-        let Some(output) = &mut self.output else {
-            return Ok(());
-        };
-        if output.retries >= self.options.max_output_retries {
-            return Err(crate::output::invalid_output(
-                raw,
-                errors,
-                output.retries + 1,
-            ));
-        }
-        if self.state.iterations >= self.options.max_tool_iterations {
-            return Err(AgentError::budget(Budget::Iterations {
-                used: self.state.iterations,
-                max: self.options.max_tool_iterations,
-            }));
-        }
-        output.retries += 1;
-        self.state.iterations += 1;
-        let name = output.spec.name().to_owned();
-        let strategy = output.strategy;
-        let mut problems = String::new();
-        for error in &errors {
-            problems.push_str("\n- ");
-            problems.push_str(error);
-        }
-        match call {
-            Some(call) => {
-                let feedback = format!(
-                    "The answer does not match the schema:{problems}\nCall `{name}` again with                      a corrected answer."
-                );
-                self.close_answer_round(calls, Some(&call), Some(feedback))
-                    .await
-            }
-            None => {
-                let ask = if strategy == OutputStrategy::Tool {
-                    format!("Give your final answer by calling `{name}`.")
-                } else {
-                    "Reply with only the corrected JSON.".to_owned()
-                };
-                let feedback = format!(
-                    "Your answer does not match the required JSON Schema:{problems}\n{ask}"
-                );
-                self.push_message(Message::user(feedback), None).await
-            }
         }
     }
 
@@ -1694,9 +1402,9 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             checkpoint
                 .checkpoint(
                     &mut self.request.messages,
-                    self.usage,
-                    self.cost_usd,
-                    &self.state,
+                    self.machine.usage(),
+                    self.machine.cost_usd(),
+                    self.machine.budgets(),
                 )
                 .await?;
         }
@@ -1735,8 +1443,8 @@ impl<B: ?Sized> Run<'_, '_, B> {
         if std::mem::replace(&mut self.settled, true) {
             return;
         }
-        self.session.usage += self.usage;
-        if let Some(cost) = self.cost_usd {
+        self.session.usage += self.machine.usage();
+        if let Some(cost) = self.machine.cost_usd() {
             *self.session.cost_usd.get_or_insert(0.0) += cost;
         }
     }
@@ -1766,30 +1474,6 @@ impl<B: ?Sized> Drop for Run<'_, '_, B> {
     }
 }
 
-fn aborted(message: &str) -> AgentError {
-    AgentError::new(ErrorKind::Aborted, message)
-}
-
-/// The error that ends the run for a call that failed in a way that stops it.
-fn stop_error(kind: crate::dispatch::Stop, call: &ToolCall, content: &str) -> AgentError {
-    use crate::dispatch::Stop;
-    match kind {
-        Stop::Invalid => AgentError::new(
-            ErrorKind::Validation,
-            format!(
-                "the arguments of `{}` (call {}) are invalid: {content}",
-                call.name, call.id
-            ),
-        ),
-        Stop::Failed => AgentError::new(
-            ErrorKind::Tool {
-                tool: call.name.clone(),
-            },
-            format!("`{}` (call {}) failed: {content}", call.name, call.id),
-        ),
-    }
-}
-
 /// An error and its sources, joined: the OS reason of an I/O error is often only in a source.
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -1803,65 +1487,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The results in the pending calls' order, each capped like a local result.
-fn order_results(
-    results: Vec<ToolResult>,
-    pending: &[ToolCall],
-    policy: &TruncationPolicy,
-    max_binary_bytes: usize,
-) -> Vec<Message> {
-    let mut slots: Vec<Option<ToolResult>> = pending.iter().map(|_| None).collect();
-    for mut result in results {
-        if let Some(at) = pending
-            .iter()
-            .position(|call| call.id == result.tool_call_id)
-        {
-            if result.name.is_empty() {
-                result.name.clone_from(&pending[at].name);
-            }
-            result.content =
-                agent_tools::truncate(std::mem::take(&mut result.content), policy).text;
-            // The caller's images and files fall under the same cap as a local handler's.
-            agent_tools::cap_binary(&mut result.blocks, max_binary_bytes);
-            slots[at] = Some(result);
-        }
-    }
-    slots.into_iter().flatten().map(Message::Tool).collect()
-}
-
-/// Adds an error result for every call of the last assistant turn that has none, so the
-/// history is valid to send again. Returns how many were added.
-pub(crate) fn close_dangling(messages: &mut Vec<Message>, reason: &str) -> usize {
-    let mut answered = HashSet::new();
-    let mut calls = Vec::new();
-    for message in messages.iter().rev() {
-        match message {
-            Message::Tool(result) => {
-                answered.insert(result.tool_call_id.clone());
-            }
-            Message::Assistant(assistant) => {
-                calls.extend(
-                    assistant
-                        .tool_calls()
-                        .filter(|call| !answered.contains(&call.id))
-                        .map(|call| (call.id.clone(), call.name.clone())),
-                );
-                break;
-            }
-            _ => break,
-        }
-    }
-    let added = calls.len();
-    for (id, name) in calls {
-        messages.push(Message::Tool(ToolResult::error(
-            id,
-            name,
-            format!("This call was not run: {reason}."),
-        )));
-    }
-    added
 }
 
 /// The strategy `wanted` comes to on a backend with `capabilities`; an explicit strategy the

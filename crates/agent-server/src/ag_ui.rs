@@ -6,21 +6,24 @@
 //! `RunAgentInput`: `threadId` names the session in the tenant's namespace (created on first
 //! use, from `forwardedProps.session`, a [`NewSession`], or else the server's first model and
 //! every server tool the tenant may use); `runId` names the run in the events; `tools` (the
-//! frontend's tools) are the session's remote tools for this run; `context` entries are added
-//! to the user turn; `state`, `parentRunId` and `protocolVersion` are accepted and not used;
+//! frontend's tools) are the session's remote tools for this run; `context` entries and the
+//! `state` (ag_ui_state.rs) are added to the user turn; `parentRunId` and `protocolVersion`
+//! are accepted and not used;
 //! `messages` is the client's copy of the thread, of which only the new input is read:
 //! - the session waits for remote calls: the `tool` messages answering them (`content`, or
 //!   `error` for a failed call);
 //! - the session waits for approvals: `resume`, one entry per interrupt (`status: resolved`
 //!   approves unless `payload.approved` is `false`; `cancelled` denies; `payload.reason` is
 //!   what the model is told);
-//! - otherwise the last message, a `user` message (its text).
+//! - otherwise the last message, a `user` message (its text, and its `image`, `document` and
+//!   `audio` parts: crate::attachments bounds them).
 //!
 //! Other top-level fields are a 400 naming them.
 //!
 //! # The stream
 //!
-//! `text/event-stream`, one `data: {json}` per event, camelCase: `RUN_STARTED`; per model
+//! `text/event-stream`, one `data: {json}` per event, camelCase: `RUN_STARTED`;
+//! `STATE_SNAPSHOT` with the request's state (when not empty); per model
 //! call `STEP_STARTED`/`STEP_FINISHED` (`stepName` `round-N`), `TEXT_MESSAGE_START/CONTENT/END`,
 //! `REASONING_START`, `REASONING_MESSAGE_START/CONTENT/END`, `REASONING_END`,
 //! `TOOL_CALL_START/ARGS/END`, and `TOOL_CALL_RESULT` for each server tool; then
@@ -58,9 +61,10 @@ struct RunAgentInput {
     _protocol_version: Option<String>,
     #[serde(default, rename = "parentRunId")]
     _parent_run_id: Option<String>,
-    /// The frontend's shared state: accepted, not used (the agent has none).
-    #[serde(default, rename = "state")]
-    _state: Option<Value>,
+    /// The frontend's shared state: given to the model with the user turn, and echoed as
+    /// `STATE_SNAPSHOT` at the run's start (ag_ui_state.rs).
+    #[serde(default)]
+    state: Option<Value>,
     messages: Vec<Value>,
     #[serde(default)]
     tools: Vec<FrontendTool>,
@@ -125,11 +129,15 @@ pub(crate) async fn run(State(state): State<AppState>, headers: HeaderMap, body:
             None => None,
         };
         let tools = frontend_tools(state, &input.tools)?;
+        let shared = crate::ag_ui_state::shared(input.state.as_ref())?;
         let execute = frontend::prepare(state, &tenant, &input.thread_id, context, |record| {
-            run_input(record, &input, tools)
+            run_input(record, &input, tools, shared.as_deref())
         })
         .await?;
-        let encoder = AgUiEncoder::new(&input.thread_id, &input.run_id);
+        let mut encoder = AgUiEncoder::new(&input.thread_id, &input.run_id);
+        if let Some(snapshot) = shared {
+            encoder = encoder.with_state_snapshot(snapshot);
+        }
         Ok(execute::start(state, execute, Encoded(encoder)))
     })
     .await
@@ -165,6 +173,7 @@ fn run_input(
     record: &mut SessionRecord,
     input: &RunAgentInput,
     tools: Vec<ToolSpec>,
+    shared: Option<&str>,
 ) -> Result<SessionInput, ApiError> {
     let session = &mut record.session;
     session.remote_tools = tools;
@@ -244,7 +253,8 @@ fn run_input(
                     ApiError::bad_request("the last message must be the user's next message")
                 })?;
             let mut text = text_of(last.get("content"));
-            if text.trim().is_empty() {
+            let media = media_of(last.get("content"))?;
+            if text.trim().is_empty() && media.is_empty() {
                 return Err(ApiError::bad_request(
                     "the user message is empty: send some text",
                 ));
@@ -258,9 +268,99 @@ fn run_input(
                     text.push_str(&entry.value);
                 }
             }
-            Ok(SessionInput::User(UserMessage::text(text)))
+            if let Some(shared) = shared {
+                crate::ag_ui_state::describe(shared, &mut text);
+            }
+            let mut message = UserMessage::text(text);
+            if text_is_blank(&message) {
+                message.content.clear();
+            }
+            message.content.extend(media);
+            crate::attachments::check(&message)?;
+            Ok(SessionInput::User(message))
         }
     }
+}
+
+fn text_is_blank(message: &UserMessage) -> bool {
+    message.content.iter().all(
+        |block| matches!(block, agent_types::UserBlock::Text { text } if text.trim().is_empty()),
+    )
+}
+
+/// The `image`, `document` and `audio` parts of AG-UI user content (`source`: `data` inline
+/// base64 with its `mimeType`, `url` an https URL, `file` a provider's file id) as blocks;
+/// `video` is refused (no provider adapter takes it).
+fn media_of(content: Option<&Value>) -> Result<Vec<agent_types::UserBlock>, ApiError> {
+    use agent_types::{AudioBlock, FileBlock, FileSource, UserBlock};
+    let Some(Value::Array(parts)) = content else {
+        return Ok(Vec::new());
+    };
+    let mut blocks = Vec::new();
+    for (at, part) in parts.iter().enumerate() {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind == "text" {
+            continue;
+        }
+        if !matches!(kind, "image" | "document" | "audio") {
+            return Err(ApiError::bad_request(format!(
+                "content[{at}]: parts of type `{kind}` are not supported: send `text`, `image`, \
+                 `document` or `audio`"
+            )));
+        }
+        let source = part.get("source");
+        let field = |name: &str| {
+            source
+                .and_then(|source| source.get(name))
+                .and_then(Value::as_str)
+        };
+        let value = field("value")
+            .ok_or_else(|| ApiError::bad_request(format!("content[{at}] needs `source.value`")))?;
+        let mime = field("mimeType").unwrap_or("");
+        let filename = part
+            .get("metadata")
+            .and_then(|metadata| metadata.get("filename"))
+            .and_then(Value::as_str);
+        let block = match (kind, field("type")) {
+            ("audio", Some("data")) => UserBlock::Audio(AudioBlock {
+                media_type: mime.to_owned(),
+                data: value.to_owned(),
+            }),
+            ("audio", _) => {
+                return Err(ApiError::bad_request(format!(
+                    "content[{at}]: audio must be inline (`source.type` `data`)"
+                )));
+            }
+            (_, Some("data")) => crate::attachments::inline_block(at, mime, value, filename)?,
+            (_, Some("url")) => {
+                // An image URL's type may go unsaid.
+                let mime = match (kind, mime) {
+                    ("image", "") => "image/*",
+                    _ => mime,
+                };
+                crate::attachments::url_block(at, value, mime, filename)?
+            }
+            ("document", Some("file")) => UserBlock::File(FileBlock {
+                media_type: mime.to_owned(),
+                source: FileSource::FileId {
+                    file_id: value.to_owned(),
+                },
+                filename: filename.map(str::to_owned),
+            }),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "content[{at}]: `source.type` must be `data` or `url`{}",
+                    if kind == "document" {
+                        " (or `file`)"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+        };
+        blocks.push(block);
+    }
+    Ok(blocks)
 }
 
 /// The text of AG-UI message content: a string, or the `text` parts of a part list.
@@ -294,9 +394,19 @@ pub struct AgUiEncoder {
     parent: Option<u64>,
     /// The open model call's tool call ids, by index (slots reused across calls).
     calls: CallIds,
+    /// The frontend's state as JSON text, sent as `STATE_SNAPSHOT` after `RUN_STARTED`.
+    snapshot: Option<String>,
 }
 
 impl AgUiEncoder {
+    /// Sends `snapshot` (JSON text: the frontend's state as the run sees it) as
+    /// `STATE_SNAPSHOT` right after `RUN_STARTED`.
+    #[must_use]
+    pub fn with_state_snapshot(mut self, snapshot: String) -> Self {
+        self.snapshot = Some(snapshot);
+        self
+    }
+
     /// An encoder for run `run_id` of thread `thread_id`.
     pub fn new(thread_id: &str, run_id: &str) -> Self {
         let thread = Value::from(thread_id).to_string();
@@ -310,6 +420,7 @@ impl AgUiEncoder {
             messages: 0,
             parent: None,
             calls: CallIds::default(),
+            snapshot: None,
         }
     }
 
@@ -352,6 +463,11 @@ impl Encoder for AgUiEncoder {
         out.extend_from_slice(b"data: {\"type\":\"RUN_STARTED\",");
         out.extend_from_slice(self.ids.as_bytes());
         out.extend_from_slice(b"}\n\n");
+        if let Some(snapshot) = &self.snapshot {
+            out.extend_from_slice(b"data: {\"type\":\"STATE_SNAPSHOT\",\"snapshot\":");
+            out.extend_from_slice(snapshot.as_bytes());
+            out.extend_from_slice(b"}\n\n");
+        }
     }
 
     fn event(&mut self, event: &AgentEvent, out: &mut BytesMut) {

@@ -89,6 +89,10 @@ pub struct ServerConfig {
     /// The directory `read_file` may read.
     #[serde(default)]
     pub root: Option<PathBuf>,
+    /// With more server tools than this, runs offer them through tool search (`search_tools`
+    /// and what it finds; docs/mcp.md, "Large tool catalogs") [default: off].
+    #[serde(default)]
+    pub tool_search_threshold: Option<usize>,
     /// The most a session may ask for; clients can lower these, never raise them.
     #[serde(default)]
     pub caps: Caps,

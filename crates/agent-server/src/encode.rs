@@ -35,6 +35,11 @@ pub trait Encoder: Send + 'static {
     fn event(&mut self, event: &AgentEvent, out: &mut BytesMut);
     /// The last frames, once the session is saved.
     fn close(&mut self, end: &End<'_>, out: &mut BytesMut);
+    /// The run goes on when its client hangs up, for clients that resume its stream
+    /// [default: no: a client that hangs up stops the run].
+    fn outlives_client(&self) -> bool {
+        false
+    }
 }
 
 /// How a run ended, for [`Encoder::close`].

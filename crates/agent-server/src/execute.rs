@@ -422,6 +422,10 @@ pub(crate) trait Sink: Send + 'static {
     fn close(&mut self, end: &Ended<'_>, out: &mut BytesMut);
     /// The only frames of a run refused as it was about to start (the server is draining).
     fn refused(&mut self, record: &SessionRecord, error: &ApiError, out: &mut BytesMut);
+    /// The run goes on when the client hangs up (its stream can be resumed: ui_resume.rs).
+    fn outlives_client(&self) -> bool {
+        false
+    }
 }
 
 /// How a run ended, for [`Sink::close`].
@@ -514,6 +518,10 @@ impl<E: Encoder> Sink for Encoded<E> {
             out,
         );
     }
+
+    fn outlives_client(&self) -> bool {
+        self.0.outlives_client()
+    }
 }
 
 /// `value` as one SSE frame into `out`.
@@ -537,6 +545,8 @@ struct Out<S> {
     cancel: CancellationToken,
     tenant: String,
     session_id: String,
+    /// The client hung up from a run that outlives it: frames are no longer sent.
+    detached: bool,
 }
 
 impl<S: Sink> Out<S> {
@@ -552,7 +562,17 @@ impl<S: Sink> Out<S> {
         if self.buf.is_empty() {
             return true;
         }
-        deliver(&self.sender, self.buf.split().freeze(), &self.cancel).await
+        if self.detached {
+            self.buf.clear();
+            return true;
+        }
+        let sent = deliver(&self.sender, self.buf.split().freeze(), &self.cancel).await;
+        // A resumable run goes on for the clients that resume its stream.
+        if !sent && self.sink.outlives_client() && !self.cancel.is_cancelled() {
+            self.detached = true;
+            return true;
+        }
+        sent
     }
 }
 
@@ -635,6 +655,9 @@ pub(crate) fn options(
         .with_tool_timeout(Duration::from_secs(caps.tool_timeout_secs))
         .with_cancellation(cancel)
         .with_tool_trace(true);
+    if let Some(search) = &state.inner.search {
+        options = options.with_searchable_tools(search);
+    }
     options.rate_card = Arc::clone(&state.inner.rate_card);
     options.caller = Arc::clone(&tenant.caller);
     if let Some(accounting) = &state.inner.accounting {
@@ -694,6 +717,7 @@ async fn run<S: Sink>(state: AppState, execute: Execute, sink: S, sender: mpsc::
         cancel: cancel.clone(),
         tenant: tenant.name.clone(),
         session_id: record.id().to_owned(),
+        detached: false,
     };
     let Some(_registered) = state.inner.runs.register(cancel.clone()) else {
         // Draining began between admission and now: give the session back untouched.
@@ -707,13 +731,17 @@ async fn run<S: Sink>(state: AppState, execute: Execute, sink: S, sender: mpsc::
         out.flush().await;
         return;
     };
-    // A client that hangs up closes the channel: stop the loop (model call and tools).
+    // A client that hangs up closes the channel: stop the loop (model call and tools),
+    // unless the stream can be resumed.
     let watcher = {
         let sender = out.sender.clone();
         let cancel = cancel.clone();
+        let outlives = out.sink.outlives_client();
         tokio::spawn(async move {
             sender.closed().await;
-            cancel.cancel();
+            if !outlives {
+                cancel.cancel();
+            }
         })
     };
     let mut options = options(&state, &tenant, &record, cancel.clone());

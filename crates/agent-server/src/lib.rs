@@ -9,10 +9,12 @@
 //! | `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}` | read or remove it (409 while it executes) |
 //! | `POST /v1/chat/completions` | OpenAI-compatible; server tools run in the loop, client tools come back as `tool_calls` |
 //! | `POST /v1/ui/chat` | the AI SDK's UI message stream (`useChat`) over a session named by the chat's id |
+//! | `GET /v1/ui/chat/{id}/stream` | resumes the chat's running stream (replayed, then live; 204 when none) |
 //! | `POST /v1/ag-ui` | AG-UI (`HttpAgent`, CopilotKit) over a session named by the thread id |
 //! | `POST /v1/responses`, `GET /v1/responses/{id}` | OpenAI Responses-compatible; `previous_response_id` continues a stored response |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | the allow-list, as OpenAI lists models |
 //! | `GET /healthz`, `GET /metrics` | liveness; Prometheus text |
+//! | `GET /console`, `GET /v1/sessions/{id}/timeline` | the web console (docs/console.md); a session's calls with timings |
 //!
 //! Configuration is the `[server]` section of `agentry.toml` ([`ServerConfig`]); `docs/server.md`
 //! has the reference, every endpoint with a curl example, the event format and the error
@@ -34,11 +36,14 @@
 //! ```
 
 mod ag_ui;
+mod ag_ui_state;
 mod approval;
+mod attachments;
 mod auth;
 mod checkpoint;
 mod config;
 mod connections;
+pub mod console;
 pub mod encode;
 mod error;
 mod exact_json;
@@ -61,6 +66,7 @@ mod sse_batch;
 mod state;
 pub mod store;
 mod sweeper;
+mod ui_resume;
 mod ui_stream;
 mod usage;
 
@@ -114,6 +120,7 @@ pub fn router(state: AppState) -> Router {
             )),
         )
         .route("/v1/ui/chat", post(ui_stream::chat))
+        .route("/v1/ui/chat/{id}/stream", get(ui_resume::resume))
         .route("/v1/ag-ui", post(ag_ui::run))
         .route(
             "/v1/responses",
@@ -127,6 +134,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::retrieve))
         .route("/healthz", get(healthz))
+        .merge(console::routes())
         .merge(
             Router::new()
                 .route_service("/mcp", state.inner.mcp.clone())

@@ -37,6 +37,8 @@ pub(crate) struct Inner {
     pub(crate) models: HashMap<String, Model>,
     /// Server-side tools.
     pub(crate) tools: Arc<Registry>,
+    /// The tools prepared for tool search once, with `tool_search_threshold`.
+    pub(crate) search: Option<agent_loop::SearchableTools>,
     /// `/mcp`: the tools as an MCP server for the tenants.
     pub(crate) mcp: agent_mcp::server::HttpService,
     pub(crate) store: Arc<dyn SessionStore>,
@@ -49,6 +51,8 @@ pub(crate) struct Inner {
     pub(crate) spend: Arc<crate::spend::Spend>,
     /// The accounting rows' queue and tables (`None` with `accounting = false`).
     pub(crate) accounting: Option<crate::usage::Accounting>,
+    /// The `/v1/ui/chat` runs going on, recorded for resuming clients.
+    pub(crate) ui_runs: Arc<crate::ui_resume::ActiveRuns>,
 }
 
 /// A tenant: its identity for tools and its limits.
@@ -291,6 +295,15 @@ impl ServerBuilder {
         }
         let metrics = Metrics::with_tools(tools.iter().map(|tool| tool.name().to_owned()));
         let mcp = crate::mcp::service(&config, &tools)?;
+        let tools = Arc::new(tools);
+        let search = config
+            .tool_search_threshold
+            .map(|threshold| {
+                let search = agent_loop::ToolSearch::new().with_threshold(threshold);
+                agent_loop::SearchableTools::new(Arc::clone(&tools), search)
+            })
+            .transpose()
+            .map_err(|error| Error::Config(error.message))?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
@@ -298,7 +311,8 @@ impl ServerBuilder {
                 auth_failures,
                 metrics_token,
                 models,
-                tools: Arc::new(tools),
+                tools,
+                search,
                 mcp,
                 store,
                 metrics,
@@ -307,6 +321,7 @@ impl ServerBuilder {
                 instance: instance_id(),
                 spend: Arc::new(spend),
                 accounting,
+                ui_runs: Arc::default(),
             }),
         })
     }

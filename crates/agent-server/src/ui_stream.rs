@@ -12,7 +12,9 @@
 //! loosely (the client adds fields of its own to them).
 //!
 //! The history is the server's: only the last message is read.
-//! - a `user` message: its `text` parts are the next user turn;
+//! - a `user` message: its `text` parts are the next user turn, its `file` parts (a data URL
+//!   or an https URL, with `mediaType`) the turn's images and files, bounded by
+//!   crate::attachments;
 //! - an `assistant` message (the client's `addToolOutput` or `addToolApprovalResponse`
 //!   went on with it): the outputs of the session's pending remote calls (`output-available`
 //!   or `output-error` tool parts), or the decisions on its pending approvals
@@ -31,6 +33,9 @@
 //! `data-output` with the validated answer of a session with an output schema; `error` when
 //! the run fails; `finish` with the `finishReason` and, as `messageMetadata`, the session id,
 //! its status, the run's `usage` and `costUsd`; `data: [DONE]`.
+//!
+//! The run goes on when its client hangs up, and `GET /v1/ui/chat/{id}/stream` resumes its
+//! stream (ui_resume.rs).
 //!
 //! Remote tools (the session's `remote_tools`) are the AI SDK's client-side tools: their
 //! `tool-input-available` reaches `onToolCall`, the run ends with `finishReason:
@@ -99,7 +104,11 @@ pub(crate) async fn chat(
             input(record, last, regenerate, &mut denied)
         })
         .await?;
-        let mut response = execute::start(state, execute, Encoded(UiEncoder::new(denied)));
+        let encoder = state
+            .inner
+            .ui_runs
+            .record(&tenant.name, &body.id, UiEncoder::new(denied));
+        let mut response = execute::start(state, execute, Encoded(encoder));
         let headers = response.headers_mut();
         headers.insert(
             "x-vercel-ai-ui-message-stream",
@@ -204,13 +213,15 @@ fn input(
     }
 }
 
-/// The user turn in a UIMessage's `text` parts.
+/// The user turn in a UIMessage's `text` parts (joined) and `file` parts (images and
+/// files: a data URL or an https URL, its `mediaType`, bounded by crate::attachments).
 fn user_turn(message: &Value) -> Result<UserMessage, ApiError> {
     let parts = message
         .get("parts")
         .and_then(Value::as_array)
         .ok_or_else(|| ApiError::bad_request("the user message has no `parts`"))?;
     let mut text = String::new();
+    let mut files = Vec::new();
     for part in parts {
         match part.get("type").and_then(Value::as_str) {
             Some("text") => {
@@ -219,21 +230,44 @@ fn user_turn(message: &Value) -> Result<UserMessage, ApiError> {
                 }
                 text.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""));
             }
+            Some("file") => {
+                let field = |name: &str| part.get(name).and_then(Value::as_str);
+                let url = field("url")
+                    .ok_or_else(|| ApiError::bad_request("a `file` part needs a `url`"))?;
+                let media_type = field("mediaType")
+                    .ok_or_else(|| ApiError::bad_request("a `file` part needs a `mediaType`"))?;
+                // The text comes first: its block is index 0 of the turn.
+                files.push(crate::attachments::block(
+                    files.len() + 1,
+                    url,
+                    media_type,
+                    field("filename"),
+                )?);
+            }
             Some(kind) if kind.starts_with("data-") || kind == "step-start" => {}
             Some(kind) => {
                 return Err(ApiError::bad_request(format!(
-                    "user message parts of type `{kind}` are not supported: send `text` parts"
+                    "user message parts of type `{kind}` are not supported: send `text` and \
+                     `file` parts"
                 )));
             }
             None => return Err(ApiError::bad_request("a message part has no `type`")),
         }
     }
-    if text.trim().is_empty() {
+    if text.trim().is_empty() && files.is_empty() {
         return Err(ApiError::bad_request(
             "the user message is empty: send some text",
         ));
     }
-    Ok(UserMessage::text(text))
+    let mut message = UserMessage::text(text);
+    if message.content.iter().all(
+        |block| matches!(block, agent_types::UserBlock::Text { text } if text.trim().is_empty()),
+    ) {
+        message.content.clear();
+    }
+    message.content.extend(files);
+    crate::attachments::check(&message)?;
+    Ok(message)
 }
 
 /// The tool part of `message` for call `id`.

@@ -125,6 +125,40 @@ impl Accounting {
         }
     }
 
+    /// Every `model_calls` and `tool_calls` row of `tenant`'s session `session`, oldest
+    /// first (the console's timeline, `console/timeline.rs`).
+    pub(crate) async fn session_calls(
+        &self,
+        tenant: &str,
+        session: &str,
+    ) -> Result<
+        (
+            Vec<agent_accounting::StoredModelCall>,
+            Vec<agent_accounting::StoredToolCall>,
+        ),
+        agent_accounting::Error,
+    > {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.queue.flush()).await;
+        #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+        {
+            let _ = (tenant, session);
+            match self.store {}
+        }
+        #[cfg(any(feature = "sqlite", feature = "postgres"))]
+        match &self.store {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(sink) => {
+                let sink = sink.clone();
+                let (tenant, session) = (tenant.to_owned(), session.to_owned());
+                tokio::task::spawn_blocking(move || sink.session_calls(&tenant, &session))
+                    .await
+                    .map_err(|error| agent_accounting::Error::Store(error.to_string()))?
+            }
+            #[cfg(feature = "postgres")]
+            Store::Postgres(sink) => sink.session_calls(tenant, session).await,
+        }
+    }
+
     /// Writes what is queued (at shutdown).
     pub(crate) async fn flush(&self) {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.queue.flush()).await;

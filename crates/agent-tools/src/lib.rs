@@ -94,6 +94,7 @@ mod repair;
 pub mod resource;
 mod schema;
 mod tool;
+pub mod tool_search;
 mod truncate;
 mod validate;
 
@@ -107,6 +108,9 @@ pub use registry::{RegisteredTool, Registry};
 pub use repair::{Repair, RepairKind, repair};
 pub use schema::{json_depth, schema_for};
 pub use tool::Tool;
+pub use tool_search::{
+    Hit, MAX_SEARCH_RESULTS, SEARCH_TOOLS_NAME, ToolIndex, run_search, search_tools_tool,
+};
 pub use truncate::{
     Truncated, TruncationPolicy, escaped_len, marker, render_result, truncate, truncate_result,
 };

@@ -37,6 +37,10 @@ pub struct Capabilities {
     /// schema-constrained output (the `Native` structured-output strategy); without it the
     /// field is ignored and the loop uses a final-answer tool or the prompt instead.
     pub structured_output: bool,
+    /// The adapter sends tools marked [`ToolSpec::defer_loading`](crate::ToolSpec::defer_loading)
+    /// behind the provider's own tool-search tool, which loads them when the model searches;
+    /// without it the loop's tool search offers a `search_tools` tool of its own instead.
+    pub tool_search: bool,
 }
 
 /// A model provider.

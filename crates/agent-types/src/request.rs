@@ -23,6 +23,12 @@ pub struct ToolSpec {
     /// have no such switch and ignore it. Absent from the JSON form when `false`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub strict: bool,
+    /// Kept out of the prompt until the provider's own tool search finds it (Anthropic's and
+    /// OpenAI's `defer_loading`); only adapters whose [`Capabilities::tool_search`](crate::Capabilities::tool_search)
+    /// is set honour it, and the loop sets it only for them. Absent from the JSON form when
+    /// `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub defer_loading: bool,
 }
 
 impl ToolSpec {
@@ -33,6 +39,7 @@ impl ToolSpec {
             description: description.into(),
             parameters: Arc::new(parameters),
             strict: false,
+            defer_loading: false,
         }
     }
 

@@ -91,6 +91,10 @@ pub(crate) struct LoopArgs {
     /// End the run when the same call is made N times in a row; 0 never [default: 3]
     #[arg(long, value_name = "N")]
     pub(crate) max_repeated_calls: Option<u32>,
+    /// With more than N tools (built-ins and MCP), offer a `search_tools` tool and load what
+    /// it finds instead of every definition (docs/mcp.md, "Large tool catalogs") [default: off]
+    #[arg(long, value_name = "N")]
+    pub(crate) tool_search_threshold: Option<usize>,
     /// Append a row per model call and per tool call to this SQLite file (created when
     /// missing); read it with `agentry usage FILE`
     #[arg(long, value_name = "FILE")]
@@ -192,6 +196,10 @@ pub(crate) struct PromptArgs {
     /// at most 20 MiB each (repeatable)
     #[arg(long = "file", value_name = "PATH")]
     pub(crate) files: Vec<PathBuf>,
+    /// Write one self-contained HTML page of the run (conversation, timeline, usage) to
+    /// this file when it ends
+    #[arg(long, value_name = "run.html", conflicts_with = "accounting")]
+    pub(crate) report: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) schema: SchemaArgs,
 }

@@ -75,6 +75,8 @@ pub(crate) struct FileConfig {
     pub(crate) max_repeated_calls: Option<u32>,
     /// Seconds one tool call may take.
     pub(crate) tool_timeout_secs: Option<f64>,
+    /// See `--tool-search-threshold`.
+    pub(crate) tool_search_threshold: Option<usize>,
     /// Tools whose calls wait for a person's approval (docs/approval.md).
     pub(crate) require_approval: Option<Vec<String>>,
     /// Prices per model, in USD per million tokens; added to (and overriding) the built-in card.
@@ -225,6 +227,7 @@ impl FileConfig {
             on_tool_error: self.on_tool_error.or(lower.on_tool_error),
             max_repeated_calls: self.max_repeated_calls.or(lower.max_repeated_calls),
             tool_timeout_secs: self.tool_timeout_secs.or(lower.tool_timeout_secs),
+            tool_search_threshold: self.tool_search_threshold.or(lower.tool_search_threshold),
             // Every layer's list counts: approval only ever narrows what runs unasked.
             require_approval: match (&self.require_approval, &lower.require_approval) {
                 (Some(a), Some(b)) => Some(a.iter().chain(b).cloned().collect()),

@@ -31,11 +31,13 @@ mod mcp;
 mod mcp_serve;
 mod render;
 mod replay;
+mod report;
 mod run;
 mod serve;
 mod session_checkpoint;
 mod session_file;
 mod telemetry;
+mod temporal;
 mod trust;
 
 use std::path::PathBuf;
@@ -114,14 +116,28 @@ enum Command {
         loop_args: LoopArgs,
         #[command(flatten)]
         output: OutputArgs,
+        /// Run it as a Temporal workflow (docs/durable.md)
+        #[command(flatten)]
+        temporal: temporal::TemporalArgs,
+    },
+    /// Serve durable runs: a Temporal worker for the `agent_run` workflow and its activities,
+    /// with the model and tools of the flags and agentry.toml (docs/durable.md).
+    #[command(after_help = EXIT_CODES)]
+    Worker {
+        #[command(flatten)]
+        temporal: temporal::TemporalArgs,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        loop_args: LoopArgs,
     },
     /// Continue a session that stopped for remote tool calls, with their results, or for
     /// approval, with decisions.
     #[command(after_help = RUN_HELP)]
     Resume {
         /// The session file given to `agentry run --session`
-        #[arg(long, value_name = "FILE")]
-        session: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "address")]
+        session: Option<PathBuf>,
         /// The results: {"CALL_ID": OUTPUT, …} or [{"tool_call_id", "content", "is_error"}];
         /// `-` reads stdin
         #[arg(long, value_name = "RESULTS.json", required_unless_present_any = ["approve", "deny"])]
@@ -139,6 +155,9 @@ enum Command {
         loop_args: LoopArgs,
         #[command(flatten)]
         output: OutputArgs,
+        /// Signal a run on Temporal instead (with --workflow)
+        #[command(flatten)]
+        temporal: temporal::TemporalArgs,
     },
     /// Serve agent sessions over HTTP + SSE and an OpenAI-compatible endpoint, from the
     /// [server] section of agentry.toml (docs/server.md); SIGTERM or Ctrl-C drains and stops.
@@ -296,6 +315,13 @@ fn main() -> ExitCode {
                 status,
                 file,
             } => Ok(replay::run(provider, status, &file).await),
+            Command::Worker {
+                temporal,
+                model,
+                loop_args,
+            } => temporal::worker(&temporal, &model, &loop_args)
+                .await
+                .map(ExitCode::from),
             Command::Trust { file, list, remove } => {
                 trust::command(file, list, remove).map(|()| ExitCode::SUCCESS)
             }
@@ -363,7 +389,13 @@ fn main() -> ExitCode {
                 mcp,
                 loop_args,
                 output,
+                temporal,
             } => {
+                if temporal.address.is_some() {
+                    return temporal::run(&temporal, prompt, &model, &loop_args, output.json)
+                        .await
+                        .map(ExitCode::from);
+                }
                 let mut renderer = Renderer::stdio(output.json);
                 let request = run::RunRequest {
                     prompt,
@@ -385,7 +417,18 @@ fn main() -> ExitCode {
                 mcp,
                 loop_args,
                 output,
+                temporal,
             } => {
+                let Some(session) = session.filter(|_| temporal.address.is_none()) else {
+                    return temporal::resume(
+                        &temporal,
+                        results.as_deref(),
+                        &approvals,
+                        output.json,
+                    )
+                    .await
+                    .map(ExitCode::from);
+                };
                 let mut renderer = Renderer::stdio(output.json);
                 run::resume(
                     &session,

@@ -97,6 +97,7 @@ pub(crate) async fn run<O: Write, E: Write>(
             loop_args: request.loop_args,
             output,
             mcp,
+            report: request.attach.report.as_deref(),
         },
         renderer,
     )
@@ -132,6 +133,7 @@ pub(crate) async fn resume<O: Write, E: Write>(
             renderer.structured();
         }
         let run = Run {
+            report: None,
             loop_args,
             output,
             mcp,
@@ -168,6 +170,7 @@ pub(crate) async fn resume<O: Write, E: Write>(
         SessionInput::ToolResults(results),
         &config.merged,
         Run {
+            report: None,
             loop_args,
             output,
             mcp,
@@ -457,6 +460,12 @@ async fn go<O: Write, E: Write>(
         .options(prices)
         .with_tools(tools)
         .require_approval_for(state.require_approval.iter().cloned());
+    if let Some(threshold) = (run.loop_args.tool_search_threshold).or(config.tool_search_threshold)
+    {
+        options = options
+            .with_tool_search(agent_loop::ToolSearch::new().with_threshold(threshold))
+            .map_err(|error| Error::Tools(error.message))?;
+    }
     // --guardrail and --policy (crate::guardrails).
     options.guardrails = crate::guardrails::from_flags(run.loop_args)?;
     if let Some((spec, strategy, retries)) = run.output {
@@ -515,6 +524,7 @@ async fn go<O: Write, E: Write>(
         state.provider.name(),
     )
     .await?;
+    let (options, report) = crate::report::attach(options, run.report, state.provider.name());
     let agent = agent_loop::Agent::builder_shared(model.into(), state.session.model.clone())
         .with_options(options)
         .build();
@@ -536,6 +546,9 @@ async fn go<O: Write, E: Write>(
     }
     if let Some(recorder) = recorder {
         recorder.finish().await;
+    }
+    if let Some(report) = report {
+        report.write(&state.session, state.provider.name()).await?;
     }
     for client in clients {
         client.close().await;
@@ -563,6 +576,8 @@ struct Run<'a> {
     output: Option<(OutputSpec, OutputStrategy, u32)>,
     /// MCP servers whose tools the run gets.
     mcp: Vec<agent_mcp::client::ServerConfig>,
+    /// `--report FILE`: the run's HTML page (`report.rs`).
+    report: Option<&'a Path>,
 }
 
 /// `--output-schema` and its companions: the compiled schema, the strategy, the retries.
@@ -643,7 +658,7 @@ fn add_remote_tool(session: &mut Session, name: &str) -> Result<(), Error> {
 }
 
 /// The prompt from the arguments, or from stdin when there are none.
-fn prompt(words: Vec<String>) -> Result<String, Error> {
+pub(crate) fn prompt(words: Vec<String>) -> Result<String, Error> {
     let prompt = if words.is_empty() {
         let mut stdin = std::io::stdin();
         if stdin.is_terminal() {
@@ -667,7 +682,7 @@ fn prompt(words: Vec<String>) -> Result<String, Error> {
     Ok(prompt)
 }
 
-fn read_results(path: &Path) -> Result<String, Error> {
+pub(crate) fn read_results(path: &Path) -> Result<String, Error> {
     if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()
@@ -747,6 +762,33 @@ fn status_name(status: SessionStatus) -> String {
         .ok()
         .and_then(|value| value.as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("{status:?}"))
+}
+
+#[cfg(feature = "temporal")]
+/// What a durable run needs from the flags and agentry.toml, resolved as `agentry run`
+/// resolves them: the backend, the loop's options with the tools, and a new session
+/// (`agentry worker` and `agentry run --temporal`, crate::temporal).
+pub(crate) fn durable_parts(
+    flags: &ModelArgs,
+    loop_args: &LoopArgs,
+) -> Result<(Box<dyn agent_types::Backend>, agent_loop::Options, Session), Error> {
+    let config = Config::load(flags.config.as_deref())?;
+    let mut state = settle(None, flags, &config, None)?;
+    let settings = LoopSettings::resolve(loop_args, &config.merged)?;
+    let tools = registry(&state.tools, state.root.as_deref())?;
+    let model = connect(state.provider, state.base_url.as_deref())?;
+    let mut prices = rate_card(&config.merged);
+    if state.provider == Api::Ollama && prices.price(&state.session.model).is_none() {
+        prices.insert(state.session.model.clone(), ModelPrice::default());
+    }
+    state
+        .require_approval
+        .extend(settings.require_approval.iter().cloned());
+    let options = settings
+        .options(prices)
+        .with_tools(tools)
+        .require_approval_for(state.require_approval.iter().cloned());
+    Ok((model, options, state.session))
 }
 
 #[cfg(test)]

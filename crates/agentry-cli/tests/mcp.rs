@@ -451,3 +451,68 @@ fn an_mcp_entry_sends_headers_and_a_bearer_token_from_the_environment() {
         "{stderr}"
     );
 }
+
+/// `--tool-search-threshold`: over it the model gets `search_tools` only, and the tool its
+/// search found from the next request on (docs/mcp.md, "Large tool catalogs").
+#[test]
+fn run_with_tool_search_offers_search_tools_then_what_it_found() {
+    let Some((node, script)) = everything() else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime
+        .block_on(ReplayServer::start([
+            chat_tool_call(
+                "call_1",
+                "search_tools",
+                &json!({"query": "sum of two numbers"}),
+            ),
+            chat_tool_call("call_2", "everything_get-sum", &json!({"a": 2, "b": 3})),
+            chat_text("It is 5."),
+        ]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let flag = stdio_flag(&node, &script);
+    let (code, stdout, stderr) = run(agentry(home.path())
+        .args([
+            "run",
+            "--provider",
+            "openai",
+            "--base-url",
+            &url,
+            "--model",
+            "gpt-4.1-mini",
+            "--json",
+            "--mcp",
+            &flag,
+            "--mcp-name",
+            "everything",
+            "--tool-search-threshold",
+            "3",
+            "add 2 and 3",
+        ])
+        .env("OPENAI_API_KEY", "test-key"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("The sum of 2 and 3 is 5."), "{stdout}");
+    let offered = |at: usize| -> Vec<String> {
+        let request = server.requests()[at].json().unwrap();
+        request["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(offered(0), ["search_tools"]);
+    let second = offered(1);
+    assert!(
+        second.contains(&"everything_get-sum".to_owned()),
+        "{second:?}"
+    );
+    assert!(second.len() <= 6, "{second:?}");
+}

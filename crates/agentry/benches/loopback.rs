@@ -738,12 +738,12 @@ fn parent() {
         "client CPU per run (whole process, current-thread runtime), median [min–max] of {SAMPLES} \
          interleaved samples\n"
     );
-    report(
+    let sequential_ratio = report(
         &format!("sequential ({SEQUENTIAL_RUNS} runs per sample)"),
         &sequential,
         TARGET_SEQUENTIAL,
     );
-    report(
+    let concurrent_ratio = report(
         &format!("{CONCURRENT} concurrent ({BATCHES} batches per sample)"),
         &concurrent,
         TARGET_CONCURRENT,
@@ -762,9 +762,13 @@ fn parent() {
          of {RSS_SAMPLES}"
     );
     let floor = spread(peaks[0].clone()).median;
+    let mut rss_ratio = f64::NAN;
     for (index, variant) in Variant::ALL.iter().enumerate() {
         let peak = spread(peaks[index].clone());
         let ratio = peak.median / floor;
+        if *variant == Variant::Events {
+            rss_ratio = ratio;
+        }
         let target = if index == 0 {
             String::new()
         } else {
@@ -781,21 +785,45 @@ fn parent() {
             peak.max / 1024.0,
         );
     }
+    // The lines `cargo xtask bench` gathers into its targets table.
+    println!();
+    target_line(
+        "sequential CPU/run vs floor (events read)",
+        sequential_ratio,
+        TARGET_SEQUENTIAL,
+    );
+    target_line(
+        "256 concurrent CPU/run vs floor (events read)",
+        concurrent_ratio,
+        TARGET_CONCURRENT,
+    );
+    target_line("peak RSS 256 concurrent vs floor", rss_ratio, TARGET_RSS);
+}
+
+/// `TARGET <name> | <ratio>x | <= <target> | MET|NOT MET` (read by `cargo xtask bench`).
+fn target_line(name: &str, ratio: f64, target: f64) {
+    println!(
+        "TARGET {name} | {ratio:.3}x | <= {target:.2} | {}",
+        if ratio <= target { "MET" } else { "NOT MET" }
+    );
 }
 
 fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "NOT met" }
 }
 
-fn report(title: &str, samples: &[Vec<f64>], target: f64) {
+/// Prints one scenario; returns the events-read variant's ratio to the floor.
+fn report(title: &str, samples: &[Vec<f64>], target: f64) -> f64 {
     println!("{title}");
     let floor = spread(samples[0].clone()).median;
+    let mut events_ratio = f64::NAN;
     for (index, variant) in Variant::ALL.iter().enumerate() {
         let cpu = spread(samples[index].clone());
         let ratio = cpu.median / floor;
         let target = if index == 0 {
             String::new()
         } else if *variant == Variant::Events {
+            events_ratio = ratio;
             format!(
                 "{ratio:>6.3}x  (target ≤ {target:.2}: {})",
                 verdict(ratio <= target)
@@ -812,6 +840,7 @@ fn report(title: &str, samples: &[Vec<f64>], target: f64) {
         );
     }
     println!();
+    events_ratio
 }
 
 /// One variant's 256-concurrent phase in a fresh process: its `VmHWM` in KiB.

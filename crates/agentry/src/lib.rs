@@ -30,6 +30,7 @@
 //! | `mcp` | no | `mcp`: the MCP client and server (rmcp; the client over the same reqwest) |
 //! | `otel` | no | `otel` (`agent-otel`): OpenTelemetry export of the loop's GenAI spans and metrics over OTLP/HTTP (docs/observability.md) |
 //! | `guardrails` | no | `guardrails` (`agent-guardrails`): PII redaction and Rego tool-call policy as ready-made guardrails (docs/guardrails.md) |
+//! | `temporal` | no | `temporal` (`agent-temporal`): durable runs on Temporal, the `agent_run` workflow and its workers (docs/durable.md) |
 //!
 //! With `default-features = false` the facade is the vocabulary alone: no tokio, no HTTP
 //! client, no SQLite.
@@ -110,6 +111,11 @@ pub use agent_guardrails as guardrails;
 #[cfg(feature = "otel")]
 #[doc(inline)]
 pub use agent_otel as otel;
+
+/// Durable runs on Temporal: the `agent_run` workflow, the `model_call` and `tool_call`
+/// activities, workers and clients (docs/durable.md).
+#[cfg(feature = "temporal")]
+pub use agent_temporal as temporal;
 
 #[cfg(feature = "loop")]
 #[doc(inline)]

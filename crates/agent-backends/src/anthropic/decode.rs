@@ -304,6 +304,18 @@ impl WireDecoder {
                 Open::Other
             }
             "web_search_tool_result" | "web_fetch_tool_result" => Open::Other,
+            // The tool-search tool's call and its `tool_reference`s: Anthropic loaded the
+            // tools it found for this response, and a later request works without them (the
+            // deferred tools are sent again, each call names its tool).
+            "server_tool_use"
+                if matches!(
+                    block.name.as_deref(),
+                    Some("tool_search_tool_bm25" | "tool_search_tool_regex")
+                ) =>
+            {
+                Open::Other
+            }
+            "tool_search_tool_result" => Open::Other,
             // Code execution and its output, MCP connector traffic, block types added later:
             // content an assistant message cannot carry, refused rather than dropped.
             "server_tool_use" => {

@@ -83,11 +83,33 @@ impl Body<'_> {
 /// A tool definition.
 #[derive(Debug, Serialize)]
 pub(super) struct Tool<'a> {
+    /// A server tool's type (the tool-search tool); `None` for the caller's tools.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub(super) kind: Option<&'static str>,
     pub(super) name: &'a str,
-    description: &'a str,
-    input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_schema: Option<&'a Value>,
+    /// Loaded only when the tool-search tool finds it (`anthropic::tool_search`).
+    #[serde(skip_serializing_if = "is_false")]
+    pub(super) defer_loading: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) cache_control: Option<CacheControl>,
+}
+
+impl Tool<'_> {
+    /// A server tool: its type and name only.
+    pub(super) fn server(kind: &'static str, name: &'static str) -> Tool<'static> {
+        Tool {
+            kind: Some(kind),
+            name,
+            description: None,
+            input_schema: None,
+            defer_loading: false,
+            cache_control: None,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -267,9 +289,11 @@ pub(super) fn build<'a>(
         .tools
         .iter()
         .map(|tool| Tool {
+            kind: None,
             name: &tool.name,
-            description: &tool.description,
-            input_schema: &tool.parameters,
+            description: Some(&tool.description),
+            input_schema: Some(&tool.parameters),
+            defer_loading: tool.defer_loading,
             cache_control: None,
         })
         .collect();

@@ -205,21 +205,25 @@ async fn open<P: Protocol>(
     limits: &Limits,
 ) -> Result<reqwest::Response, BackendError> {
     let client = http.client.reqwest();
-    let builder = client
+    let mut request = client
         .post(&prepared.url)
-        .headers(prepared.headers.clone())
-        .headers(http.headers.clone())
-        .body(prepared.body.clone());
-    let response = match &http.auth {
-        None => limits.within(builder.send()).await?,
-        Some(auth) => {
-            let mut request = builder.build().map_err(transport_error)?;
-            // Inside the limits: fetching a token is part of the call's time.
-            limits.within(auth.authorize(&mut request)).await??;
-            limits.within(client.execute(request)).await?
-        }
+        .body(prepared.body.clone())
+        .build()
+        .map_err(transport_error)?;
+    // The prepared map is usually the backend's prebuilt one (configured headers already
+    // merged, see `http::headers`): a clone of it, not two maps inserted header by header.
+    *request.headers_mut() = prepared.headers.clone();
+    if !http.headers.is_empty() {
+        super::headers::merge(request.headers_mut(), &http.headers);
     }
-    .map_err(transport_error)?;
+    if let Some(auth) = &http.auth {
+        // Inside the limits: fetching a token is part of the call's time.
+        limits.within(auth.authorize(&mut request)).await??;
+    }
+    let response = limits
+        .within(client.execute(request))
+        .await?
+        .map_err(transport_error)?;
     if response.status().is_success() {
         return Ok(response);
     }

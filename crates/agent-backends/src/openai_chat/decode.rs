@@ -189,7 +189,12 @@ impl ChatDecoder {
         if call.name.is_none() {
             call.name = name;
         }
-        call.pending.push_str(&arguments);
+        if call.pending.is_empty() {
+            // The common case: the fragment's own string becomes the delta, not a copy of it.
+            call.pending = arguments;
+        } else {
+            call.pending.push_str(&arguments);
+        }
         if call.name.is_some() {
             self.start_call(position, out);
         }
@@ -310,10 +315,7 @@ impl ChatDecoder {
                 out,
             );
         }
-        for choice in chunk.choices.into_iter().flatten() {
-            if choice.index.unwrap_or(0) != 0 {
-                continue;
-            }
+        for choice in chunk.choices.into_iter() {
             if let Some(mut delta) = choice.delta {
                 self.reasoning(delta.reasoning_content.take(), delta.reasoning.take(), out);
                 self.content(&mut delta, out)?;
@@ -561,11 +563,79 @@ struct Chunk<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    choices: Option<Vec<ChunkChoice<'a>>>,
+    #[serde(default, borrow)]
+    choices: Choices<'a>,
     usage: Option<WireUsage>,
     x_groq: Option<XGroq>,
     error: Option<Value>,
+}
+
+/// A chunk's choices with index 0 (the only ones read; the adapter never asks for `n > 1`),
+/// the first kept inline: a chunk has one choice, and a `Vec` for it was an allocation per
+/// chunk (issue 16).
+#[derive(Default)]
+struct Choices<'a> {
+    first: Option<ChunkChoice<'a>>,
+    more: Vec<ChunkChoice<'a>>,
+}
+
+impl<'a> IntoIterator for Choices<'a> {
+    type Item = ChunkChoice<'a>;
+    type IntoIter = std::iter::Chain<
+        std::option::IntoIter<ChunkChoice<'a>>,
+        std::vec::IntoIter<ChunkChoice<'a>>,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.more)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Choices<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of choices")
+            }
+
+            // `"choices": null` reads as no choices, as `Option<Vec<_>>` did.
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Choices<'a>, E> {
+                Ok(Choices::default())
+            }
+
+            fn visit_none<E: serde::de::Error>(self) -> Result<Choices<'a>, E> {
+                Ok(Choices::default())
+            }
+
+            fn visit_some<D: Deserializer<'de>>(self, inner: D) -> Result<Choices<'a>, D::Error> {
+                inner.deserialize_any(self)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Choices<'a>, A::Error> {
+                let mut choices = Choices::default();
+                while let Some(choice) = seq.next_element::<ChunkChoice<'a>>()? {
+                    if choice.index.unwrap_or(0) != 0 {
+                        continue;
+                    }
+                    if choices.first.is_none() {
+                        choices.first = Some(choice);
+                    } else {
+                        choices.more.push(choice);
+                    }
+                }
+                Ok(choices)
+            }
+        }
+
+        deserializer.deserialize_option(Visit(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -783,5 +853,30 @@ mod content_tests {
         )
         .unwrap();
         assert_eq!(chunk.model.as_deref(), Some("m"));
+    }
+
+    // The choices are kept inline, not in a `Vec` per chunk (issue 16); what is read is what
+    // `Option<Vec<_>>` filtered to index 0 read.
+    #[test]
+    fn only_choices_with_index_zero_are_kept_and_null_is_none() {
+        let indexes = |json: &str| {
+            let chunk: Chunk<'_> = serde_json::from_str(json).unwrap();
+            chunk
+                .choices
+                .into_iter()
+                .map(|choice| choice.finish_reason.map(Cow::into_owned))
+                .collect::<Vec<_>>()
+        };
+        assert!(indexes(r#"{"choices": null}"#).is_empty());
+        assert!(indexes(r#"{"id": "c"}"#).is_empty());
+        assert!(indexes(r#"{"choices": []}"#).is_empty());
+        assert_eq!(
+            indexes(
+                r#"{"choices": [{"index": 1, "finish_reason": "a"}, {"index": 0, "finish_reason": "b"},
+                {"finish_reason": "c"}, {"index": 2}]}"#
+            ),
+            [Some("b".to_owned()), Some("c".to_owned())]
+        );
+        assert!(serde_json::from_str::<Chunk<'_>>(r#"{"choices": {"index": 0}}"#).is_err());
     }
 }

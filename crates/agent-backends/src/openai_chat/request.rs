@@ -1,15 +1,19 @@
 //! Building the Chat Completions request body from a [`ModelRequest`].
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use agent_types::{
     AssistantBlock, AssistantMessage, BackendError, BackendErrorKind, ContentKind, FileBlock,
     FileSource, ImageSource, Message, ModelRequest, ReasoningEffort, ToolCall, ToolChoice,
-    ToolResultBlock, UserBlock, UserMessage,
+    ToolResultBlock, ToolSpec, UserBlock, UserMessage,
 };
 use bytes::Bytes;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use crate::tools_json::ToolsJson;
 
 use crate::http::json_body;
 
@@ -20,6 +24,8 @@ pub(super) struct Options<'a> {
     pub(super) prompt_cache_key: Option<&'a str>,
     /// Send reasoning text back as `reasoning_content` on assistant messages.
     pub(super) reasoning_in_history: bool,
+    /// The backend's serialized tools array (none: serialized for this request alone).
+    pub(super) tools: Option<&'a ToolsJson>,
 }
 
 /// The serialized request body.
@@ -100,21 +106,14 @@ fn wire_request<'a>(
         stream_options: (request.stream && ours("stream_options")).then_some(StreamOptions {
             include_usage: true,
         }),
-        tools: (has_tools && ours("tools")).then(|| {
-            request
-                .tools
-                .iter()
-                .map(|tool| WireTool {
-                    kind: "function",
-                    function: WireFunction {
-                        name: &tool.name,
-                        description: &tool.description,
-                        parameters: crate::content::tool_parameters(tool),
-                        strict: tool.strict,
-                    },
-                })
-                .collect()
-        }),
+        tools: if has_tools && ours("tools") {
+            Some(match options.tools {
+                Some(cache) => cache.get(&request.tools, wire_tools)?,
+                None => crate::tools_json::serialize(&wire_tools(&request.tools))?,
+            })
+        } else {
+            None
+        },
         tool_choice: tool_choice.filter(|_| ours("tool_choice")),
         parallel_tool_calls: settings
             .parallel_tool_calls
@@ -142,6 +141,21 @@ fn wire_request<'a>(
             }),
         extras,
     })
+}
+
+fn wire_tools(tools: &[ToolSpec]) -> Vec<WireTool<'_>> {
+    tools
+        .iter()
+        .map(|tool| WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: crate::content::tool_parameters(tool),
+                strict: tool.strict,
+            },
+        })
+        .collect()
 }
 
 fn effort_name(effort: ReasoningEffort) -> &'static str {
@@ -374,7 +388,8 @@ struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Vec<WireTool<'a>>>,
+    /// Spliced as raw JSON: serialized once per tool set (`tools_json`).
+    tools: Option<Arc<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<WireToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1830,3 +1830,55 @@ fn request_strict_tool() {
     assert!(body["tools"][1]["function"].get("strict").is_none());
     snapshot("request_strict_tool", &body);
 }
+
+// Issue 16: the headers and the tools array are built once per backend and reused; the bytes
+// sent are those of a request built from scratch, and a changed tool set or key is seen.
+#[test]
+fn prebuilt_headers_and_tools_send_the_bytes_of_a_request_built_from_scratch() {
+    let registry = vec![
+        ToolSpec::new(
+            "get_weather",
+            "Weather for a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        ),
+        ToolSpec::new("clock", "The time.", json!({"type": "object"})).with_strict(true),
+    ];
+    let request = |tools: &[ToolSpec]| {
+        let mut request = ModelRequest::new("m", vec![Message::user("x")]);
+        request.tools = tools.to_vec();
+        request
+    };
+    // Without a backend's cache the array is serialized for the request alone.
+    let fresh =
+        |request: &ModelRequest| request::body(request, request::Options::default()).unwrap();
+    let backend = backend();
+    for _ in 0..3 {
+        let first = request(&registry);
+        let prepared = backend.prepare(&first).unwrap();
+        assert_eq!(&prepared.body[..], &fresh(&first)[..]);
+        assert_eq!(prepared.headers["authorization"], "Bearer sk-test");
+        assert!(prepared.headers["authorization"].is_sensitive());
+    }
+    // Another tool set on the same backend: its own array, then the first one again.
+    let fewer = request(&registry[..1]);
+    assert_eq!(
+        &backend.prepare(&fewer).unwrap().body[..],
+        &fresh(&fewer)[..]
+    );
+    let again = request(&registry);
+    assert_eq!(
+        &backend.prepare(&again).unwrap().body[..],
+        &fresh(&again)[..]
+    );
+
+    // Configured headers and a new key reach the prebuilt map.
+    let configured = backend
+        .clone()
+        .with_header("x-team", "a")
+        .unwrap()
+        .with_api_key("sk-other");
+    let headers = configured.prepare(&again).unwrap().headers;
+    assert_eq!(headers["authorization"], "Bearer sk-other");
+    assert_eq!(headers["x-team"], "a");
+    assert_eq!(backend.prepare(&again).unwrap().headers.get("x-team"), None);
+}

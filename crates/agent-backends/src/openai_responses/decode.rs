@@ -174,6 +174,8 @@ impl WireDecoder {
                     // A function call was started above.
                     WireItem::WebSearchCall
                     | WireItem::FileSearchCall
+                    | WireItem::ToolSearchCall
+                    | WireItem::ToolSearchOutput
                     | WireItem::FunctionCall(_) => ItemKind::Other,
                     WireItem::Other => return Err(unknown_output(raw)),
                 };
@@ -231,7 +233,10 @@ impl WireDecoder {
                 self.reasoning(reasoning, !complete, out);
                 self.mark_done(known, event.output_index, ItemKind::Reasoning);
             }
-            WireItem::WebSearchCall | WireItem::FileSearchCall => {}
+            WireItem::WebSearchCall
+            | WireItem::FileSearchCall
+            | WireItem::ToolSearchCall
+            | WireItem::ToolSearchOutput => {}
             WireItem::Other => return Err(unknown_output(raw)),
         }
         Ok(())
@@ -316,7 +321,10 @@ impl WireDecoder {
                     let at = self.start_call(None, call, out);
                     self.end_call(at, out);
                 }
-                WireItem::WebSearchCall | WireItem::FileSearchCall => {}
+                WireItem::WebSearchCall
+                | WireItem::FileSearchCall
+                | WireItem::ToolSearchCall
+                | WireItem::ToolSearchOutput => {}
                 WireItem::Other => return Err(unknown_output(raw)),
             }
         }
@@ -385,10 +393,16 @@ impl Decoder for WireDecoder {
         if self.finished || data.is_empty() || data == "[DONE]" {
             return Ok(());
         }
-        let kind: EventKind<'_> = parse(data, "a stream event")?;
         // The type is in the data; the SSE event name says the same and stands in for it
-        // where a server leaves it out.
-        let kind = kind.kind.unwrap_or(Cow::Borrowed(frame.event));
+        // where a server leaves it out. OpenAI writes it first: read there, an event we parse
+        // anyway is not parsed a second time just for its type (issue 16).
+        let kind = match leading_type(data) {
+            Some(kind) if HANDLED.contains(&kind) => Cow::Borrowed(kind),
+            _ => {
+                let kind: EventKind<'_> = parse(data, "a stream event")?;
+                kind.kind.unwrap_or(Cow::Borrowed(frame.event))
+            }
+        };
         match kind.as_ref() {
             "response.created" | "response.in_progress" | "response.queued" => {
                 let event: ResponseEvent = parse(data, "a `response.created` event")?;
@@ -583,6 +597,38 @@ impl WireDecoder {
     }
 }
 
+/// The event types `frame` parses in full; any other type is still checked to be JSON.
+const HANDLED: &[&str] = &[
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.output_text.delta",
+    "response.refusal.delta",
+    "response.output_text.done",
+    "response.refusal.done",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+    "response.reasoning_summary_text.done",
+    "response.reasoning_text.done",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+/// The `type` of an event written as OpenAI writes it, first and unescaped:
+/// `{"type":"response.output_text.delta",…`. `None` for any other layout (then the event is
+/// parsed for it).
+pub(super) fn leading_type(data: &str) -> Option<&str> {
+    let rest = data.strip_prefix(r#"{"type":""#)?;
+    let end = rest.find(['"', '\\'])?;
+    (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
+}
+
 /// The item types the decoder reads or skips, and a message's part types.
 const KNOWN_ITEMS: &[&str] = &[
     "message",
@@ -590,6 +636,8 @@ const KNOWN_ITEMS: &[&str] = &[
     "function_call",
     "web_search_call",
     "file_search_call",
+    "tool_search_call",
+    "tool_search_output",
 ];
 const KNOWN_PARTS: &[&str] = &["output_text", "refusal"];
 
@@ -841,6 +889,10 @@ enum WireItem {
     /// model wrote is lost by skipping it.
     WebSearchCall,
     FileSearchCall,
+    /// The hosted tool search (`tool_search` with deferred tools) and the tools it loaded:
+    /// the provider loaded them for this response, and the calls that follow name their tool.
+    ToolSearchCall,
+    ToolSearchOutput,
     /// Every other item (image generation, code interpreter, MCP, computer use, custom
     /// tools, types added later) is content an assistant message cannot carry: refused.
     #[serde(other)]
@@ -852,7 +904,12 @@ impl WireItem {
         match self {
             Self::Reasoning(item) => item.id.as_deref(),
             Self::FunctionCall(item) => item.id.as_deref(),
-            Self::Message { .. } | Self::WebSearchCall | Self::FileSearchCall | Self::Other => None,
+            Self::Message { .. }
+            | Self::WebSearchCall
+            | Self::FileSearchCall
+            | Self::ToolSearchCall
+            | Self::ToolSearchOutput
+            | Self::Other => None,
         }
     }
 }

@@ -4,17 +4,20 @@
 //! strings the API wants in another form (image data URLs, tool arguments as JSON text).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use agent_types::{
     AssistantBlock, BackendError, BackendErrorKind, ContentKind, FileBlock, FileSource,
     ImageSource, Message, ModelRequest, ReasoningEffort, Thinking, ToolChoice, ToolResultBlock,
-    UserBlock,
+    ToolSpec, UserBlock,
 };
 use bytes::Bytes;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::http::json_body;
+use crate::tools_json::ToolsJson;
 
 /// What the backend's configuration adds to every request.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +28,8 @@ pub(super) struct Settings<'a> {
     pub(super) encrypted_reasoning: Option<bool>,
     /// The `prompt_cache_key`.
     pub(super) prompt_cache_key: Option<&'a str>,
+    /// The backend's serialized tools array (none: serialized for this request alone).
+    pub(super) tools: Option<&'a ToolsJson>,
 }
 
 /// The JSON body for `request`.
@@ -63,7 +68,7 @@ pub(super) fn build<'a>(
     let encrypted = settings.encrypted_reasoning.unwrap_or_else(|| {
         generation.reasoning.is_some() || replays_reasoning || is_reasoning_model(&request.model)
     });
-    let (tools, tool_choice) = tools(request)?;
+    let (tools, tool_choice) = tools(request, settings.tools)?;
     let mut body = Body {
         model: Some(&request.model),
         instructions: request.system.as_deref(),
@@ -110,7 +115,8 @@ pub(super) struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     input: Option<Vec<Item<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Vec<Tool<'a>>>,
+    /// Spliced as raw JSON: serialized once per tool set (`tools_json`).
+    tools: Option<Arc<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Choice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -352,6 +358,20 @@ struct Tool<'a> {
     /// against the schema as written; a tool declared strict is sent with its schema in
     /// strict form.
     strict: bool,
+    /// Loaded only when the hosted `tool_search` finds it (`super::tool_search`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    defer_loading: bool,
+}
+
+/// An entry of `tools`: a function, or the hosted tool search that loads deferred ones.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum WireTool<'a> {
+    Function(Tool<'a>),
+    Hosted {
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -523,9 +543,12 @@ fn reasoning(thinking: &Thinking, store: bool) -> Option<Item<'_>> {
     })
 }
 
-type ToolParts<'a> = (Option<Vec<Tool<'a>>>, Option<Choice<'a>>);
+type ToolParts<'a> = (Option<Arc<RawValue>>, Option<Choice<'a>>);
 
-fn tools(request: &ModelRequest) -> Result<ToolParts<'_>, BackendError> {
+fn tools<'a>(
+    request: &'a ModelRequest,
+    cache: Option<&ToolsJson>,
+) -> Result<ToolParts<'a>, BackendError> {
     if request.tools.is_empty() {
         return match &request.tool_choice {
             ToolChoice::Auto | ToolChoice::None => Ok((None, None)),
@@ -535,16 +558,31 @@ fn tools(request: &ModelRequest) -> Result<ToolParts<'_>, BackendError> {
             )),
         };
     }
-    let tools = request
-        .tools
-        .iter()
-        .map(|tool| Tool {
-            name: &tool.name,
-            description: &tool.description,
-            parameters: crate::content::tool_parameters(tool),
-            strict: tool.strict,
-        })
-        .collect();
+    let wire = |tools: &'a [ToolSpec]| {
+        let mut wire: Vec<WireTool<'a>> = tools
+            .iter()
+            .map(|tool| {
+                WireTool::Function(Tool {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: crate::content::tool_parameters(tool),
+                    strict: tool.strict,
+                    defer_loading: tool.defer_loading,
+                })
+            })
+            .collect();
+        if tools.iter().any(|tool| tool.defer_loading) {
+            // The hosted search loads the deferred tools the model asks for (docs/mcp.md).
+            wire.push(WireTool::Hosted {
+                kind: "tool_search",
+            });
+        }
+        wire
+    };
+    let tools = match cache {
+        Some(cache) => cache.get(&request.tools, wire)?,
+        None => crate::tools_json::serialize(&wire(&request.tools))?,
+    };
     let choice = match &request.tool_choice {
         ToolChoice::Auto => Choice::Mode("auto"),
         ToolChoice::None => Choice::Mode("none"),

@@ -1589,3 +1589,106 @@ fn request_strict_tool() {
     assert_eq!(body["tools"][1]["parameters"], json!({"type": "object"}));
     snapshot("request_strict_tool", &body);
 }
+
+// Issue 16: the event type is read from where OpenAI writes it (first) without a second parse
+// of the event. Every recording decodes to the same events when each event's `type` is moved
+// to the end, where only the full parse finds it.
+#[test]
+fn the_type_read_up_front_decodes_as_the_full_parse_does() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/providers/openai-responses");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("sse") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        let mut moved = 0;
+        let reordered: String = text
+            .split_inclusive('\n')
+            .map(|line| {
+                let Some(json) = line.trim_end().strip_prefix("data: ") else {
+                    return line.to_owned();
+                };
+                let Some(rest) = json.strip_prefix(r#"{"type":""#) else {
+                    return line.to_owned();
+                };
+                let end = rest.find('"').unwrap();
+                let kind = &rest[..end];
+                // `,` and the other members, then the closing brace.
+                let Some(members) = rest[end + 1..].strip_prefix(',') else {
+                    return line.to_owned();
+                };
+                let members = members.strip_suffix('}').unwrap();
+                moved += 1;
+                let line = format!("data: {{{members},\"type\":\"{kind}\"}}\n");
+                assert_eq!(super::decode::leading_type(&line[6..]), None);
+                line
+            })
+            .collect();
+        assert!(
+            moved > 0,
+            "{}: no event starts with its type",
+            path.display()
+        );
+        let fast = decode_sse(&bytes, 4096);
+        let slow = decode_sse(reordered.as_bytes(), 4096);
+        assert_eq!(fast, slow, "{}", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 5, "only {checked} recordings");
+}
+
+#[test]
+fn the_leading_type_is_read_only_from_the_plain_layout() {
+    use super::decode::leading_type;
+    assert_eq!(
+        leading_type(r#"{"type":"response.output_text.delta","delta":"a"}"#),
+        Some("response.output_text.delta")
+    );
+    assert_eq!(leading_type(r#"{ "type":"x"}"#), None);
+    assert_eq!(leading_type(r#"{"type":"a\"b","x":1}"#), None);
+    assert_eq!(leading_type(r#"{"type":"unterminated"#), None);
+    assert_eq!(leading_type(r#"{"delta":"a","type":"x"}"#), None);
+}
+
+// Issue 16: the tools array is serialized once per tool set and spliced into each body; the
+// bytes are those of a body built without the backend's cache.
+#[test]
+fn the_cached_tools_array_sends_the_bytes_of_one_built_from_scratch() {
+    let registry = [
+        ToolSpec::new(
+            "get_weather",
+            "Weather for a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        ),
+        ToolSpec::new("clock", "The time.", json!({"type": "object"})).with_strict(true),
+    ];
+    let request = |tools: &[ToolSpec]| {
+        let mut request = ModelRequest::new("gpt-5", vec![Message::user("x")]);
+        request.tools = tools.to_vec();
+        request
+    };
+    let fresh = |request: &ModelRequest| {
+        super::request::body(
+            request,
+            super::request::Settings {
+                store: false,
+                encrypted_reasoning: None,
+                prompt_cache_key: None,
+                tools: None,
+            },
+        )
+        .unwrap()
+    };
+    let backend = backend();
+    for tools in [&registry[..], &registry[..], &registry[..1], &registry[..]] {
+        let request = request(tools);
+        assert_eq!(
+            &backend.prepare(&request).unwrap().body[..],
+            &fresh(&request)[..]
+        );
+    }
+}

@@ -206,6 +206,7 @@ fn capabilities_default_to_everything_but_prompt_caching() {
             prompt_caching: false,
             usage_reporting: true,
             structured_output: false,
+            tool_search: false,
         }
     );
 

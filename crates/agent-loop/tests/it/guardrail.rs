@@ -376,3 +376,55 @@ async fn an_output_guardrail_sees_the_structured_answer() {
         }
     ));
 }
+
+/// The one-call path a durable driver's activities use (`screen_tool_call`, then
+/// `run_tool_call`) applies the tool guardrails as a round does: a denial is a refusal, a
+/// rewrite changes the arguments before anyone approves or runs them, a require-approval
+/// waits for a person, and the result is redacted, with the decisions in the trace entry.
+#[tokio::test]
+async fn the_one_call_path_screens_rewrites_and_redacts_like_a_round() {
+    use agent_loop::{CallScreen, run_tool_call, screen_tool_call};
+    let options = Options::auto()
+        .with_tools(registry([weather_tool()]))
+        .with_tool_trace(true)
+        .with_guardrails(Guardrails::new().tool(WeatherRules));
+
+    let mut paris = agent_types::ToolCall::new("c1", "get_weather", json!({"city": "Paris"}));
+    assert_eq!(
+        screen_tool_call(&options, &mut paris),
+        CallScreen::Refuse(
+            "This call was not run: guardrail `weather-rules` denied it: Paris is out of bounds"
+                .into()
+        )
+    );
+    let mut oslo = agent_types::ToolCall::new("c2", "get_weather", json!({"city": "Oslo"}));
+    assert_eq!(
+        screen_tool_call(&options, &mut oslo),
+        CallScreen::AwaitApproval
+    );
+    let mut denver = agent_types::ToolCall::new("c3", "get_weather", json!({"city": "denver"}));
+    assert_eq!(screen_tool_call(&options, &mut denver), CallScreen::Run);
+    assert_eq!(denver.arguments, json!({"city": "Denver"}));
+
+    // Run as an activity would, with the call as the model sent it: the guardrails apply
+    // again at run time (a worker's policy may be newer than the screening's).
+    let raw = agent_types::ToolCall::new("c3", "get_weather", json!({"city": "denver"}));
+    let outcome = run_tool_call(&options, raw, 1, None).await.unwrap();
+    assert!(!outcome.result.is_error, "{}", outcome.result.content);
+    assert!(!outcome.result.content.contains("sunny"));
+    assert!(outcome.result.content.contains("[REDACTED]"));
+    assert_eq!(outcome.trace.arguments, json!({"city": "Denver"}));
+    let actions: Vec<GuardrailAction> = outcome
+        .trace
+        .guardrails()
+        .iter()
+        .map(|d| d.action)
+        .collect();
+    assert_eq!(actions, [GuardrailAction::Rewrite, GuardrailAction::Redact]);
+
+    let paris = agent_types::ToolCall::new("c1", "get_weather", json!({"city": "Paris"}));
+    let outcome = run_tool_call(&options, paris, 1, None).await.unwrap();
+    assert!(outcome.result.is_error);
+    assert!(outcome.result.content.contains("Paris is out of bounds"));
+    assert!(outcome.stop.is_none());
+}

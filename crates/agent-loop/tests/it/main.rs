@@ -26,4 +26,5 @@ mod sessions;
 mod streaming;
 mod support;
 mod telemetry;
+mod tool_search;
 mod tools;

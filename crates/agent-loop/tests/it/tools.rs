@@ -856,6 +856,7 @@ fn no_tools_capabilities() -> Capabilities {
         prompt_caching: false,
         usage_reporting: true,
         structured_output: false,
+        tool_search: false,
     }
 }
 

@@ -19,3 +19,4 @@ mod server_http;
 #[cfg(all(feature = "server", feature = "client"))]
 mod server_python;
 mod support;
+mod tool_search;

@@ -351,7 +351,11 @@ pub(crate) fn user(content: &Value, param: &str) -> Result<UserMessage, OpenAiEr
     if blocks.iter().all(blank) {
         return Err(empty());
     }
-    Ok(UserMessage { content: blocks })
+    let message = UserMessage { content: blocks };
+    crate::attachments::check(&message).map_err(|refused| {
+        OpenAiError::invalid(format!("{param}[{}]", refused.index), refused.message)
+    })?;
+    Ok(message)
 }
 
 /// An `image_url` part: a `data:` URL becomes inline bytes, anything else a URL the provider

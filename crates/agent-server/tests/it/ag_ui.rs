@@ -54,10 +54,10 @@ fn types(events: &[Value]) -> Vec<&str> {
 }
 
 /// Recorded streams, validated by the Python models once all are in.
-struct Recorded(Vec<String>);
+pub(crate) struct Recorded(pub(crate) Vec<String>);
 
 impl Recorded {
-    async fn validate(self) {
+    pub(crate) async fn validate(self) {
         let Some(python) = client_program("AGENTRY_TEST_PYTHON", "python.sh") else {
             return;
         };

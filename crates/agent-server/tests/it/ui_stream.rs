@@ -244,7 +244,7 @@ async fn bad_requests_are_refused_before_any_run() {
         (
             json!({"id": "c1", "messages": [{"id": "u", "role": "user",
                    "parts": [{"type": "file", "url": "data:,x", "mediaType": "text/plain"}]}]}),
-            "file",
+            "data URL",
         ),
         (
             json!({"id": "c1", "messages": [{"id": "a", "role": "assistant", "parts": []}]}),

@@ -216,6 +216,7 @@ fn spec(name: &str) -> ToolSpec {
         description: String::new(),
         parameters: json!({"type": "object"}).into(),
         strict: false,
+        defer_loading: false,
     }
 }
 

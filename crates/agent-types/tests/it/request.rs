@@ -19,6 +19,7 @@ fn weather_tool() -> ToolSpec {
         })
         .into(),
         strict: false,
+        defer_loading: false,
     }
 }
 

@@ -70,6 +70,7 @@ fn capabilities() {
             prompt_caching: true,
             usage_reporting: true,
             structured_output: true,
+            tool_search: false,
         }
     );
     check!("capabilities_none", Capabilities::default());

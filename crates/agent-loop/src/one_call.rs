@@ -1,0 +1,140 @@
+//! [`run_tool_call`]: one tool call, run exactly as a round of the loop runs it (validation,
+//! handler, timeout, cancellation, truncation, the result hook, the trace entry), for a driver
+//! that schedules each call on its own (a durable-execution engine's activity).
+
+use agent_tools::{Accounting, BudgetLeft, TruncationPolicy};
+use agent_types::{AgentError, ToolCall, ToolResult, TraceEntry};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::Emitter;
+use crate::job::Job;
+use crate::options::Options;
+
+/// What one call produced: what the model sees, the trace entry, and, when the call's failure
+/// ends the run (under [`ToolErrorMode::Abort`](crate::ToolErrorMode::Abort), or a fatal
+/// handler error), the error the run ends with.
+#[derive(Debug, Clone)]
+pub struct ToolCallOutcome {
+    /// The result as the model sees it (truncated, after the result hook).
+    pub result: ToolResult,
+    /// The call's trace entry, as the in-process loop writes it.
+    pub trace: TraceEntry,
+    /// Set when this call's failure ends the run.
+    pub stop: Option<AgentError>,
+}
+
+/// Runs `call` against `options.tools` as round `iteration` of a run would, with the run's
+/// cancellation token (`options.cancellation`) reaching the handler. With `refused` set the
+/// call is not run: the model sees that text as its error result (an approval policy's or a
+/// person's denial), and the trace records it as the loop does.
+///
+/// Tool guardrails (`options.guardrails`) apply as in a round: without `refused`, the
+/// before-call checks run again (a denial refuses the call, a rewrite applies; a
+/// require-approval is taken as settled by [`screen_tool_call`], which asked first), and the
+/// after-call checks redact or replace the result through the loop's own dispatch; their
+/// decisions are in the trace entry.
+///
+/// # Errors
+/// A configuration error when `options.tool_result_max_bytes` is not a usable cap.
+pub async fn run_tool_call(
+    options: &Options,
+    call: ToolCall,
+    iteration: u32,
+    refused: Option<String>,
+) -> Result<ToolCallOutcome, AgentError> {
+    let policy = TruncationPolicy::new(options.tool_result_max_bytes)
+        .map_err(|error| AgentError::config(error.to_string()))?;
+    let mut call = call;
+    let mut refused = refused;
+    let mut guardrails = None;
+    if refused.is_none() {
+        // [guardrail call site: tool call, Temporal activity]
+        let gate = crate::guardrail::before_call(options, &options.tools, &mut call);
+        refused = gate.refused;
+        guardrails = (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions));
+    }
+    let job = Job {
+        name: std::sync::Arc::from(call.name.as_str()),
+        call,
+        iteration,
+        refused,
+        guardrails,
+    };
+    let budget = BudgetLeft {
+        tokens: options.token_budget,
+        cost_usd: options.max_cost_usd,
+    };
+    let jobs = [job];
+    let mut outcomes = crate::dispatch::run_batch(
+        &jobs,
+        &options.tools,
+        options,
+        &policy,
+        &Emitter::off(),
+        &CancellationToken::new(),
+        &Accounting::default(),
+        budget,
+        None,
+    )
+    .await;
+    let [job] = jobs;
+    let Some(outcome) = outcomes.pop() else {
+        return Err(AgentError::config("the tool round produced no outcome"));
+    };
+    if let Some(waiting) = outcome.waiting {
+        waiting.await;
+    }
+    let stop = outcome
+        .stop
+        .map(|kind| crate::machine::stop_error(kind, &job.call, &outcome.result.content));
+    Ok(ToolCallOutcome {
+        result: outcome.result,
+        trace: outcome.trace,
+        stop,
+    })
+}
+
+/// How the run's approval policy treats one local call, before its round runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallScreen {
+    /// Run it (or let the dispatch refuse it: unknown tool, invalid arguments).
+    Run,
+    /// A person must approve it first.
+    AwaitApproval,
+    /// Not run: the model sees this text as its error result.
+    Refuse(String),
+}
+
+/// Screens `call` as the loop screens a round's calls: the tool guardrails first (a denial
+/// refuses it, a rewrite changes `call`'s arguments in place so an approver sees what will
+/// run, a require-approval waits for a person), then `options`' approval policy
+/// (`approval_policy`, `require_approval_for`, tools marked `with_approval`).
+pub fn screen_tool_call(options: &Options, call: &mut ToolCall) -> CallScreen {
+    // [guardrail call site: tool call, Temporal screening]
+    let gate = crate::guardrail::before_call(options, &options.tools, call);
+    if let Some(reason) = gate.refused {
+        return CallScreen::Refuse(reason);
+    }
+    if gate.approval {
+        return CallScreen::AwaitApproval;
+    }
+    match crate::approval::screen(options, &options.tools, call) {
+        None => CallScreen::Run,
+        Some(Ok(())) => CallScreen::AwaitApproval,
+        Some(Err(reason)) => CallScreen::Refuse(reason),
+    }
+}
+
+/// The decision for `call` among `decisions`: `None` while there is none that fits (a
+/// decision bound to another tool name or other arguments does not fit), else
+/// `Some(None)` to run it and `Some(Some(text))` to refuse it with the loop's denial text.
+pub fn decide_tool_call(
+    decisions: &[crate::ApprovalDecision],
+    call: &ToolCall,
+) -> Option<Option<String>> {
+    let decision = decisions
+        .iter()
+        .rev()
+        .find(|d| d.call_id == call.id.as_str() && !d.mismatches(call))?;
+    Some((!decision.approved).then(|| decision.denial()))
+}
