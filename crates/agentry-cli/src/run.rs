@@ -784,10 +784,12 @@ pub(crate) fn durable_parts(
     state
         .require_approval
         .extend(settings.require_approval.iter().cloned());
-    let options = settings
+    let mut options = settings
         .options(prices)
         .with_tools(tools)
         .require_approval_for(state.require_approval.iter().cloned());
+    // A worker's --guardrail and --policy: its activities screen, run and check with them.
+    options.guardrails = crate::guardrails::from_flags(loop_args)?;
     Ok((model, options, state.session))
 }
 
