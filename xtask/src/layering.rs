@@ -90,6 +90,19 @@ const RULES: &[Rule] = &[
         why: "accounting stores rows the loop hands it; it never talks to a provider",
     },
     Rule {
+        package: "agent-guardrails",
+        features: Features::All,
+        forbidden: &[
+            "reqwest",
+            "hyper",
+            "agent-backends",
+            "rusqlite",
+            "tokio-postgres",
+        ],
+        why: "guardrails judge what the loop hands them in process; regorus stays without \
+              OPA's HTTP and the crate never talks to a provider or a store",
+    },
+    Rule {
         package: "agent-server",
         features: Features::All,
         forbidden: &["openssl-sys", "native-tls", "aws-lc-sys"],

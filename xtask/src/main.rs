@@ -32,7 +32,8 @@ commands:
              CPU per run and peak RSS against a hand-written reqwest floor) and agent-mcp (a tool call in
              process, over MCP stdio and HTTP: to server-everything and to our own
              server) and agent-otel (the loop with the OpenTelemetry layer against
-             without); each reports ratios to a baseline measured in the same run;
+             without) and agent-guardrails (PII redaction of a 64 KB result per
+             round against none); each reports ratios to a baseline measured in the same run;
              at the end, every issue-16 target with its ratio and MET / NOT MET
   fuzz       a long fuzzing campaign: [--cases N] per property (default 100000),
              [--target backends|conversation|loop|server|cli] (docs/reliability.md)
@@ -80,6 +81,10 @@ fn main() -> ExitCode {
             "agent-otel",
             "--bench",
             "otel",
+            "-p",
+            "agent-guardrails",
+            "--bench",
+            "guardrails",
             "--features",
             "agent-backends/providers,agent-backends/replay,agentry/openai,agentry/replay",
         ]),

@@ -308,6 +308,9 @@ pub(crate) struct RoundCall {
     pub(crate) call: ToolCall,
     #[serde(flatten)]
     pub(crate) disposition: Disposition,
+    /// What tool guardrails decided before the round waited (crate::guardrail).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) guardrails: Vec<agent_types::GuardrailDecision>,
 }
 
 /// A tool round suspended for approval, kept in the session's run state so it resumes in

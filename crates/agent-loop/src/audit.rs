@@ -109,6 +109,9 @@ pub struct ToolCallRow {
     pub duration: Duration,
     /// What went wrong, if the call failed (at most [`MAX_ERROR_BYTES`]).
     pub error: Option<String>,
+    /// What guardrails decided about the call, as `name:action` pairs joined by commas
+    /// (`pii:redact,policy:deny`); `None` when none decided anything.
+    pub guardrails: Option<String>,
 }
 
 impl ToolCallRow {
@@ -133,6 +136,10 @@ impl ToolCallRow {
             truncated: entry.truncated,
             duration: entry.duration,
             error: entry.error.as_deref().map(short),
+            guardrails: entry
+                .guardrail_decisions
+                .as_deref()
+                .map(|decisions| crate::guardrail::span_value(decisions)),
         }
     }
 

@@ -195,6 +195,7 @@ impl Round<'_> {
                 agentry.tool.result_bytes = field::Empty,
                 agentry.tool.sent_bytes = field::Empty,
                 agentry.tool.truncated = field::Empty,
+                agentry.guardrails = field::Empty,
             )
         };
         // The `tracing` span is recorded inside the future it instruments (where it is
@@ -445,6 +446,9 @@ impl Round<'_> {
             Some(transform) => transform(result).await,
             None => result,
         };
+        // [guardrail call site: tool result] redact or replace before anyone sees it.
+        let guardrails =
+            crate::guardrail::after_call(self.options, job, &arguments, &mut result, counted);
         let mut truncated = truncated;
         // The round's results together stay under `max_round_result_bytes`: once they reach
         // it, each later result is replaced (and freed) by a short error saying so. Calls
@@ -500,7 +504,14 @@ impl Round<'_> {
             error,
             repairs,
             sub_trace: Vec::new(),
+            guardrail_decisions: guardrails,
         };
+        if let Some(decisions) = &trace.guardrail_decisions {
+            tracing::Span::current().record(
+                "agentry.guardrails",
+                crate::guardrail::span_value(decisions).as_str(),
+            );
+        }
         // The call's row goes when it ends: sizes and a hash, not the arguments.
         let waiting =
             crate::audit::send_tool_row(self.options.accounting.as_ref(), self.audit, job, &trace);

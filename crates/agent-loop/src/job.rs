@@ -14,4 +14,8 @@ pub(crate) struct Job {
     pub(crate) iteration: u32,
     /// Set when the call is not to be run: the error result the model sees instead.
     pub(crate) refused: Option<String>,
+    /// What tool guardrails decided before the call (crate::guardrail), for its trace entry.
+    /// Boxed: a call without decisions (the usual one) carries one pointer for them.
+    #[allow(clippy::box_collection)]
+    pub(crate) guardrails: Option<Box<Vec<agent_types::GuardrailDecision>>>,
 }

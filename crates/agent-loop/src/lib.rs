@@ -83,6 +83,7 @@ mod checkpoint;
 mod dispatch;
 mod estimate;
 mod events;
+pub mod guardrail;
 pub mod history;
 mod hooks;
 mod job;
@@ -111,6 +112,10 @@ pub use audit::{
 pub use checkpoint::{CheckpointFuture, TurnCheckpoint};
 pub use estimate::{ByteEstimate, TokenCounter};
 pub use events::EventStream;
+pub use guardrail::{
+    CallCheck, CallVerdict, GuardFuture, Guardrails, InputCheck, InputGuardrail, OutputCheck,
+    OutputGuardrail, ResultCheck, ResultVerdict, ToolGuardrail, Verdict,
+};
 pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
 pub use one_call::{

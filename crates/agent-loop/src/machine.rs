@@ -21,11 +21,15 @@
 //! environment; what a driver learns from the world (a response, a result, the time) comes in
 //! only as an input. The in-process driver is `run.rs`; docs/durable.md has the rules.
 //!
-//! Extension points for checks (guardrails): a check on the run's input belongs in the driver
-//! before [`Input::Start`]; a check before a tool call answers [`Action::ScreenCalls`] with
-//! [`Screen::Refuse`] (the model sees the reason) or [`Screen::AwaitApproval`]; a check on the
-//! final answer runs when the machine says [`Action::Finish`] and, to refuse it, feeds
-//! [`Input::Failed`] instead of ending the run.
+//! Extension points for checks (guardrails, `crate::guardrail`): a check on the run's input
+//! runs in the driver before [`Input::Start`] (or beside the first model call; a trip is fed
+//! as [`Input::Failed`]); a check before a tool call answers [`Action::ScreenCalls`] with
+//! [`Screen::Refuse`] (the model sees the reason) or [`Screen::AwaitApproval`], may rewrite the
+//! calls' arguments, and hands its decisions back in [`Input::Screened`] (they come out in
+//! [`Action::RunTools`], across an approval suspension too); with [`Config::check_answer`] the
+//! machine asks for a check of the final answer ([`Action::CheckAnswer`]) before it finishes
+//! or emits the structured answer, and [`Input::AnswerChecked`] passes it or sends it back
+//! with a reason for another try (a tool round in every budget); a trip is [`Input::Failed`].
 //!
 //! A driver in a few lines, for a model that answers at once (a real driver performs each
 //! action before it answers it):
@@ -68,7 +72,9 @@ mod tools;
 pub use resume::{close_dangling, order_results};
 pub use tools::{CallFailure, ToolStop, stop_error, tool_stop};
 
-use agent_types::{AgentError, AgentEvent, ErrorKind, Message, ToolCall, ToolResult, Usage};
+use agent_types::{
+    AgentError, AgentEvent, ErrorKind, GuardrailDecision, Message, ToolCall, ToolResult, Usage,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -102,6 +108,10 @@ pub struct Config {
     pub output: Option<OutputConfig>,
     /// Invalid structured answers sent back for another try (`Options::max_output_retries`).
     pub max_output_retries: u32,
+    /// Whether the final answer is checked ([`Action::CheckAnswer`]) before the run ends: the
+    /// run has output guardrails.
+    #[serde(default)]
+    pub check_answer: bool,
 }
 
 /// The prices the check before a call reads (uncached input: a cache hit only makes the
@@ -155,6 +165,7 @@ impl Config {
                 _ => None,
             },
             max_output_retries: options.max_output_retries,
+            check_answer: options.guardrails.has_output_guardrails(),
         }
     }
 }
@@ -187,6 +198,8 @@ pub enum Phase {
         /// What comes after.
         then: After,
     },
+    /// The final answer is being checked: waits for [`Input::AnswerChecked`].
+    CheckingAnswer,
     /// Ended (finished, suspended or failed): no input is expected.
     Ended,
 }
@@ -219,6 +232,9 @@ pub struct State {
     /// The validated structured answer, between its push and the end of the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     answer: Option<Value>,
+    /// Answers the answer check sent back so far ([`Input::AnswerChecked`]).
+    #[serde(default)]
+    answer_retries: u32,
     phase: Phase,
 }
 
@@ -323,10 +339,14 @@ pub enum Input {
     },
     /// The calls of [`Action::ScreenCalls`], back with one screen each, in order.
     Screened {
-        /// The calls.
+        /// The calls (with the arguments a check rewrote).
         calls: Vec<ToolCall>,
         /// One screen per call.
         screens: Vec<Screen>,
+        /// What tool guardrails decided while screening (each names its call), for the calls'
+        /// trace entries: they come back in [`Action::RunTools`].
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        guardrails: Vec<GuardrailDecision>,
     },
     /// The round of [`Action::RunTools`] ran; its results are in the history.
     ToolsDone {
@@ -335,6 +355,13 @@ pub enum Input {
     },
     /// The pushes or the event of the last action are done.
     Done,
+    /// The answer of [`Action::CheckAnswer`] was checked: it stands (`retry: None`), or it
+    /// goes back to the model with this text for another try. (A check that ends the run
+    /// feeds [`Input::Failed`].)
+    AnswerChecked {
+        /// The text sent back to the model, when the answer is refused for another try.
+        retry: Option<String>,
+    },
     /// The run was cancelled.
     Cancelled,
     /// A timer the driver set fired (a deadline for the run, a wait that lasted too long):
@@ -386,6 +413,9 @@ pub enum Action {
         /// The calls not run (by position, ascending), with the result the model sees.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         refused: Vec<Refusal>,
+        /// What tool guardrails decided about the calls when they were screened.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        guardrails: Vec<GuardrailDecision>,
     },
     /// Append these messages to the history; answer [`Input::Done`].
     Push {
@@ -404,6 +434,15 @@ pub enum Action {
         status: SessionStatus,
         /// The calls waited for.
         calls: Vec<ToolCall>,
+    },
+    /// Check the final answer (the last response, and the structured answer) before the
+    /// run ends with it; answer [`Input::AnswerChecked`] (or [`Input::Failed`]). Only with
+    /// [`Config::check_answer`].
+    CheckAnswer {
+        /// The validated structured answer, in a run with an output schema.
+        output: Option<Value>,
+        /// Answers the check sent back so far in this run.
+        retries: u32,
     },
     /// The run ends with the model's answer (and the validated structured answer).
     Finish {
@@ -566,27 +605,33 @@ impl State {
             (Phase::Appending, Input::ResponseAppended { calls, text }) => {
                 self.responded(config, calls, text)
             }
-            (Phase::Screening, Input::Screened { calls, screens }) => {
-                self.plan_round(config, calls, Some(screens))
-            }
+            (
+                Phase::Screening,
+                Input::Screened {
+                    calls,
+                    screens,
+                    guardrails,
+                },
+            ) => self.plan_round(config, calls, Some(screens), guardrails),
             (Phase::RunningTools { remote }, Input::ToolsDone { outcome }) => {
                 self.tools_done(config, outcome, remote)
             }
+            (Phase::CheckingAnswer, Input::AnswerChecked { retry }) => match retry {
+                None => self.emit_or_finish(),
+                Some(feedback) => {
+                    // Counted as a tool round, like an invalid structured answer's retry.
+                    if let Err(error) = budget::next_round(&mut self.budgets, config) {
+                        return fail(error);
+                    }
+                    self.answer_retries += 1;
+                    self.answer = None;
+                    self.push(vec![Message::user(feedback)], After::CallAgain)
+                }
+            },
             (Phase::Pushing { then }, Input::Done) => match then {
                 After::CallAgain => self.prepare(),
-                After::EmitOutput => match &self.answer {
-                    Some(value) => {
-                        self.phase = Phase::Pushing {
-                            then: After::Finish,
-                        };
-                        Action::Emit {
-                            event: Box::new(AgentEvent::Output {
-                                value: value.clone(),
-                            }),
-                        }
-                    }
-                    None => Action::Finish { output: None },
-                },
+                After::EmitOutput if config.check_answer => self.check_answer(),
+                After::EmitOutput => self.emit_or_finish(),
                 After::Finish => Action::Finish {
                     output: self.answer.take(),
                 },
@@ -664,6 +709,9 @@ impl State {
             }
         }
         if calls.is_empty() {
+            if config.check_answer {
+                return self.check_answer();
+            }
             return Action::Finish {
                 output: self.answer.take(),
             };
@@ -685,7 +733,7 @@ impl State {
             self.phase = Phase::Screening;
             return Action::ScreenCalls { calls };
         }
-        self.plan_round(config, calls, None)
+        self.plan_round(config, calls, None, Vec::new())
     }
 
     /// The round's plan: run it, or suspend it for approval.
@@ -694,19 +742,22 @@ impl State {
         config: &Config,
         calls: Vec<ToolCall>,
         screens: Option<Vec<Screen>>,
+        guardrails: Vec<GuardrailDecision>,
     ) -> Action {
         let iteration = self.budgets.iterations;
-        match round::plan(config, iteration, calls, screens) {
+        match round::plan(config, iteration, calls, screens, guardrails) {
             round::Plan::Run {
                 calls,
                 refused,
                 remote,
+                guardrails,
             } => {
                 self.phase = Phase::RunningTools { remote };
                 Action::RunTools {
                     iteration,
                     calls,
                     refused,
+                    guardrails,
                 }
             }
             round::Plan::AwaitApproval(round) => {
@@ -722,15 +773,23 @@ impl State {
 
     /// A round that waited for approval runs, under the decisions.
     fn resume_round(&mut self, decisions: &[ApprovalDecision]) -> Action {
-        let (iteration, calls, refused, remote) = match self.budgets.approval_round.take() {
-            Some(round) => round::resumed(round, decisions),
-            None => (self.budgets.iterations, Vec::new(), Vec::new(), Vec::new()),
-        };
+        let (iteration, calls, refused, remote, guardrails) =
+            match self.budgets.approval_round.take() {
+                Some(round) => round::resumed(round, decisions),
+                None => (
+                    self.budgets.iterations,
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                ),
+            };
         self.phase = Phase::RunningTools { remote };
         Action::RunTools {
             iteration,
             calls,
             refused,
+            guardrails,
         }
     }
 
@@ -775,6 +834,33 @@ impl State {
         self.prepare()
     }
 
+    /// Asks for the final answer's check.
+    fn check_answer(&mut self) -> Action {
+        self.phase = Phase::CheckingAnswer;
+        Action::CheckAnswer {
+            output: self.answer.clone(),
+            retries: self.answer_retries,
+        }
+    }
+
+    /// The structured answer goes out as an event before the run finishes; without one the
+    /// run finishes.
+    fn emit_or_finish(&mut self) -> Action {
+        match &self.answer {
+            Some(value) => {
+                self.phase = Phase::Pushing {
+                    then: After::Finish,
+                };
+                Action::Emit {
+                    event: Box::new(AgentEvent::Output {
+                        value: value.clone(),
+                    }),
+                }
+            }
+            None => Action::Finish { output: None },
+        }
+    }
+
     fn push(&mut self, messages: Vec<Message>, then: After) -> Action {
         self.phase = Phase::Pushing { then };
         Action::Push { messages }
@@ -807,6 +893,7 @@ fn input_name(input: &Input) -> &'static str {
         Input::Screened { .. } => "screened",
         Input::ToolsDone { .. } => "tools_done",
         Input::Done => "done",
+        Input::AnswerChecked { .. } => "answer_checked",
         Input::Cancelled => "cancelled",
         Input::TimerFired { .. } => "timer_fired",
         Input::Failed { .. } => "failed",
@@ -822,6 +909,7 @@ fn phase_name(phase: &Phase) -> &'static str {
         Phase::Screening => "screening calls",
         Phase::RunningTools { .. } => "running tools",
         Phase::Pushing { .. } => "pushing messages",
+        Phase::CheckingAnswer => "checking the answer",
         Phase::Ended => "ended",
     }
 }

@@ -28,6 +28,12 @@ pub struct ToolCallOutcome {
 /// call is not run: the model sees that text as its error result (an approval policy's or a
 /// person's denial), and the trace records it as the loop does.
 ///
+/// Tool guardrails (`options.guardrails`) apply as in a round: without `refused`, the
+/// before-call checks run again (a denial refuses the call, a rewrite applies; a
+/// require-approval is taken as settled by [`screen_tool_call`], which asked first), and the
+/// after-call checks redact or replace the result through the loop's own dispatch; their
+/// decisions are in the trace entry.
+///
 /// # Errors
 /// A configuration error when `options.tool_result_max_bytes` is not a usable cap.
 pub async fn run_tool_call(
@@ -38,11 +44,21 @@ pub async fn run_tool_call(
 ) -> Result<ToolCallOutcome, AgentError> {
     let policy = TruncationPolicy::new(options.tool_result_max_bytes)
         .map_err(|error| AgentError::config(error.to_string()))?;
+    let mut call = call;
+    let mut refused = refused;
+    let mut guardrails = None;
+    if refused.is_none() {
+        // [guardrail call site: tool call, Temporal activity]
+        let gate = crate::guardrail::before_call(options, &options.tools, &mut call);
+        refused = gate.refused;
+        guardrails = (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions));
+    }
     let job = Job {
         name: std::sync::Arc::from(call.name.as_str()),
         call,
         iteration,
         refused,
+        guardrails,
     };
     let budget = BudgetLeft {
         tokens: options.token_budget,
@@ -89,9 +105,19 @@ pub enum CallScreen {
     Refuse(String),
 }
 
-/// Screens `call` against `options`' approval policy (`approval_policy`,
-/// `require_approval_for`, tools marked `with_approval`) as the loop screens a round's calls.
-pub fn screen_tool_call(options: &Options, call: &ToolCall) -> CallScreen {
+/// Screens `call` as the loop screens a round's calls: the tool guardrails first (a denial
+/// refuses it, a rewrite changes `call`'s arguments in place so an approver sees what will
+/// run, a require-approval waits for a person), then `options`' approval policy
+/// (`approval_policy`, `require_approval_for`, tools marked `with_approval`).
+pub fn screen_tool_call(options: &Options, call: &mut ToolCall) -> CallScreen {
+    // [guardrail call site: tool call, Temporal screening]
+    let gate = crate::guardrail::before_call(options, &options.tools, call);
+    if let Some(reason) = gate.refused {
+        return CallScreen::Refuse(reason);
+    }
+    if gate.approval {
+        return CallScreen::AwaitApproval;
+    }
     match crate::approval::screen(options, &options.tools, call) {
         None => CallScreen::Run,
         Some(Ok(())) => CallScreen::AwaitApproval,

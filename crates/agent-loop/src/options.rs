@@ -242,6 +242,8 @@ pub struct Options {
     /// The tools [`require_approval_for`](Self::require_approval_for) named, checked against
     /// the run's tools when it starts.
     pub approval_tools: Option<Arc<BTreeSet<String>>>,
+    /// Input, tool and output guardrails (see [`crate::guardrail`]); none by default.
+    pub guardrails: crate::guardrail::Guardrails,
     /// The catalog's tool search, set by [`with_tool_search`](Self::with_tool_search).
     pub(crate) tool_search: Option<Arc<crate::tool_search::Catalog>>,
 }
@@ -287,6 +289,7 @@ impl Default for Options {
             history: None,
             approval_policy: None,
             approval_tools: None,
+            guardrails: crate::guardrail::Guardrails::new(),
             tool_search: None,
         }
     }
@@ -540,6 +543,7 @@ impl fmt::Debug for Options {
             .field("history", &self.history)
             .field("approval_policy", &self.approval_policy.is_some())
             .field("approval_tools", &self.approval_tools)
+            .field("guardrails", &self.guardrails)
             .field("tool_search", &self.tool_search)
             .finish()
     }

@@ -8,8 +8,8 @@ use agent_conversation::Turn;
 use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
 use agent_types::{
     AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError, Capabilities,
-    ErrorKind, Message, MessageAssembler, ModelRequest, Role, StopReason, ToolCall, ToolChoice,
-    TraceEntry,
+    ErrorKind, GuardrailDecision, Message, MessageAssembler, ModelRequest, Role, StopReason,
+    ToolCall, ToolChoice, TraceEntry,
 };
 use futures_util::StreamExt;
 use tokio::time::Instant;
@@ -157,6 +157,14 @@ pub(crate) async fn execute<B: Backend + ?Sized>(
             }),
         };
         let (messages, retaken) = crate::run_messages::lend(session, scope, &mut outcome);
+        // [guardrail call site: trip event] before the error it explains.
+        let trip = outcome
+            .as_ref()
+            .err()
+            .and_then(crate::guardrail::trip_event);
+        if let Some(event) = trip {
+            emitter.emit(event).await;
+        }
         if let Some(event) = last {
             emitter.emit(event).await;
         }
@@ -357,8 +365,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             })),
             _ => None,
         };
-        // Remote tools or approvals: the round's calls are screened before it runs.
-        let screen_calls = approvals_possible || tools.iter().any(|tool| tool.is_remote());
+        // Remote tools, approvals or tool guardrails: the round's calls are screened before
+        // it runs.
+        let screen_calls = approvals_possible
+            || options.guardrails.has_tool_guardrails()
+            || tools.iter().any(|tool| tool.is_remote());
         let config = crate::machine::Config::new(options, &session.model, strategy, screen_calls);
         let preamble_tokens = options
             .token_counter
@@ -415,7 +426,17 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         // Echoed input goes to the appender first.
         self.append_new().await?;
         let approvals = self.approvals.take();
+        // [guardrail call site: input] before `start`, or raced with the first model call.
+        let mut input_check = crate::guardrail::input_check(self.options, &self.request.messages);
+        if !crate::guardrail::input_concurrent(self.options)
+            && let Some(check) = input_check.take()
+            && let Err(trip) = check.await
+        {
+            return Err(self.fail(trip));
+        }
         let mut action = self.machine.step(&self.config, Input::Start { approvals });
+        // The last response's position, for the answer's check.
+        let mut last_response = 0;
         // Each input is made after its await and fed at once: only the action is kept in the
         // run's future across awaits.
         loop {
@@ -428,7 +449,20 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     iteration,
                     max_output_tokens,
                 } => {
-                    let at = self.call_model(iteration, max_output_tokens).await?;
+                    let at = match input_check.take() {
+                        // Boxed: only a run racing its input check pays for the second call
+                        // future. A trip drops (cancels) the call and ends the run.
+                        Some(check) => {
+                            let call = self.call_model(iteration, max_output_tokens);
+                            let raced = Box::pin(crate::guardrail::race(check, call)).await;
+                            match raced {
+                                Ok(at) => at,
+                                Err(error) => return Err(self.fail(error)),
+                            }
+                        }
+                        None => self.call_model(iteration, max_output_tokens).await?,
+                    };
+                    last_response = at;
                     let input = self.response_input(at);
                     self.machine.step(&self.config, input)
                 }
@@ -440,8 +474,35 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     iteration,
                     calls,
                     refused,
+                    guardrails,
                 } => {
-                    let input = self.run_round(iteration, calls, refused).await?;
+                    let input = self
+                        .run_round(iteration, calls, refused, guardrails)
+                        .await?;
+                    self.machine.step(&self.config, input)
+                }
+                Action::CheckAnswer { output, retries } => {
+                    // [guardrail call site: output] the machine asks before it finishes.
+                    let checked = Box::pin(crate::guardrail::check_output(
+                        self.options,
+                        self.request.messages.get(last_response),
+                        output.as_ref(),
+                        retries,
+                    ))
+                    .await;
+                    let input = match checked {
+                        Ok(crate::guardrail::OutputOutcome::Pass) => {
+                            Input::AnswerChecked { retry: None }
+                        }
+                        Ok(crate::guardrail::OutputOutcome::Retry(feedback)) => {
+                            Input::AnswerChecked {
+                                retry: Some(feedback),
+                            }
+                        }
+                        Err(trip) => Input::Failed {
+                            error: Box::new(trip),
+                        },
+                    };
                     self.machine.step(&self.config, input)
                 }
                 Action::Push { messages } => {
@@ -474,6 +535,20 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     ));
                 }
             };
+        }
+    }
+
+    /// Feeds the driver's own failure `error` to the machine and returns the error the run
+    /// ends with.
+    fn fail(&mut self, error: AgentError) -> AgentError {
+        let input = Input::Failed {
+            error: Box::new(error),
+        };
+        match self.machine.step(&self.config, input) {
+            Action::Fail { error } => *error,
+            other => AgentError::config(format!(
+                "the loop's state machine answered a failure with {other:?}"
+            )),
         }
     }
 
@@ -1160,11 +1235,12 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     /// waits for the caller (with invalid ones it is refused like a local call, so the model
     /// can fix it without a round trip); a local call may need approval or be denied by the
     /// policy. Calls past the round's cap are refused by the machine, unscreened.
-    fn screen(&self, calls: Vec<ToolCall>) -> Input {
+    fn screen(&self, mut calls: Vec<ToolCall>) -> Input {
         let tools = self.round_tools();
         let cap = self.config.max_tool_calls_per_round;
+        let mut guardrails = Vec::new();
         let screens = calls
-            .iter()
+            .iter_mut()
             .take(cap)
             .map(|call| {
                 if let Some(tool) = tools.get(&call.name)
@@ -1176,6 +1252,16 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                         arguments: validated.arguments,
                     };
                 }
+                // [guardrail call site: tool call] deny, rewrite or ask before approval; an
+                // approver sees the rewritten arguments.
+                let gate = crate::guardrail::before_call(self.options, tools, call);
+                guardrails.extend(gate.decisions);
+                if let Some(reason) = gate.refused {
+                    return Screen::Refuse { reason };
+                }
+                if gate.approval {
+                    return Screen::AwaitApproval;
+                }
                 if !self.approvals_possible {
                     return Screen::Run;
                 }
@@ -1186,7 +1272,11 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                 }
             })
             .collect();
-        Input::Screened { calls, screens }
+        Input::Screened {
+            calls,
+            screens,
+            guardrails,
+        }
     }
 
     /// The tools this round's calls run against: the preparation's narrowed registry when it
@@ -1207,6 +1297,7 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
         iteration: u32,
         calls: Vec<ToolCall>,
         refused: Vec<Refusal>,
+        guardrails: Vec<GuardrailDecision>,
     ) -> Result<Input, AgentError> {
         let jobs: Vec<Job> = {
             let mut refused = refused.into_iter().peekable();
@@ -1218,6 +1309,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
                     refused: refused
                         .next_if(|refusal| refusal.index == at)
                         .map(|refusal| refusal.reason),
+                    // The decisions screening made about this call, for its trace entry.
+                    guardrails: crate::guardrail::decisions_for(&guardrails, &call),
                     call,
                     iteration,
                 })

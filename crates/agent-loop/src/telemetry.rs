@@ -49,6 +49,7 @@ pub(crate) fn error_type(error: &AgentError) -> &'static str {
         ErrorKind::Refused => "refused",
         ErrorKind::InvalidOutput { .. } => "invalid_output",
         ErrorKind::OutputRefused { .. } => "output_refused",
+        ErrorKind::GuardrailTripped { .. } => "guardrail_tripped",
         _ => "_OTHER",
     }
 }

@@ -203,6 +203,8 @@ fn a_text_only_tool_round_allocates_no_more_than_before_content_blocks() {
 // round's futures stopped going through a Vec and a call's context stopped making a caller,
 // a token and an accounting that the loop's own replace. The bounds are the issue's 5% over
 // today: one more allocation per call (3 per round) or a few hundred bytes more per call
-// already fail.
+// already fail. Guardrail decisions (issue 23) took 11,598 B (the state-machine driver) to
+// 11,719 B: one pointer each in a call's job and its trace entry (boxed, `None` without
+// decisions), held in several layers of each call's future; the bound moved by that much.
 const MAX_EXTRA_ALLOCS: f64 = 53.0;
-const MAX_EXTRA_BYTES: f64 = 11_600.0;
+const MAX_EXTRA_BYTES: f64 = 11_720.0;

@@ -394,6 +394,19 @@ impl ToolSpan for Tool {
             kv("agentry.tool.sent_bytes", int(trace.sent_bytes)),
             kv("agentry.tool.truncated", trace.truncated),
         ]);
+        // What guardrails decided (`pii:redact,policy:deny`), as the tracing path records it.
+        if let Some(decisions) = &trace.guardrail_decisions {
+            let mut value = String::new();
+            for decision in decisions.iter() {
+                if !value.is_empty() {
+                    value.push(',');
+                }
+                value.push_str(&decision.guardrail);
+                value.push(':');
+                value.push_str(decision.action.as_str());
+            }
+            span.set_attribute(kv("agentry.guardrails", value));
+        }
         span.end_with_timestamp(opentelemetry::time::now());
     }
 

@@ -277,6 +277,7 @@ mod tests {
             gate: crate::limits::Gate::new(1),
             quotas: crate::config::Quotas::default(),
             require_approval: Arc::default(),
+            guardrails: agent_loop::Guardrails::new(),
         });
         let mut keys = Keys::default();
         assert!(keys.insert("0123456789abcdef", Arc::clone(&tenant)));

@@ -421,6 +421,9 @@ pub struct TenantConfig {
     /// (docs/approval.md); in chat completions they are denied instead.
     #[serde(default)]
     pub require_approval: Vec<String>,
+    /// The tenant's guardrails (docs/guardrails.md).
+    #[serde(default)]
+    pub guardrails: crate::guardrails::TenantGuardrails,
 }
 
 impl TenantConfig {
@@ -459,7 +462,8 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// Reads `path`; relative paths in it (the SQLite file, `root`) become relative to the
+    /// Reads `path`; relative paths in it (the SQLite file, `root`, a tenant's guardrail
+    /// policy) become relative to the
     /// file's directory.
     ///
     /// # Errors
@@ -481,6 +485,14 @@ impl ServerConfig {
             && root.is_relative()
         {
             *root = base.join(&*root);
+        }
+        // A tenant's guardrail policy too (crate::guardrails).
+        for tenant in &mut config.tenants {
+            if let Some(policy) = &mut tenant.guardrails.policy
+                && policy.is_relative()
+            {
+                *policy = base.join(&*policy);
+            }
         }
         Ok(config)
     }

@@ -628,6 +628,7 @@ pub(crate) fn options(
     let caps = &state.inner.config.caps;
     let chosen = &record.options;
     let mut options = Options::auto()
+        .with_guardrails(tenant.guardrails.clone())
         .with_shared_tools(Arc::clone(&state.inner.tools))
         // The session's own remote tools are offered too: the allow-list narrows after they
         // join the registry.

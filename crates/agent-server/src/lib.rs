@@ -49,6 +49,7 @@ mod error;
 mod exact_json;
 mod execute;
 mod frontend;
+mod guardrails;
 mod http;
 mod id;
 mod idempotency;
@@ -87,6 +88,7 @@ pub use config::{
 };
 pub use error::{ApiError, Error};
 pub use execute::ExecuteComplete;
+pub use guardrails::TenantGuardrails;
 pub use idempotency::IdempotencyConfig;
 pub use metrics::Metrics;
 pub use sessions::NewSession;

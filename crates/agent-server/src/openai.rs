@@ -439,6 +439,7 @@ fn run_options(
         &tenant.require_approval,
         crate::approval::Resumable::No,
     );
+    options.guardrails = crate::guardrails::without_approval(&options.guardrails);
     if let Some((spec, strategy)) = output {
         options.output = Some(spec);
         options.output_strategy = strategy;

@@ -65,6 +65,8 @@ pub(crate) struct Tenant {
     pub(crate) quotas: Quotas,
     /// The tools whose calls wait for approval.
     pub(crate) require_approval: Arc<std::collections::BTreeSet<String>>,
+    /// Its guardrails (crate::guardrails), built once.
+    pub(crate) guardrails: agent_loop::Guardrails,
 }
 
 /// A model on the allow-list.
@@ -235,6 +237,7 @@ impl ServerBuilder {
                 ),
                 quotas: config.quotas.with(&tenant.quotas),
                 require_approval: crate::approval::tenant_tools(tenant, &tools)?,
+                guardrails: crate::guardrails::build(tenant)?,
             });
             let keys = tenant.keys();
             if keys.is_empty() {

@@ -99,8 +99,10 @@ impl AgentActivities {
                     remote.push(call.clone());
                     continue;
                 }
-                // The loop's own screening, with the worker's approval policy.
-                match agent_loop::screen_tool_call(&self.options, call) {
+                // The loop's own screening, with the worker's guardrails (which may rewrite
+                // the arguments) and approval policy.
+                let mut call = call.clone();
+                match agent_loop::screen_tool_call(&self.options, &mut call) {
                     CallScreen::Run => {}
                     CallScreen::AwaitApproval => needs_approval.push(call.clone()),
                     CallScreen::Refuse(reason) => refused.push(Refused {
@@ -108,7 +110,7 @@ impl AgentActivities {
                         reason,
                     }),
                 }
-                local.push(call.clone());
+                local.push(call);
             }
         }
         Ok(ModelCallOutput {

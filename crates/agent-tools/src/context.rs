@@ -676,6 +676,7 @@ mod tests {
             error: None,
             repairs: Vec::new(),
             sub_trace: Vec::new(),
+            guardrail_decisions: None,
         }]);
         assert!(other_slot.take_trace().is_empty(), "another call's trace");
         assert_eq!(slot.take_trace()[0].call_id.as_str(), "inner");

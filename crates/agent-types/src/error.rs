@@ -163,6 +163,14 @@ pub enum ErrorKind {
         /// The model's refusal, as it gave it.
         refusal: String,
     },
+    /// A guardrail stopped the run (its input, or its answer without a retry left). 403.
+    #[error("guardrail `{guardrail}` tripped on the {stage}")]
+    GuardrailTripped {
+        /// The guardrail's name.
+        guardrail: String,
+        /// Where it looked.
+        stage: crate::GuardrailStage,
+    },
 }
 
 /// A structured answer that failed the output schema: what the model sent and why it fails.
@@ -259,7 +267,7 @@ impl AgentError {
             ErrorKind::Tool { .. } | ErrorKind::Appender => 500,
             ErrorKind::Backend { error } => error.agent_status(),
             ErrorKind::NotImplemented => 501,
-            ErrorKind::Refused => 403,
+            ErrorKind::Refused | ErrorKind::GuardrailTripped { .. } => 403,
             ErrorKind::InvalidOutput { .. } | ErrorKind::OutputRefused { .. } => 422,
         }
     }
@@ -453,6 +461,13 @@ mod tests {
             ),
             (ErrorKind::NotImplemented, 501),
             (ErrorKind::Refused, 403),
+            (
+                ErrorKind::GuardrailTripped {
+                    guardrail: "pii".into(),
+                    stage: crate::GuardrailStage::Input,
+                },
+                403,
+            ),
             (ErrorKind::Appender, 500),
             (
                 ErrorKind::InvalidOutput {

@@ -203,6 +203,12 @@ pub enum AgentEvent {
         /// The answer.
         value: Value,
     },
+    /// A guardrail stopped the run: which one, where and why; `error` (kind
+    /// `guardrail_tripped`) and `session_end` follow.
+    GuardrailTripped {
+        /// The decision, its action `trip`.
+        decision: crate::GuardrailDecision,
+    },
     /// The loop failed; `session_end` follows.
     Error {
         /// What went wrong, with the partial trace and messages.

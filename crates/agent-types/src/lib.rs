@@ -57,6 +57,7 @@ mod assemble;
 mod backend;
 mod error;
 mod event;
+mod guardrail;
 mod id;
 mod message;
 mod pricing;
@@ -73,6 +74,7 @@ pub use error::{
     AgentError, BackendError, BackendErrorKind, Budget, ErrorKind, InvalidOutput, Spend,
 };
 pub use event::AgentEvent;
+pub use guardrail::{GuardrailAction, GuardrailDecision, GuardrailStage};
 pub use id::{SessionId, ToolCallId};
 pub use message::{
     AssistantBlock, AssistantMessage, AudioBlock, ContentKind, FileBlock, FileSource, ImageSource,

@@ -41,6 +41,25 @@ pub struct TraceEntry {
     /// entry per tool call it made, nested the same way for its own sub-agents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_trace: Vec<TraceEntry>,
+    /// What guardrails decided about this call (a denial, a rewrite of its arguments, a
+    /// redaction of its result…), in the order they decided; read it with
+    /// [`guardrails`](Self::guardrails). Boxed and `None` without decisions, so an entry
+    /// (kept several times in every tool call's future) grows by one pointer only.
+    #[serde(
+        rename = "guardrails",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub guardrail_decisions: Option<Box<Vec<crate::GuardrailDecision>>>,
+}
+
+impl TraceEntry {
+    /// What guardrails decided about this call, in order (empty when none decided).
+    pub fn guardrails(&self) -> &[crate::GuardrailDecision] {
+        self.guardrail_decisions
+            .as_deref()
+            .map_or(&[], Vec::as_slice)
+    }
 }
 
 mod micros {

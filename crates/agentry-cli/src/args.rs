@@ -103,6 +103,13 @@ pub(crate) struct LoopArgs {
     /// exit 4 with the waiting calls (continue with `agentry resume --approve/--deny`)
     #[arg(long = "require-approval", value_name = "TOOL")]
     pub(crate) require_approval: Vec<String>,
+    /// A ready-made guardrail (repeatable): `pii` redacts emails, phones, cards, IBANs and API
+    /// keys from tool results and stops on a key or card in the input (docs/guardrails.md)
+    #[arg(long = "guardrail", value_name = "NAME")]
+    pub(crate) guardrails: Vec<String>,
+    /// A Rego tool-call policy (package `agentry`, `deny` and `require_approval` sets)
+    #[arg(long, value_name = "FILE.rego")]
+    pub(crate) policy: Option<PathBuf>,
 }
 
 impl LoopArgs {

@@ -20,6 +20,8 @@ pub(crate) enum Exit {
     Awaiting,
     /// Cancelled with Ctrl-C (130, the shell's convention for SIGINT).
     Aborted,
+    /// A guardrail stopped the run (5).
+    Guardrail,
 }
 
 impl Exit {
@@ -32,6 +34,7 @@ impl Exit {
             Self::Budget => 3,
             Self::Awaiting => 4,
             Self::Aborted => 130,
+            Self::Guardrail => 5,
         }
     }
 
@@ -42,6 +45,7 @@ impl Exit {
             ErrorKind::Aborted => Self::Aborted,
             // The loop refuses a bad configuration before any model call: a usage mistake.
             ErrorKind::Config => Self::Usage,
+            ErrorKind::GuardrailTripped { .. } => Self::Guardrail,
             _ => Self::Error,
         }
     }

@@ -26,6 +26,7 @@ mod demo;
 mod endpoint;
 mod error;
 mod exit;
+mod guardrails;
 mod mcp;
 mod mcp_serve;
 mod render;

@@ -466,6 +466,8 @@ async fn go<O: Write, E: Write>(
             .with_tool_search(agent_loop::ToolSearch::new().with_threshold(threshold))
             .map_err(|error| Error::Tools(error.message))?;
     }
+    // --guardrail and --policy (crate::guardrails).
+    options.guardrails = crate::guardrails::from_flags(run.loop_args)?;
     if let Some((spec, strategy, retries)) = run.output {
         options = options
             .with_output_spec(spec)
@@ -782,10 +784,12 @@ pub(crate) fn durable_parts(
     state
         .require_approval
         .extend(settings.require_approval.iter().cloned());
-    let options = settings
+    let mut options = settings
         .options(prices)
         .with_tools(tools)
         .require_approval_for(state.require_approval.iter().cloned());
+    // A worker's --guardrail and --policy: its activities screen, run and check with them.
+    options.guardrails = crate::guardrails::from_flags(loop_args)?;
     Ok((model, options, state.session))
 }
 

@@ -29,6 +29,7 @@
 //! | `sqlite` | via `conversation` | the SQLite store (bundles SQLite, builds C code) |
 //! | `mcp` | no | `mcp`: the MCP client and server (rmcp; the client over the same reqwest) |
 //! | `otel` | no | `otel` (`agent-otel`): OpenTelemetry export of the loop's GenAI spans and metrics over OTLP/HTTP (docs/observability.md) |
+//! | `guardrails` | no | `guardrails` (`agent-guardrails`): PII redaction and Rego tool-call policy as ready-made guardrails (docs/guardrails.md) |
 //! | `temporal` | no | `temporal` (`agent-temporal`): durable runs on Temporal, the `agent_run` workflow and its workers (docs/durable.md) |
 //!
 //! With `default-features = false` the facade is the vocabulary alone: no tokio, no HTTP
@@ -102,6 +103,10 @@ pub use agent_backends as backends;
 #[cfg(feature = "mcp")]
 #[doc(inline)]
 pub use agent_mcp as mcp;
+
+#[cfg(feature = "guardrails")]
+#[doc(inline)]
+pub use agent_guardrails as guardrails;
 
 #[cfg(feature = "otel")]
 #[doc(inline)]

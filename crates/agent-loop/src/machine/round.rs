@@ -1,6 +1,6 @@
 //! A round's plan: the per-round cap, remote calls, approvals.
 
-use agent_types::ToolCall;
+use agent_types::{GuardrailDecision, ToolCall};
 
 use super::{Config, Refusal, Screen};
 use crate::approval::{ApprovalDecision, Disposition, Round, RoundCall};
@@ -12,18 +12,21 @@ pub(super) enum Plan {
         calls: Vec<ToolCall>,
         refused: Vec<Refusal>,
         remote: Vec<ToolCall>,
+        guardrails: Vec<GuardrailDecision>,
     },
     /// Calls wait for a person: nothing of the round runs yet.
     AwaitApproval(Round),
 }
 
 /// Plans the round of `calls` (screened by the driver when `screens` is set; the calls past
-/// the cap are refused whatever their screen).
+/// the cap are refused whatever their screen). `guardrails`: the tool guardrails' decisions
+/// while screening, kept with the calls they name.
 pub(super) fn plan(
     config: &Config,
     iteration: u32,
     calls: Vec<ToolCall>,
     screens: Option<Vec<Screen>>,
+    guardrails: Vec<GuardrailDecision>,
 ) -> Plan {
     let cap = config.max_tool_calls_per_round;
     let asked = calls.len();
@@ -33,6 +36,7 @@ pub(super) fn plan(
             calls,
             refused: Vec::new(),
             remote: Vec::new(),
+            guardrails,
         };
     }
     let mut local = Vec::with_capacity(asked.min(cap.saturating_add(1)));
@@ -74,6 +78,7 @@ pub(super) fn plan(
             calls: local,
             refused,
             remote,
+            guardrails,
         };
     }
     let mut refused = refused.into_iter().peekable();
@@ -91,6 +96,11 @@ pub(super) fn plan(
                     None => Disposition::Run,
                 }
             },
+            guardrails: guardrails
+                .iter()
+                .filter(|decision| decision.call_id.as_ref() == Some(&call.id))
+                .cloned()
+                .collect(),
             call,
         })
         .collect();
@@ -102,12 +112,20 @@ pub(super) fn plan(
 }
 
 /// The calls of a round that waited for approval, under `decisions` (checked when the run
-/// started): its local calls with the refused ones, and its remote calls.
+/// started): its local calls with the refused ones, its remote calls, and the guardrail
+/// decisions made when it was screened.
 pub(super) fn resumed(
     round: Round,
     decisions: &[ApprovalDecision],
-) -> (u32, Vec<ToolCall>, Vec<Refusal>, Vec<ToolCall>) {
+) -> (
+    u32,
+    Vec<ToolCall>,
+    Vec<Refusal>,
+    Vec<ToolCall>,
+    Vec<GuardrailDecision>,
+) {
     let mut refused = Vec::new();
+    let mut guardrails = Vec::new();
     let calls = round
         .local
         .into_iter()
@@ -124,8 +142,9 @@ pub(super) fn resumed(
             if let Some(reason) = reason {
                 refused.push(Refusal { index, reason });
             }
+            guardrails.extend(entry.guardrails);
             entry.call
         })
         .collect();
-    (round.iteration, calls, refused, round.remote)
+    (round.iteration, calls, refused, round.remote, guardrails)
 }

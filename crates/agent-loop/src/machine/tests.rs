@@ -17,6 +17,7 @@ fn config() -> Config {
         screen_calls: false,
         output: None,
         max_output_retries: 2,
+        check_answer: false,
     }
 }
 
@@ -109,6 +110,7 @@ fn a_tool_round_runs_and_the_model_is_called_again() {
             iteration: 1,
             calls,
             refused: Vec::new(),
+            guardrails: Vec::new(),
         }
     );
     let next = state.step(&config, done(RoundOutcome::default()));
@@ -286,6 +288,14 @@ fn calls_past_the_round_cap_are_refused_with_a_reason() {
 
 #[test]
 fn an_approval_round_suspends_survives_serde_and_resumes_then_waits_for_the_remote_call() {
+    // A tool guardrail's decision made while screening: it comes back with the round.
+    let asked = agent_types::GuardrailDecision::new(
+        "policy",
+        agent_types::GuardrailStage::ToolCall,
+        agent_types::GuardrailAction::RequireApproval,
+        "deletes need a person",
+    )
+    .for_call("local".into());
     let config = Config {
         screen_calls: true,
         ..config()
@@ -315,6 +325,7 @@ fn an_approval_round_suspends_survives_serde_and_resumes_then_waits_for_the_remo
                 },
                 Screen::Run,
             ],
+            guardrails: vec![asked.clone()],
         },
     );
     assert_eq!(
@@ -345,6 +356,7 @@ fn an_approval_round_suspends_survives_serde_and_resumes_then_waits_for_the_remo
                 index: 0,
                 reason: "This call was not run: the user denied it: not today".to_owned(),
             }],
+            guardrails: vec![asked],
         }
     );
     let action = state.step(&config, done(RoundOutcome::default()));
@@ -560,6 +572,7 @@ fn the_machine_is_deterministic_across_serde() {
     let config = Config {
         token_budget: Some(10_000),
         max_repeated_calls: Some(4),
+        check_answer: true,
         ..structured(OutputStrategy::Tool)
     };
     let inputs = vec![
@@ -593,6 +606,25 @@ fn the_machine_is_deterministic_across_serde() {
             text: text("").map(Box::new),
         },
         Input::Done,
+        // The answer's check sends it back once (a round), then passes the next one.
+        Input::AnswerChecked {
+            retry: Some("Your answer was not accepted: name a capital.".to_owned()),
+        },
+        Input::Done,
+        Input::Prepared {
+            estimated_input_tokens: 120,
+            own_max_output_tokens: None,
+        },
+        Input::ModelResponded {
+            usage: usage(120, 9),
+            cost_usd: None,
+        },
+        Input::ResponseAppended {
+            calls: vec![call("c", "final_answer", json!({"city": "Lima"}))],
+            text: text("").map(Box::new),
+        },
+        Input::Done,
+        Input::AnswerChecked { retry: None },
         Input::Done,
     ];
     let run = |state: &mut State, config: &Config, inputs: Vec<Input>| -> Vec<Action> {
@@ -623,5 +655,68 @@ fn the_machine_is_deterministic_across_serde() {
     let actions_json = serde_json::to_value(&actions).unwrap();
     assert_eq!(serde_json::to_value(&replayed).unwrap(), actions_json);
     assert_eq!(second, first);
-    assert_eq!(first.budgets().tokens(), 40 + 8 + 7 + 90 + 12);
+    assert_eq!(first.budgets().tokens(), 40 + 8 + 7 + 90 + 12 + 120 + 9);
+    assert_eq!(first.budgets().iterations(), 2);
+}
+
+/// With an answer check, a text answer is checked before the run finishes; a check that sends
+/// it back pushes the reason and calls again, counted as a tool round, and the round budget
+/// ends the run when it is used up.
+#[test]
+fn an_answer_check_sends_the_answer_back_as_a_counted_round_or_lets_it_finish() {
+    let config = Config {
+        check_answer: true,
+        max_tool_iterations: 1,
+        ..config()
+    };
+    let mut state = State::new();
+    start(&mut state, &config);
+    let action = respond(&mut state, &config, Vec::new(), None);
+    assert_eq!(
+        action,
+        Action::CheckAnswer {
+            output: None,
+            retries: 0
+        }
+    );
+    let action = state.step(
+        &config,
+        Input::AnswerChecked {
+            retry: Some("not like that".to_owned()),
+        },
+    );
+    assert_eq!(
+        action,
+        Action::Push {
+            messages: vec![Message::user("not like that")]
+        }
+    );
+    assert_eq!(state.budgets().iterations(), 1);
+    assert_eq!(
+        state.step(&config, Input::Done),
+        Action::PrepareCall { iteration: 1 }
+    );
+    let action = respond(&mut state, &config, Vec::new(), None);
+    assert_eq!(
+        action,
+        Action::CheckAnswer {
+            output: None,
+            retries: 1
+        }
+    );
+    // A second retry would be a second round: the budget ends the run.
+    let mut over = state.clone();
+    let action = over.step(
+        &config,
+        Input::AnswerChecked {
+            retry: Some("again".to_owned()),
+        },
+    );
+    assert!(
+        matches!(budget_of(&action), Budget::Iterations { .. }),
+        "{action:?}"
+    );
+    // Passed: the run finishes.
+    let action = state.step(&config, Input::AnswerChecked { retry: None });
+    assert_eq!(action, Action::Finish { output: None });
 }

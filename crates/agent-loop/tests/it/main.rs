@@ -15,6 +15,7 @@ mod cancellation;
 mod checkpoint;
 mod conversation;
 mod fallback;
+mod guardrail;
 mod history;
 mod hooks;
 mod modes;

@@ -225,6 +225,7 @@ fn trace_entries() {
             error: Some("/path: expected a string, got 5".into()),
             repairs: Vec::new(),
             sub_trace: Vec::new(),
+            guardrail_decisions: None,
         }
     );
 }

@@ -106,5 +106,6 @@ fn trace_entry() -> TraceEntry {
         error: None,
         repairs: vec!["/days: parsed the string \"3\" as a number".into()],
         sub_trace: Vec::new(),
+        guardrail_decisions: None,
     }
 }
