@@ -48,8 +48,9 @@ pub use postgres::PostgresSink;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteSink;
 
-/// The schema version this build writes and reads. Version 1: `model_calls`, `tool_calls`.
-pub const SCHEMA_VERSION: i64 = 3;
+/// The schema version this build writes and reads. Version 1: `model_calls`, `tool_calls`;
+/// 2: `model_calls.response_id`; 3: the `(tenant, session)` indexes; 4: `tool_calls.guardrails`.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// What went wrong storing or reading rows.
 #[derive(Debug, thiserror::Error)]

@@ -69,6 +69,9 @@ CREATE INDEX tool_calls_tenant_at ON tool_calls (tenant, at_us);
     "CREATE INDEX IF NOT EXISTS model_calls_tenant_session ON model_calls (tenant, session, id);
 CREATE INDEX IF NOT EXISTS tool_calls_tenant_session ON tool_calls (tenant, session, id);
 ",
+    // 4: what guardrails decided about a tool call (`name:action` pairs).
+    "ALTER TABLE tool_calls ADD COLUMN guardrails TEXT;
+",
 ];
 
 /// The end of a rows query: one session's rows by the `(tenant, session)` index, or all of
@@ -89,8 +92,8 @@ const INSERT_MODEL: &str = "INSERT INTO model_calls (at_us, tenant, caller, sess
 
 const INSERT_TOOL: &str = "INSERT INTO tool_calls (at_us, tenant, caller, session, run_id, \
     round, tool, call_id, arguments_bytes, arguments_sha256, result_bytes, sent_bytes, \
-    truncated, duration_us, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-    $11, $12, $13, $14, $15, $16)";
+    truncated, duration_us, outcome, error, guardrails) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+    $11, $12, $13, $14, $15, $16, $17)";
 
 /// `model_calls` and `tool_calls` in PostgreSQL. Cheap to clone (one shared connection).
 ///
@@ -233,6 +236,7 @@ impl PostgresSink {
                                     &c.duration_us,
                                     &c.outcome,
                                     &c.error,
+                                    &c.guardrails,
                                 ],
                             )
                             .await?;
@@ -351,7 +355,7 @@ impl PostgresSink {
                 &[
                     "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
                  arguments_bytes, arguments_sha256, result_bytes, sent_bytes, truncated, \
-                 duration_us, outcome, error FROM tool_calls \
+                 duration_us, outcome, error, guardrails FROM tool_calls \
                  WHERE tenant = $1 AND ",
                     by_session(session),
                 ]
@@ -378,6 +382,7 @@ impl PostgresSink {
                     duration_us: r.try_get(13)?,
                     outcome: r.try_get(14)?,
                     error: r.try_get(15)?,
+                    guardrails: r.try_get(16)?,
                 })
             })
             .collect()

@@ -61,6 +61,10 @@ pub struct StoredToolCall {
     pub outcome: String,
     /// Why the call failed.
     pub error: Option<String>,
+    /// What guardrails decided about the call, as `name:action` pairs joined by commas
+    /// (`pii:redact,policy:deny`); `None` when none decided anything (and for rows stored
+    /// before schema version 4).
+    pub guardrails: Option<String>,
 }
 
 /// The size and SHA-256 (lowercase hex) of `arguments` serialized as compact JSON, as a
@@ -177,6 +181,7 @@ pub(crate) struct ToolColumns<'a> {
     pub duration_us: i64,
     pub outcome: &'static str,
     pub error: Option<&'a str>,
+    pub guardrails: Option<&'a str>,
 }
 
 impl<'a> ToolColumns<'a> {
@@ -198,6 +203,7 @@ impl<'a> ToolColumns<'a> {
             duration_us: micros(row.duration),
             outcome: row.outcome(),
             error: row.error.as_deref(),
+            guardrails: row.guardrails.as_deref(),
         }
     }
 }

@@ -66,6 +66,9 @@ CREATE INDEX tool_calls_tenant_at ON tool_calls (tenant, at_us);
     "CREATE INDEX IF NOT EXISTS model_calls_tenant_session ON model_calls (tenant, session);
 CREATE INDEX IF NOT EXISTS tool_calls_tenant_session ON tool_calls (tenant, session);
 ",
+    // 4: what guardrails decided about a tool call (`name:action` pairs).
+    "ALTER TABLE tool_calls ADD COLUMN guardrails TEXT;
+",
 ];
 
 /// A tenant's `model_calls` rows, ended by [`by_session`].
@@ -77,7 +80,7 @@ const MODEL_ROWS: &str = "SELECT at_us, tenant, caller, session, run_id, provide
 /// A tenant's `tool_calls` rows, ended by [`by_session`].
 const TOOL_ROWS: &str = "SELECT at_us, tenant, caller, session, run_id, round, tool, call_id, \
     arguments_bytes, arguments_sha256, result_bytes, sent_bytes, truncated, duration_us, \
-    outcome, error FROM tool_calls WHERE tenant = ?1 AND ";
+    outcome, error, guardrails FROM tool_calls WHERE tenant = ?1 AND ";
 
 /// The end of a rows query: one session's rows by the `(tenant, session)` index, or all of
 /// the tenant's. Two texts rather than `(? IS NULL OR session = ?)`, which a plan made before
@@ -97,8 +100,8 @@ const INSERT_MODEL: &str = "INSERT INTO model_calls (at_us, tenant, caller, sess
 
 const INSERT_TOOL: &str = "INSERT INTO tool_calls (at_us, tenant, caller, session, run_id, \
     round, tool, call_id, arguments_bytes, arguments_sha256, result_bytes, sent_bytes, \
-    truncated, duration_us, outcome, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
-    ?11, ?12, ?13, ?14, ?15, ?16)";
+    truncated, duration_us, outcome, error, guardrails) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
+    ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
 
 /// `model_calls` and `tool_calls` in a SQLite file. Cheap to clone (one shared connection
 /// for reads).
@@ -280,6 +283,7 @@ impl SqliteSink {
                     duration_us: r.get(13)?,
                     outcome: r.get(14)?,
                     error: r.get(15)?,
+                    guardrails: r.get(16)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -400,6 +404,7 @@ fn write_rows(conn: &mut Connection, rows: &[AccountingRow]) -> Result<(), Error
                         c.duration_us,
                         c.outcome,
                         c.error,
+                        c.guardrails,
                     ])?;
                 }
             }
@@ -497,9 +502,12 @@ mod tests {
         .unwrap();
         let before = plans(&sink);
         assert!(!before[0].contains("tenant_session"), "{before:?}");
+        // Version 2 had no `guardrails` column either (added by 4).
+        sink.with(|conn| Ok(conn.execute_batch("ALTER TABLE tool_calls DROP COLUMN guardrails")?))
+            .unwrap();
         drop(sink);
         let sink = SqliteSink::open(&path).unwrap();
-        assert_eq!(sink.schema_version().unwrap(), 3);
+        assert_eq!(sink.schema_version().unwrap(), SCHEMA_VERSION);
         expect(plans(&sink));
     }
 }

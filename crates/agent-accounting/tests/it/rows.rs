@@ -3,8 +3,8 @@ use std::time::Duration;
 use agent_accounting::{GroupBy, SqliteSink, StoredModelCall, StoredToolCall, UsageQuery};
 use agent_backends::{ScriptedBackend, ScriptedTurn};
 use agent_loop::{
-    AccountingConfig, AccountingQueue, AccountingReceiver, GenerateResult, Input, Options,
-    QueueFull, RowWriter, generate,
+    AccountingConfig, AccountingQueue, AccountingReceiver, GenerateResult, Guardrails, Input,
+    Options, QueueFull, ResultCheck, ResultVerdict, RowWriter, ToolGuardrail, generate,
 };
 use agent_tools::{Caller, Registry, Tool};
 use agent_types::{BackendError, BackendErrorKind, ModelPrice, RateCard, Usage};
@@ -13,6 +13,29 @@ use serde_json::json;
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct City {
     city: String,
+}
+
+/// A tool guardrail that redacts "sunny" from results: the Denver call's row carries its
+/// decision (`sky:redact`), the failed call's none.
+struct Sky;
+
+impl ToolGuardrail for Sky {
+    fn name(&self) -> &str {
+        "sky"
+    }
+
+    fn after_call(
+        &self,
+        _call: &ResultCheck<'_>,
+        result: &mut agent_types::ToolResult,
+    ) -> ResultVerdict {
+        if result.content.contains("sunny") {
+            result.content = result.content.replace("sunny", "[REDACTED]");
+            ResultVerdict::Redacted("a weather word".into())
+        } else {
+            ResultVerdict::Keep
+        }
+    }
 }
 
 fn usage(input: u64, output: u64) -> Usage {
@@ -69,6 +92,7 @@ fn scripted() -> (ScriptedBackend, Options) {
         .with_tools(tools)
         .with_tool_trace(true)
         .with_rate_card(rates)
+        .with_guardrails(Guardrails::new().tool(Sky))
         .with_caller(Caller::new("alice").with_tenant("acme"));
     (backend, options)
 }
@@ -136,7 +160,20 @@ fn check_rows(result: &GenerateResult, models: &[StoredModelCall], tools: &[Stor
             row.outcome,
             if entry.error.is_some() { "error" } else { "ok" }
         );
+        // The guardrail's decision is in the row as it is in the trace.
+        let decided = entry.guardrail_decisions.as_deref().map(|decisions| {
+            decisions
+                .iter()
+                .map(|d| format!("{}:{}", d.guardrail, d.action.as_str()))
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        assert_eq!(row.guardrails, decided);
     }
+    let denver = tools.iter().find(|t| t.outcome == "ok").unwrap();
+    assert_eq!(denver.guardrails.as_deref(), Some("sky:redact"));
+    let nowhere = tools.iter().find(|t| t.outcome == "error").unwrap();
+    assert_eq!(nowhere.guardrails, None);
     assert_ne!(tools[0].arguments_sha256, tools[1].arguments_sha256);
     assert!(tools.iter().any(|t| t.outcome == "error"));
 }
@@ -156,6 +193,7 @@ async fn a_version_1_file_gains_the_response_id_column_and_keeps_its_rows() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "ALTER TABLE model_calls DROP COLUMN response_id;
+             ALTER TABLE tool_calls DROP COLUMN guardrails;
              DELETE FROM accounting_schema_version WHERE version > 1;",
         )
         .unwrap();
@@ -667,6 +705,7 @@ async fn postgres_one_sessions_rows_have_an_index_also_after_migrating() {
         .batch_execute(&format!(
             "DROP INDEX {schema}.model_calls_tenant_session;
              DROP INDEX {schema}.tool_calls_tenant_session;
+             ALTER TABLE {schema}.tool_calls DROP COLUMN guardrails;
              DELETE FROM {schema}.accounting_schema_version WHERE version > 2;"
         ))
         .await
@@ -675,7 +714,10 @@ async fn postgres_one_sessions_rows_have_an_index_also_after_migrating() {
     let sink = agent_accounting::PostgresSink::connect(&scoped)
         .await
         .unwrap();
-    assert_eq!(sink.schema_version().await.unwrap(), 3);
+    assert_eq!(
+        sink.schema_version().await.unwrap(),
+        agent_accounting::SCHEMA_VERSION
+    );
     assert_eq!(tenant_session_indexes(&admin, &schema).await.len(), 2);
     let plan = admin
         .simple_query(&format!(
@@ -717,4 +759,134 @@ async fn tenant_session_indexes(admin: &tokio_postgres::Client, schema: &str) ->
         .iter()
         .map(|row| row.get::<_, String>(0))
         .collect()
+}
+
+/// Whether `tool_calls` has a `guardrails` column, in SQLite.
+fn sqlite_has_guardrails(path: &std::path::Path) -> bool {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.prepare("SELECT 1 FROM pragma_table_info('tool_calls') WHERE name = 'guardrails'")
+        .unwrap()
+        .exists([])
+        .unwrap()
+}
+
+/// A version-3 file (no `guardrails` column) migrates to version 4: its rows are kept with
+/// no decisions, and a run with a tool guardrail then stores its decision in the new column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_file_gains_the_guardrails_column_and_stores_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("usage.db");
+    let sink = SqliteSink::open(&path).unwrap();
+    run_into(|receiver| {
+        sink.spawn_writer(receiver).unwrap();
+    })
+    .await;
+    drop(sink);
+    // Take the file back to version 3, as the release before wrote it.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE tool_calls DROP COLUMN guardrails;
+             DELETE FROM accounting_schema_version WHERE version > 3;",
+        )
+        .unwrap();
+    }
+    assert!(!sqlite_has_guardrails(&path));
+    let sink = SqliteSink::open(&path).unwrap();
+    assert_eq!(sink.schema_version().unwrap(), 4);
+    assert_eq!(agent_accounting::SCHEMA_VERSION, 4);
+    assert!(sqlite_has_guardrails(&path));
+    let old = sink.tool_calls("acme").unwrap();
+    assert_eq!(old.len(), 2);
+    assert!(old.iter().all(|t| t.guardrails.is_none()), "{old:?}");
+
+    let result = run_into(|receiver| {
+        sink.spawn_writer(receiver).unwrap();
+    })
+    .await;
+    let (models, tools) = sink
+        .session_calls("acme", result.session_id.as_str())
+        .unwrap();
+    check_rows(&result, &models, &tools);
+}
+
+/// In PostgreSQL, a version-3 database (in a schema of its own) migrates to version 4: its
+/// rows are kept with no decisions, and a run with a tool guardrail then stores its decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_version_3_gains_the_guardrails_column_and_stores_decisions() {
+    let Some(url) = postgres_url() else { return };
+    let schema = format!(
+        "acct_v3_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let scoped = format!("{url}{separator}options=-csearch_path%3D{schema}");
+    let has_column = || async {
+        admin
+            .query_opt(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = $1
+                 AND table_name = 'tool_calls' AND column_name = 'guardrails'",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .is_some()
+    };
+    let sink = agent_accounting::PostgresSink::connect(&scoped)
+        .await
+        .unwrap();
+    let writer = sink.clone();
+    run_into(|receiver| {
+        tokio::spawn(receiver.run(writer));
+    })
+    .await;
+    drop(sink);
+
+    // Back to version 3, as a database written by the release before.
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.tool_calls DROP COLUMN guardrails;
+             DELETE FROM {schema}.accounting_schema_version WHERE version > 3;"
+        ))
+        .await
+        .unwrap();
+    assert!(!has_column().await);
+    let sink = agent_accounting::PostgresSink::connect(&scoped)
+        .await
+        .unwrap();
+    assert_eq!(sink.schema_version().await.unwrap(), 4);
+    assert!(has_column().await);
+    let old = sink.tool_calls("acme").await.unwrap();
+    assert_eq!(old.len(), 2);
+    assert!(old.iter().all(|t| t.guardrails.is_none()), "{old:?}");
+
+    let writer = agent_accounting::PostgresSink::connect(&scoped)
+        .await
+        .unwrap();
+    let result = run_into(|receiver| {
+        tokio::spawn(receiver.run(writer));
+    })
+    .await;
+    let (models, tools) = sink
+        .session_calls("acme", result.session_id.as_str())
+        .await
+        .unwrap();
+    check_rows(&result, &models, &tools);
+    drop(sink);
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
 }

@@ -65,6 +65,7 @@ pub(crate) async fn timeline(
                     "truncated": row.truncated,
                     "outcome": row.outcome,
                     "error": row.error,
+                    "guardrails": row.guardrails,
                 })
             })
             .collect();
@@ -127,5 +128,6 @@ pub fn timeline_row_tool(row: &ToolCallRow) -> Value {
         "truncated": row.truncated,
         "outcome": row.outcome(),
         "error": row.error,
+        "guardrails": row.guardrails,
     })
 }

@@ -124,6 +124,8 @@ async fn the_timeline_has_each_rounds_model_and_tool_calls_with_timings_tokens_a
     assert_eq!(tools[0]["tool"], "clock");
     assert_eq!(tools[0]["round"], 1);
     assert_eq!(tools[0]["truncated"], false);
+    // No guardrail decided about the call: the column is there, null.
+    assert_eq!(tools[0].get("guardrails"), Some(&Value::Null), "{timeline}");
     assert!(tools[0]["started_us"].as_i64().unwrap() >= model["started_us"].as_i64().unwrap());
     server.shutdown().await;
 }
