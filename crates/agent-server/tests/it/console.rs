@@ -8,6 +8,18 @@ use crate::support::TestServer;
 const ACME: &str = "key-acme-test-0001";
 const GLOBEX: &str = "key-globex-test-01";
 
+/// The body of a public console asset.
+async fn asset(server: &TestServer, path: &str) -> String {
+    server
+        .get_anonymous(path)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_console_is_served_embedded_with_a_strict_policy_and_an_etag() {
     let server = TestServer::start().await;
@@ -17,12 +29,7 @@ async fn the_console_is_served_embedded_with_a_strict_policy_and_an_etag() {
         ("/console/console.css", "text/css"),
     ] {
         // No key: the assets are public (the page asks for the key itself).
-        let response = server
-            .client
-            .get(format!("{}{path}", server.url))
-            .send()
-            .await
-            .unwrap();
+        let response = server.get_anonymous(path).send().await.unwrap();
         assert_eq!(response.status(), 200, "{path}");
         let headers = response.headers().clone();
         assert!(headers["content-type"].to_str().unwrap().starts_with(kind));
@@ -43,8 +50,7 @@ async fn the_console_is_served_embedded_with_a_strict_policy_and_an_etag() {
         assert!(!body.is_empty());
         // The client's copy is current: 304 without a body, same headers.
         let again = server
-            .client
-            .get(format!("{}{path}", server.url))
+            .get_anonymous(path)
             .header("if-none-match", &etag)
             .send()
             .await
@@ -55,28 +61,12 @@ async fn the_console_is_served_embedded_with_a_strict_policy_and_an_etag() {
         assert!(again.text().await.unwrap().is_empty());
     }
     // The page loads nothing from elsewhere and runs no inline script.
-    let page = server
-        .client
-        .get(format!("{}/console", server.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = asset(&server, "/console").await;
     assert!(!page.contains("http://") && !page.contains("https://"));
     assert!(page.contains("<script src=\"/console/console.js\"></script>"));
     assert_eq!(page.matches("<script").count(), 1);
     // The script never parses server data as markup.
-    let script = server
-        .client
-        .get(format!("{}/console/console.js", server.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let script = asset(&server, "/console/console.js").await;
     for sink in [
         "innerHTML",
         "outerHTML",
@@ -191,8 +181,7 @@ async fn another_tenants_timeline_is_the_same_404_as_no_session() {
     assert!(runs(&own).iter().all(|run| !runs(&acme).contains(run)));
     // Without a key: 401, like every API route.
     let anonymous = server
-        .client
-        .get(format!("{}/v1/sessions/{id}/timeline", server.url))
+        .get_anonymous(&format!("/v1/sessions/{id}/timeline"))
         .send()
         .await
         .unwrap();

@@ -103,6 +103,11 @@ impl TestServer {
             .bearer_auth(key)
     }
 
+    /// A GET with no key: a public asset, or a route that must refuse an anonymous caller.
+    pub(crate) fn get_anonymous(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client.get(format!("{}{path}", self.url))
+    }
+
     /// Creates a demo session for `acme` and returns its id.
     pub(crate) async fn create(&self, body: Value) -> String {
         let response = self

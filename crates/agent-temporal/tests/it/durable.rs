@@ -44,17 +44,7 @@ async fn a_three_round_run_matches_the_in_process_loop() {
     let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
     let started = Instant::now();
-    let handle = agent_temporal::start_run(
-        &client,
-        &queue,
-        &queue,
-        RunRequest::new(
-            Session::with_id("s-durable", "test-model"),
-            "What is (2 + 3) × 4?",
-        ),
-    )
-    .await
-    .unwrap();
+    let handle = start(&client, &queue, "s-durable").await;
     let outcome = handle.outcome().await.unwrap();
     let durable = started.elapsed();
 
@@ -89,6 +79,29 @@ fn count(lines: &[String], line: &str) -> usize {
     lines.iter().filter(|l| l.as_str() == line).count()
 }
 
+/// The arithmetic question every test asks, in session `id`.
+fn request(id: &str) -> RunRequest {
+    RunRequest::new(Session::with_id(id, "test-model"), "What is (2 + 3) × 4?")
+}
+
+/// Starts [`request`] on `queue`, which is also the workflow id.
+async fn start(client: &temporalio_client::Client, queue: &str, id: &str) -> RunHandle {
+    agent_temporal::start_run(client, queue, queue, request(id))
+        .await
+        .unwrap()
+}
+
+/// The calls the run waits on, once it waits on some.
+async fn pending(handle: &RunHandle) -> Vec<agent_types::ToolCall> {
+    loop {
+        let pending = handle.pending().await.unwrap();
+        if !pending.is_empty() {
+            break pending;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Test 2: kill -9 of the worker during a tool call; another worker finishes the run. Every
 /// completed tool call ran exactly once, and no completed round went to the model again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,17 +113,7 @@ async fn a_killed_worker_is_replaced_and_completed_work_is_not_redone() {
     let queue = unique("kill");
     let mut first = WorkerProcess::spawn(&queue, &tool_log, &model_log, slow);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
-    let handle = agent_temporal::start_run(
-        &client,
-        &queue,
-        &queue,
-        RunRequest::new(
-            Session::with_id("s-kill", "test-model"),
-            "What is (2 + 3) × 4?",
-        ),
-    )
-    .await
-    .unwrap();
+    let handle = start(&client, &queue, "s-kill").await;
     wait_until(60, "the slow tool to start", || {
         lines(&tool_log).contains(&"started call_2".to_string())
     })
@@ -149,24 +152,8 @@ async fn approval_and_remote_results_wait_across_a_worker_restart() {
         let env = [(setting, "multiply")];
         let mut first =
             WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
-        let handle = agent_temporal::start_run(
-            &client,
-            &queue,
-            &queue,
-            RunRequest::new(
-                Session::with_id("s-wait", "test-model"),
-                "What is (2 + 3) × 4?",
-            ),
-        )
-        .await
-        .unwrap();
-        let pending = loop {
-            let pending = handle.pending().await.unwrap();
-            if !pending.is_empty() {
-                break pending;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let handle = start(&client, &queue, "s-wait").await;
+        let pending = pending(&handle).await;
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].id.as_str(), "call_2");
         let status = handle.status().await.unwrap();
@@ -221,17 +208,7 @@ async fn cancelling_the_workflow_cancels_the_running_tool() {
     let queue = unique("cancel");
     let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::from_secs(120));
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
-    let handle = agent_temporal::start_run(
-        &client,
-        &queue,
-        &queue,
-        RunRequest::new(
-            Session::with_id("s-cancel", "test-model"),
-            "What is (2 + 3) × 4?",
-        ),
-    )
-    .await
-    .unwrap();
+    let handle = start(&client, &queue, "s-cancel").await;
     wait_until(60, "the slow tool to start", || {
         lines(&tool_log).contains(&"started call_2".to_string())
     })
@@ -271,11 +248,7 @@ async fn a_python_client_starts_the_workflow_by_name() {
     let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
     let queue = unique("python");
     let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
-    let request = serde_json::to_string(&RunRequest::new(
-        Session::with_id("s-python", "test-model"),
-        "What is (2 + 3) × 4?",
-    ))
-    .unwrap();
+    let request = serde_json::to_string(&request("s-python")).unwrap();
     let script = format!("{}/tests/python_client.py", env!("CARGO_MANIFEST_DIR"));
     let output = tokio::time::timeout(
         Duration::from_secs(120),
@@ -307,24 +280,8 @@ async fn a_denied_call_is_refused_as_the_loop_refuses_it() {
     let env = [("AGENTRY_TEMPORAL_APPROVE", "multiply")];
     let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
-    let handle = agent_temporal::start_run(
-        &client,
-        &queue,
-        &queue,
-        RunRequest::new(
-            Session::with_id("s-deny", "test-model"),
-            "What is (2 + 3) × 4?",
-        ),
-    )
-    .await
-    .unwrap();
-    let pending = loop {
-        let pending = handle.pending().await.unwrap();
-        if !pending.is_empty() {
-            break pending;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let handle = start(&client, &queue, "s-deny").await;
+    let pending = pending(&handle).await;
     // A decision bound to other arguments does not fit the waiting call: it keeps waiting.
     let stale = agent_loop::ApprovalDecision::approve("call_2").bound_to(
         &agent_types::ToolCall::new("call_2", "multiply", serde_json::json!({"a": 1, "b": 1})),
@@ -373,10 +330,7 @@ async fn a_run_continues_as_new_past_the_history_size() {
     let queue = unique("continue");
     let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
-    let mut request = RunRequest::new(
-        Session::with_id("s-can", "test-model"),
-        "What is (2 + 3) × 4?",
-    );
+    let mut request = request("s-can");
     // A round takes more than 10 events: every model call after the first starts a new run.
     request.continue_as_new_after = Some(10);
     let handle = agent_temporal::start_run(&client, &queue, &queue, request)
