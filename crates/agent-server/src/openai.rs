@@ -369,13 +369,11 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     };
     let mut sink = Sink {
         completion,
-        sender,
-        cancel: cancel.clone(),
+        out: Outlet::new(sender, cancel.clone()),
         stream,
         started: false,
         text_sent: false,
         new_call: false,
-        gone: false,
         refusal: None,
         structured: output.is_some(),
     };
@@ -522,13 +520,37 @@ async fn pump(
     events.result().await
 }
 
-/// Where a run's output goes: chunks on the stream, or one body at the end.
-struct Sink {
-    completion: Completion,
+/// The client's end of a chat-completions or Responses run: items go out until the client is
+/// gone, which is remembered so nothing more is offered.
+struct Outlet {
     sender: mpsc::Sender<Out>,
     /// The run's token: once it fired (drain deadline, client gone), a send the client
     /// makes no room for is abandoned, so a stalled reader cannot hold the shutdown.
     cancel: CancellationToken,
+    /// The client hung up, or stopped reading after the run was cancelled.
+    gone: bool,
+}
+
+impl Outlet {
+    fn new(sender: mpsc::Sender<Out>, cancel: CancellationToken) -> Self {
+        Self {
+            sender,
+            cancel,
+            gone: false,
+        }
+    }
+
+    async fn send(&mut self, out: Out) {
+        if !self.gone && !deliver(&self.sender, out, &self.cancel).await {
+            self.gone = true;
+        }
+    }
+}
+
+/// Where a run's output goes: chunks on the stream, or one body at the end.
+struct Sink {
+    completion: Completion,
+    out: Outlet,
     /// `Some(include_usage)` when streaming.
     stream: Option<bool>,
     /// The first chunk (`role: assistant`) is out.
@@ -537,8 +559,6 @@ struct Sink {
     text_sent: bool,
     /// A model call started and has streamed no text yet.
     new_call: bool,
-    /// The client hung up, or stopped reading after the run was cancelled.
-    gone: bool,
     /// A spend cap ended the run: the error to answer with.
     refusal: Option<OpenAiError>,
     /// `response_format` asked for JSON: the model's text (which may be a failed try, or
@@ -616,7 +636,7 @@ impl Sink {
             }
             _ => {}
         }
-        !self.gone
+        !self.out.gone
     }
 
     /// Sends `frame`, after the opening chunk if it is not out yet.
@@ -629,15 +649,9 @@ impl Sink {
                 None,
                 include_usage,
             );
-            self.send(Out::Frame(first)).await;
+            self.out.send(Out::Frame(first)).await;
         }
-        self.send(Out::Frame(frame)).await;
-    }
-
-    async fn send(&mut self, out: Out) {
-        if !self.gone && !deliver(&self.sender, out, &self.cancel).await {
-            self.gone = true;
-        }
+        self.out.send(Out::Frame(frame)).await;
     }
 
     /// The end: the body, or the stream's last chunks, or the error.
@@ -647,7 +661,7 @@ impl Sink {
         usage: &Usage,
         cost_usd: Option<f64>,
     ) {
-        if self.gone {
+        if self.out.gone {
             return;
         }
         let result = match outcome {
@@ -662,7 +676,7 @@ impl Sink {
                 };
                 let Some(include_usage) = self.stream else {
                     let body = self.completion.refusal_body(refusal, usage);
-                    self.send(Out::Body(body)).await;
+                    self.out.send(Out::Body(body)).await;
                     return;
                 };
                 if !self.started {
@@ -683,16 +697,18 @@ impl Sink {
                     .unwrap_or_else(|| OpenAiError::from_run(error))
                     .with_spent(*usage, cost_usd);
                 if self.started {
-                    self.send(Out::Frame(response::data(&error.body()))).await;
+                    self.out
+                        .send(Out::Frame(response::data(&error.body())))
+                        .await;
                 } else {
-                    self.send(Out::Fail(error)).await;
+                    self.out.send(Out::Fail(error)).await;
                 }
                 return;
             }
         };
         let Some(include_usage) = self.stream else {
             let body = self.completion.body(result, usage);
-            self.send(Out::Body(body)).await;
+            self.out.send(Out::Body(body)).await;
             return;
         };
         for (index, call) in result.pending_tool_calls.iter().enumerate() {
@@ -713,9 +729,9 @@ impl Sink {
         self.send_started(last).await;
         if include_usage {
             let chunk = self.completion.usage_chunk(usage);
-            self.send(Out::Frame(chunk)).await;
+            self.out.send(Out::Frame(chunk)).await;
         }
-        self.send(Out::Frame(response::done())).await;
+        self.out.send(Out::Frame(response::done())).await;
     }
 }
 

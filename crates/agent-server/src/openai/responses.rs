@@ -67,11 +67,11 @@ use tokio_util::sync::CancellationToken;
 use self::output::{Produced, Sequence, Shape};
 use super::error::OpenAiError;
 use super::{
-    CHANNEL_DEPTH, Out, Running, force_first_round, run_options, stream_response,
+    CHANNEL_DEPTH, Out, Outlet, Running, force_first_round, run_options, stream_response,
     unforce_after_first_round,
 };
 use crate::error::ApiError;
-use crate::execute::{count, deliver, settle_metrics};
+use crate::execute::{count, settle_metrics};
 use crate::http::{admit, json_body, tagged};
 use crate::path_id::PathId;
 use crate::state::{AppState, Model, Tenant, now_ms};
@@ -680,15 +680,13 @@ async fn run(state: AppState, plan: Plan, running: Running) {
     });
     let mut sink = Sink {
         shape,
-        sender,
-        cancel: cancel.clone(),
+        out: Outlet::new(sender, cancel.clone()),
         stream,
         sequence: Sequence::default(),
         started: false,
         message_open: false,
         reasoning_open: false,
         new_call: false,
-        gone: false,
         structured: output.is_some(),
         produced: Produced::default(),
         refusal: None,
@@ -789,7 +787,7 @@ async fn pump(
     while let Some(event) = events.next().await {
         count(metrics, tenant, model_name, &event);
         if !sink.event(&event).await {
-            sink.cancel.cancel();
+            sink.out.cancel.cancel();
         }
     }
     events.result().await
@@ -799,8 +797,7 @@ async fn pump(
 /// gather the same [`Produced`], so the streamed deltas and the final object agree.
 struct Sink {
     shape: Shape,
-    sender: mpsc::Sender<Out>,
-    cancel: CancellationToken,
+    out: Outlet,
     stream: bool,
     sequence: Sequence,
     /// `response.created` and `response.in_progress` are out.
@@ -811,7 +808,6 @@ struct Sink {
     reasoning_open: bool,
     /// A model call started and has produced no text yet.
     new_call: bool,
-    gone: bool,
     /// `text.format` asked for JSON: only the validated answer is the text.
     structured: bool,
     produced: Produced,
@@ -872,7 +868,7 @@ impl Sink {
                     &arguments,
                 ]);
                 self.start().await;
-                self.send(Out::Frame(line)).await;
+                self.out.send(Out::Frame(line)).await;
             }
             AgentEvent::ToolExecutionEnd {
                 call_id,
@@ -890,11 +886,11 @@ impl Sink {
                     &output,
                 ]);
                 self.start().await;
-                self.send(Out::Frame(line)).await;
+                self.out.send(Out::Frame(line)).await;
             }
             _ => {}
         }
-        !self.gone
+        !self.out.gone
     }
 
     /// Whether `outcome` reaches the client as an error status, before any event: then the
@@ -976,24 +972,18 @@ impl Sink {
         let created = self
             .sequence
             .event("response.created", json!({"response": response}));
-        self.send(Out::Frame(created)).await;
+        self.out.send(Out::Frame(created)).await;
         let progress = self
             .sequence
             .event("response.in_progress", json!({"response": response}));
-        self.send(Out::Frame(progress)).await;
+        self.out.send(Out::Frame(progress)).await;
     }
 
     /// One typed event, after the opening ones.
     async fn emit(&mut self, kind: &str, body: Value) {
         self.start().await;
         let frame = self.sequence.event(kind, body);
-        self.send(Out::Frame(frame)).await;
-    }
-
-    async fn send(&mut self, out: Out) {
-        if !self.gone && !deliver(&self.sender, out, &self.cancel).await {
-            self.gone = true;
-        }
+        self.out.send(Out::Frame(frame)).await;
     }
 
     /// The end: the object, or the stream's last events, or the error.
@@ -1003,7 +993,7 @@ impl Sink {
         usage: &Usage,
         cost_usd: Option<f64>,
     ) {
-        if self.gone {
+        if self.out.gone {
             return;
         }
         let (status, detail) = match outcome {
@@ -1047,7 +1037,7 @@ impl Sink {
                     self.emit("response.failed", json!({"response": response}))
                         .await;
                 } else {
-                    self.send(Out::Fail(error)).await;
+                    self.out.send(Out::Fail(error)).await;
                 }
                 return;
             }
@@ -1130,7 +1120,7 @@ impl Sink {
             let response = self
                 .shape
                 .response(status, &self.produced, Some(usage), detail);
-            self.send(Out::Body(response)).await;
+            self.out.send(Out::Body(response)).await;
         }
     }
 }
