@@ -303,7 +303,8 @@ impl SearchableTools {
             catalog: Some(Arc::new(Catalog {
                 index,
                 always,
-                max_results: search.max_results,
+                // As `search_tools` clamps it, so a round loads what the tool answered.
+                max_results: search.max_results.clamp(1, agent_tools::MAX_SEARCH_RESULTS),
                 native: search.native,
             })),
         })
@@ -576,5 +577,34 @@ mod tests {
                 .iter()
                 .all(|(_, names)| names.len() <= agent_tools::MAX_SEARCH_RESULTS)
         );
+    }
+
+    #[tokio::test]
+    async fn a_zero_max_results_loads_what_the_tool_answered() {
+        use agent_backends::{ScriptedBackend, ScriptedTurn};
+
+        // `search_tools` answers at least one match; the round must load that one.
+        let options = Options::auto()
+            .with_tools(catalog(50))
+            .with_tool_search(ToolSearch::new().with_max_results(0))
+            .unwrap();
+        let backend = ScriptedBackend::new([
+            ScriptedTurn::tool_call("c1", SEARCH_TOOLS_NAME, json!({"query": "tool_3"})),
+            ScriptedTurn::text("done"),
+        ])
+        .recording();
+        let result = crate::generate(&backend, crate::Input::new("m").user("Find"), &options)
+            .await
+            .unwrap();
+        let Message::Tool(answer) = &result.messages[1] else {
+            panic!("{:?}", result.messages[1]);
+        };
+        assert!(answer.content.contains("tool_3"), "{}", answer.content);
+        let offered: Vec<String> = backend.requests()[1]
+            .tools
+            .iter()
+            .map(|spec| spec.name.clone())
+            .collect();
+        assert_eq!(offered, [SEARCH_TOOLS_NAME, "tool_3"]);
     }
 }
