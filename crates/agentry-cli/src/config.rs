@@ -260,6 +260,17 @@ impl FileConfig {
                 ));
             }
         }
+        // Values every run would refuse are refused here, naming the file and the key, not
+        // when a run starts (after MCP servers are started and a session opened).
+        if let Some(bytes) = config.tool_result_max_bytes {
+            check_result_cap(bytes)
+                .map_err(|problem| format!("tool_result_max_bytes {problem}"))?;
+        }
+        if let Some(problem) =
+            agent_loop::budget_problem(config.token_budget, config.max_cost_usd, &[])
+        {
+            return Err(problem);
+        }
         Ok(config)
     }
 }
@@ -285,12 +296,22 @@ impl LoopSettings {
     pub(crate) fn resolve(flags: &LoopArgs, file: &FileConfig) -> Result<Self, Error> {
         let defaults = Options::auto();
         let max_cost_usd = flags.max_cost_usd.or(file.max_cost_usd);
+        // The file's values were checked when it was read: a bad value here is a flag's.
         if let Some(usd) = max_cost_usd
-            && (!usd.is_finite() || usd < 0.0)
+            && !(usd.is_finite() && usd > 0.0)
         {
             return Err(Error::Usage(format!(
-                "--max-cost-usd must be a dollar amount of zero or more, not {usd}"
+                "--max-cost-usd must be a dollar amount above zero, not {usd}"
             )));
+        }
+        if flags.token_budget == Some(0) {
+            return Err(Error::Usage(
+                "--token-budget must be at least 1 (leave it out for no token budget)".into(),
+            ));
+        }
+        if let Some(bytes) = flags.tool_result_max_bytes {
+            check_result_cap(bytes)
+                .map_err(|problem| Error::Usage(format!("--tool-result-max-bytes {problem}")))?;
         }
         // `try_`: a finite number of seconds can still be too large for a `Duration`, where
         // `from_secs_f64` panics (found by fuzzing: `tool_timeout_secs = 1e30`).
@@ -367,6 +388,20 @@ impl LoopSettings {
     }
 }
 
+/// Whether `bytes` can cap a tool result (room for the truncation marker); the problem,
+/// worded to follow the setting's name.
+fn check_result_cap(bytes: usize) -> Result<(), String> {
+    agent_tools::TruncationPolicy::new(bytes)
+        .map(|_| ())
+        .map_err(|_| {
+            format!(
+                "= {bytes} is invalid: it must be at least {} bytes (room for the truncation \
+                 marker)",
+                agent_tools::TruncationPolicy::MIN_MAX_BYTES
+            )
+        })
+}
+
 /// The built-in prices, then the file's (which win).
 pub(crate) fn rate_card(file: &FileConfig) -> RateCard {
     let mut card = RateCard::list_prices();
@@ -415,6 +450,47 @@ mod tests {
         let price = FileConfig::parse("[prices.m]\ninput_per_mtok = -1.0\noutput_per_mtok = 1.0\n")
             .unwrap_err();
         assert!(price.contains("prices.\"m\""), "{price}");
+    }
+
+    #[test]
+    fn sizes_and_budgets_every_run_would_refuse_are_refused_when_read() {
+        for (text, key) in [
+            ("tool_result_max_bytes = 10\n", "tool_result_max_bytes = 10"),
+            ("tool_result_max_bytes = 0\n", "tool_result_max_bytes = 0"),
+            ("token_budget = 0\n", "token_budget = 0"),
+            ("max_cost_usd = 0.0\n", "max_cost_usd = 0"),
+        ] {
+            let problem = FileConfig::parse(text).unwrap_err();
+            assert!(problem.contains(key), "{text}: {problem}");
+        }
+        assert!(FileConfig::parse("tool_result_max_bytes = 64\n").is_ok());
+        for (flags, flag) in [
+            (
+                LoopArgs {
+                    tool_result_max_bytes: Some(63),
+                    ..LoopArgs::default()
+                },
+                "--tool-result-max-bytes = 63",
+            ),
+            (
+                LoopArgs {
+                    token_budget: Some(0),
+                    ..LoopArgs::default()
+                },
+                "--token-budget",
+            ),
+            (
+                LoopArgs {
+                    max_cost_usd: Some(0.0),
+                    ..LoopArgs::default()
+                },
+                "--max-cost-usd",
+            ),
+        ] {
+            let error = LoopSettings::resolve(&flags, &FileConfig::default()).unwrap_err();
+            assert!(matches!(error, Error::Usage(_)), "{error}");
+            assert!(error.to_string().contains(flag), "{error}");
+        }
     }
 
     #[test]
