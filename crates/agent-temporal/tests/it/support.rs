@@ -205,7 +205,8 @@ impl WorkerProcess {
     }
 
     /// With extra settings: `AGENTRY_TEMPORAL_APPROVE=<tool>` makes the tool wait for
-    /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool.
+    /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool,
+    /// `AGENTRY_TEMPORAL_MAX_ITERATIONS=<n>` sets the tool-round limit.
     pub(crate) fn spawn_with(
         task_queue: &str,
         tool_log: &Path,
@@ -275,7 +276,10 @@ pub(crate) fn worker_main() {
             registry = registry.filter(|tool| tool.name() != name);
             registry.register(Tool::new(spec, None)).unwrap();
         }
-        let options = Options::auto().with_tools(registry).with_tool_trace(true);
+        let mut options = Options::auto().with_tools(registry).with_tool_trace(true);
+        if let Ok(max) = std::env::var("AGENTRY_TEMPORAL_MAX_ITERATIONS") {
+            options.max_tool_iterations = max.parse().unwrap();
+        }
         let activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
         agent_temporal::run_worker(client, &task_queue, activities)
             .await

@@ -1,0 +1,154 @@
+//! The workflow drives the loop's state machine: one `model_call` activity per round, the
+//! budgets decided in the workflow, and a history that replays to the same commands.
+
+use std::time::Duration;
+
+use agent_temporal::AgentRun;
+use temporalio_client::{WorkflowFetchHistoryOptions, WorkflowHistory};
+use temporalio_common::protos::temporal::api::enums::v1::EventType;
+use temporalio_common::protos::temporal::api::history::v1::{History, HistoryEvent, history_event};
+use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
+
+use crate::durable::start;
+use crate::support::{WorkerProcess, lines, namespace, temporal_addr, unique};
+
+/// The activity types the history schedules, in order.
+fn scheduled(events: &[HistoryEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match &event.attributes {
+            Some(history_event::Attributes::ActivityTaskScheduledEventAttributes(a)) => {
+                a.activity_type.as_ref().map(|t| t.name.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn has(events: &[HistoryEvent], kind: EventType) -> bool {
+    events.iter().any(|event| event.event_type() == kind)
+}
+
+async fn history(client: &temporalio_client::Client, id: &str) -> Vec<HistoryEvent> {
+    client
+        .get_workflow_handle::<AgentRun>(id)
+        .fetch_history(WorkflowFetchHistoryOptions::default())
+        .into_events()
+        .await
+        .unwrap()
+}
+
+/// With a limit of one tool round, the second round's tool call trips the budget: the machine
+/// decides it in the workflow, after the second `model_call` came back. No activity fails (the
+/// model call is one backend call, not a loop that could trip), the workflow completes, and
+/// its outcome names the budget; the history holds one `model_call` per round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_round_is_one_model_call_and_a_budget_trip_is_decided_in_the_workflow() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("budget");
+    let env = [("AGENTRY_TEMPORAL_MAX_ITERATIONS", "1")];
+    let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let handle = start(&client, &queue, "s-budget").await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(outcome.status, agent_loop::SessionStatus::Error);
+    let error = outcome.error.clone().unwrap();
+    assert!(
+        error.starts_with("budget exceeded (tool iterations: 1 of 1)"),
+        "{error}"
+    );
+    assert_eq!(outcome.model_calls, 2);
+    assert_eq!(outcome.trace.len(), 1);
+    assert_eq!(lines(&model_log), ["round 1", "round 2"]);
+    assert_eq!(lines(&tool_log), ["done call_1"]);
+    // The tripped round's call was never run, and the history stays valid: the call has the
+    // loop's closing result.
+    let last = outcome.session.messages.last().unwrap();
+    assert!(
+        matches!(last, agent_types::Message::Tool(result) if result.is_error),
+        "{last:?}"
+    );
+
+    let events = history(&client, &queue).await;
+    assert_eq!(
+        scheduled(&events),
+        ["run_config", "model_call", "tool_call", "model_call"]
+    );
+    assert!(!has(&events, EventType::ActivityTaskFailed));
+    assert!(!has(&events, EventType::ActivityTaskTimedOut));
+    assert!(has(&events, EventType::WorkflowExecutionCompleted));
+}
+
+/// The SDK's history replayer runs the workflow code again over a finished run's history (a
+/// 3-round run with tool calls): the same commands come out, so the machine, the estimate and
+/// everything the workflow decides are deterministic. A history whose second model call was
+/// recorded as another activity is reported as nondeterministic, so the check can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workflow_replays_its_history_deterministically() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("replay");
+    let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let handle = start(&client, &queue, "s-replay").await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.model_calls, 3);
+    let events = history(&client, &queue).await;
+    assert_eq!(
+        scheduled(&events),
+        [
+            "run_config",
+            "model_call",
+            "tool_call",
+            "model_call",
+            "tool_call",
+            "model_call"
+        ]
+    );
+
+    let replayer = WorkflowReplayer::new(
+        WorkflowReplayerOptions::new()
+            .register_workflow::<AgentRun>()
+            .unwrap()
+            .build(),
+    )
+    .unwrap();
+    replayer
+        .replay_workflow(WorkflowHistory::from(History {
+            events: events.clone(),
+        }))
+        .await
+        .unwrap();
+
+    // The same history with the second model call recorded as a tool call.
+    let mut tampered = events;
+    let second = tampered
+        .iter_mut()
+        .filter_map(|event| match &mut event.attributes {
+            Some(history_event::Attributes::ActivityTaskScheduledEventAttributes(a)) => {
+                a.activity_type.as_mut()
+            }
+            _ => None,
+        })
+        .filter(|t| t.name == "model_call")
+        .nth(1)
+        .unwrap();
+    second.name = "tool_call".to_string();
+    let replayed = replayer
+        .replay_workflow(WorkflowHistory::from(History { events: tampered }))
+        .await;
+    assert!(
+        replayed.is_err(),
+        "a changed history replayed: {replayed:?}"
+    );
+}
