@@ -157,3 +157,84 @@ pub async fn gate(
         .await
         .map_err(|reason| AgentError::new(agent_types::ErrorKind::Refused, reason))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use agent_types::ToolChoice;
+
+    use super::*;
+    use crate::history::HistoryPolicy;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Answer {
+        #[allow(dead_code)]
+        value: i64,
+    }
+
+    fn tools() -> Capabilities {
+        Capabilities {
+            tools: true,
+            ..Capabilities::default()
+        }
+    }
+
+    /// The request template carries what the in-process driver puts into its request: the
+    /// final-answer tool and the forced choice of the `tool` strategy, no history.
+    #[test]
+    fn the_setup_carries_the_output_strategy_into_the_request() {
+        let options = Options::auto()
+            .with_output::<Answer>()
+            .with_tool_parallelism(ToolParallelism::Serial);
+        let session = Session::new("m").with_system("Be brief.");
+        let setup = setup(&options, &session, tools()).unwrap();
+        let output = setup.config.output.as_ref().unwrap();
+        assert_eq!(output.strategy, crate::output::OutputStrategy::Tool);
+        assert_eq!(setup.request.tools.len(), 1);
+        assert!(matches!(setup.request.tool_choice, ToolChoice::Tool { .. }));
+        assert_eq!(setup.request.system.as_deref(), Some("Be brief."));
+        assert!(setup.request.messages.is_empty());
+        assert!(!setup.estimate);
+        assert_eq!(setup.max_concurrent, 1);
+        // Plain data: it crosses a workflow's history as JSON.
+        let json = serde_json::to_string(&setup).unwrap();
+        let back: Setup = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.request, setup.request);
+    }
+
+    /// Code that shapes each round on the worker cannot run in a durable driver: a clear
+    /// configuration error instead of a run that ignores it.
+    #[test]
+    fn the_setup_refuses_a_history_policy() {
+        let mut options = Options::auto();
+        options.history = Some(HistoryPolicy::last_turns(2));
+        let error = setup(&options, &Session::new("m"), tools()).unwrap_err();
+        assert!(matches!(error.kind, agent_types::ErrorKind::Config));
+        assert!(
+            error
+                .message
+                .starts_with("a history policy is not supported")
+        );
+    }
+
+    /// A budget makes the machine read the estimate; a backend without tools refuses tools.
+    #[test]
+    fn the_setup_checks_as_a_run_starts() {
+        let options = Options::auto().with_token_budget(1_000);
+        assert!(
+            setup(&options, &Session::new("m"), tools())
+                .unwrap()
+                .estimate
+        );
+        let session = Session::new("m").with_remote_tool(agent_types::ToolSpec::new(
+            "lookup",
+            "Looks up.",
+            serde_json::json!({"type": "object"}),
+        ));
+        let error = setup(&Options::auto(), &session, Capabilities::default()).unwrap_err();
+        assert!(error.message.contains("does not support tools"), "{error}");
+        let setup = setup(&Options::auto(), &session, tools()).unwrap();
+        assert!(setup.config.screen_calls);
+    }
+}
