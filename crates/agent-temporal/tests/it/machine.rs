@@ -41,14 +41,18 @@ async fn history(client: &temporalio_client::Client, id: &str) -> Vec<HistoryEve
 /// With a limit of one tool round, the second round's tool call trips the budget: the machine
 /// decides it in the workflow, after the second `model_call` came back. No activity fails (the
 /// model call is one backend call, not a loop that could trip), the workflow completes, and
-/// its outcome names the budget; the history holds one `model_call` per round.
+/// its outcome names the budget; the history holds one `model_call` per round, scheduled with
+/// the worker's retry settings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_round_is_one_model_call_and_a_budget_trip_is_decided_in_the_workflow() {
     let Some(addr) = temporal_addr() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
     let queue = unique("budget");
-    let env = [("AGENTRY_TEMPORAL_MAX_ITERATIONS", "1")];
+    let env = [
+        ("AGENTRY_TEMPORAL_MAX_ITERATIONS", "1"),
+        ("AGENTRY_TEMPORAL_ATTEMPTS", "7"),
+    ];
     let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
     let handle = start(&client, &queue, "s-budget").await;
@@ -81,6 +85,19 @@ async fn each_round_is_one_model_call_and_a_budget_trip_is_decided_in_the_workfl
         ["run_config", "model_call", "tool_call", "model_call"]
     );
     assert!(!has(&events, EventType::ActivityTaskFailed));
+    // The worker's retry settings, not constants, are the activities' retry policy.
+    for event in &events {
+        if let Some(history_event::Attributes::ActivityTaskScheduledEventAttributes(a)) =
+            &event.attributes
+            && a.activity_type.as_ref().unwrap().name != "run_config"
+        {
+            let policy = a.retry_policy.as_ref().unwrap();
+            assert_eq!(policy.maximum_attempts, 7);
+            let initial = policy.initial_interval.as_ref().unwrap();
+            assert_eq!((initial.seconds, initial.nanos), (0, 250_000_000));
+            assert_eq!(policy.maximum_interval.as_ref().unwrap().seconds, 4);
+        }
+    }
     assert!(!has(&events, EventType::ActivityTaskTimedOut));
     assert!(has(&events, EventType::WorkflowExecutionCompleted));
 }

@@ -206,7 +206,8 @@ impl WorkerProcess {
 
     /// With extra settings: `AGENTRY_TEMPORAL_APPROVE=<tool>` makes the tool wait for
     /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool,
-    /// `AGENTRY_TEMPORAL_MAX_ITERATIONS=<n>` sets the tool-round limit.
+    /// `AGENTRY_TEMPORAL_MAX_ITERATIONS=<n>` sets the tool-round limit,
+    /// `AGENTRY_TEMPORAL_ATTEMPTS=<n>` the activities' retries (250 ms doubling to 4 s).
     pub(crate) fn spawn_with(
         task_queue: &str,
         tool_log: &Path,
@@ -280,7 +281,14 @@ pub(crate) fn worker_main() {
         if let Ok(max) = std::env::var("AGENTRY_TEMPORAL_MAX_ITERATIONS") {
             options.max_tool_iterations = max.parse().unwrap();
         }
-        let activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
+        let mut activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
+        if let Ok(attempts) = std::env::var("AGENTRY_TEMPORAL_ATTEMPTS") {
+            activities = activities.with_retries(agent_temporal::Retries {
+                max_attempts: attempts.parse().unwrap(),
+                initial_interval_ms: 250,
+                max_interval_ms: 4_000,
+            });
+        }
         agent_temporal::run_worker(client, &task_queue, activities)
             .await
             .unwrap();
