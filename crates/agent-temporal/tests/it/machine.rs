@@ -133,6 +133,32 @@ async fn the_workflow_replays_its_history_deterministically() {
         ]
     );
 
+    // The driver's own time: each workflow task from its start to its completion as the
+    // server recorded them (the worker's replay of the machine plus one round trip).
+    let at = |event: &HistoryEvent| {
+        let time = event.event_time.as_ref().unwrap();
+        time.seconds as f64 + f64::from(time.nanos) / 1e9
+    };
+    let mut started = None;
+    let mut tasks = Vec::new();
+    for event in &events {
+        match event.event_type() {
+            EventType::WorkflowTaskStarted => started = Some(at(event)),
+            EventType::WorkflowTaskCompleted => tasks.push(at(event) - started.take().unwrap()),
+            _ => {}
+        }
+    }
+    let total: f64 = tasks.iter().sum();
+    eprintln!(
+        "workflow tasks: {} taking {:.1} ms in all ({:.2} ms each, {:.1} ms a round); the run \
+         from start to end {:.0} ms",
+        tasks.len(),
+        total * 1e3,
+        total * 1e3 / tasks.len() as f64,
+        total * 1e3 / 3.0,
+        (at(events.last().unwrap()) - at(&events[0])) * 1e3,
+    );
+
     let replayer = WorkflowReplayer::new(
         WorkflowReplayerOptions::new()
             .register_workflow::<AgentRun>()
