@@ -186,7 +186,7 @@ impl AgentActivities {
     }
 
     fn screen_call(&self, input: &ModelCallInput, call: &mut ToolCall) -> Screen {
-        if input.remote_tools.iter().any(|name| *name == call.name) {
+        if input.remote_tools.contains(&call.name) {
             return Screen::Remote {
                 arguments: call.arguments.clone(),
             };
