@@ -10,8 +10,8 @@ use std::time::Duration;
 use agent_loop::machine::Screen;
 use agent_loop::{CallScreen, Options};
 use agent_types::{
-    AgentError, AssistantMessage, Backend, BackendError, BackendErrorKind, ErrorKind,
-    MessageAssembler, ToolCall,
+    AgentError, AgentEvent, AssistantMessage, Backend, BackendError, BackendErrorKind, ErrorKind,
+    Message, MessageAssembler, Role, ToolCall,
 };
 use futures_util::StreamExt;
 use temporalio_common::error::ApplicationFailure;
@@ -104,6 +104,14 @@ impl AgentActivities {
         )
         .await?;
         let publishing = self.events.is_some();
+        if publishing {
+            self.publish(
+                ctx,
+                &[AgentEvent::MessageStart {
+                    role: Role::Assistant,
+                }],
+            );
+        }
         let mut assembler = MessageAssembler::new(publishing);
         let pump = async {
             let mut stream = self.backend.stream(request);
@@ -144,6 +152,10 @@ impl AgentActivities {
             ))),
             Some(Ok(())) => {
                 let mut message = assembler.finish();
+                if publishing {
+                    let events: Vec<_> = assembler.drain_events().collect();
+                    self.publish(ctx, &events);
+                }
                 if message.model.is_none() {
                     message.model = Some(request.model.clone());
                 }
@@ -239,12 +251,24 @@ impl AgentActivities {
             return Err(ActivityError::cancelled());
         }
         match called {
-            Ok(message) => Ok(ModelCallOutput {
-                cost_usd: self.price(&input.request.model, &message),
-                screened: self.screen(&input, &message),
-                response: Some(message),
-                error: None,
-            }),
+            Ok(message) => {
+                let cost_usd = self.price(&input.request.model, &message);
+                if self.events.is_some() {
+                    self.publish(
+                        &ctx,
+                        &[AgentEvent::MessageEnd {
+                            message: Message::Assistant(message.clone()),
+                            cost_usd,
+                        }],
+                    );
+                }
+                Ok(ModelCallOutput {
+                    cost_usd,
+                    screened: self.screen(&input, &message),
+                    response: Some(message),
+                    error: None,
+                })
+            }
             Err(error) if retryable(&error) => Err(failure(error)),
             Err(error) => Ok(ModelCallOutput {
                 response: None,

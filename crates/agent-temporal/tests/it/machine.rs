@@ -195,3 +195,38 @@ async fn the_workflow_replays_its_history_deterministically() {
         "a changed history replayed: {replayed:?}"
     );
 }
+
+/// The activities hand their live events to the worker's sink (`AgentActivities::publish`),
+/// keyed by the workflow id: each model call's stream as the in-process loop emits it
+/// (`message_start`, the deltas, `message_end`) and each tool result as it joins the history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_activities_publish_the_runs_events_to_the_sink() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let event_log = dir.path().join("events.log");
+    let queue = unique("events");
+    let env = [("AGENTRY_TEMPORAL_EVENT_LOG", event_log.to_str().unwrap())];
+    let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let handle = start(&client, &queue, "s-events").await;
+    tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    let events = lines(&event_log);
+    assert!(!events.is_empty());
+    let prefix = format!("{queue} ");
+    assert!(
+        events.iter().all(|line| line.starts_with(&prefix)),
+        "{events:?}"
+    );
+    let kinds: Vec<&str> = events.iter().map(|line| &line[prefix.len()..]).collect();
+    let count = |kind: &str| kinds.iter().filter(|k| **k == kind).count();
+    // Three model calls and two tool results, each opened and closed once.
+    assert_eq!(count("message_start"), 5, "{kinds:?}");
+    assert_eq!(count("message_end"), 5, "{kinds:?}");
+    assert!(count("text_delta") >= 1, "{kinds:?}");
+    assert_eq!(kinds.first(), Some(&"message_start"));
+    assert_eq!(kinds.last(), Some(&"message_end"));
+}

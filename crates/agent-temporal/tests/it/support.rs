@@ -207,7 +207,8 @@ impl WorkerProcess {
     /// With extra settings: `AGENTRY_TEMPORAL_APPROVE=<tool>` makes the tool wait for
     /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool,
     /// `AGENTRY_TEMPORAL_MAX_ITERATIONS=<n>` sets the tool-round limit,
-    /// `AGENTRY_TEMPORAL_ATTEMPTS=<n>` the activities' retries (250 ms doubling to 4 s).
+    /// `AGENTRY_TEMPORAL_ATTEMPTS=<n>` the activities' retries (250 ms doubling to 4 s),
+    /// `AGENTRY_TEMPORAL_EVENT_LOG=<file>` logs the activities' published events.
     pub(crate) fn spawn_with(
         task_queue: &str,
         tool_log: &Path,
@@ -282,6 +283,19 @@ pub(crate) fn worker_main() {
             options.max_tool_iterations = max.parse().unwrap();
         }
         let mut activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
+        if let Ok(log) = std::env::var("AGENTRY_TEMPORAL_EVENT_LOG") {
+            // Each event as `<workflow id> <event type>`, one line each.
+            let log = PathBuf::from(log);
+            activities = activities.with_event_sink(Arc::new(move |workflow, events| {
+                for event in events {
+                    let value = serde_json::to_value(event).unwrap();
+                    append(
+                        &log,
+                        &format!("{workflow} {}", value["type"].as_str().unwrap()),
+                    );
+                }
+            }));
+        }
         if let Ok(attempts) = std::env::var("AGENTRY_TEMPORAL_ATTEMPTS") {
             activities = activities.with_retries(agent_temporal::Retries {
                 max_attempts: attempts.parse().unwrap(),
