@@ -634,10 +634,15 @@ fn exhausted(error: &ActivityExecutionError) -> AgentError {
     } else {
         BackendErrorKind::Server
     };
-    AgentError::from(BackendError::new(
-        kind,
-        format!("the model call failed after its retries: {error}"),
-    ))
+    // The activity's own failure (the backend's message) is the cause of Temporal's.
+    let mut message = format!("the model call failed after its retries: {error}");
+    let mut cause = error.failure().and_then(|failure| failure.cause.as_deref());
+    while let Some(failure) = cause {
+        message.push_str(": ");
+        message.push_str(&failure.message);
+        cause = failure.cause.as_deref();
+    }
+    AgentError::from(BackendError::new(kind, message))
 }
 
 fn add_cost(total: Option<f64>, more: Option<f64>) -> Option<f64> {

@@ -230,3 +230,55 @@ async fn the_activities_publish_the_runs_events_to_the_sink() {
     assert_eq!(kinds.first(), Some(&"message_start"));
     assert_eq!(kinds.last(), Some(&"message_end"));
 }
+
+/// A model call's failure is typed: a 400 comes back from `model_call` as data, is not
+/// retried and ends the run through the machine (the workflow completes with the error); a 503
+/// is an activity failure Temporal retries with the worker's settings, and once they are spent
+/// the machine ends the run with a backend error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4xx_ends_the_run_at_once_and_a_5xx_is_retried_by_the_workers_settings() {
+    let Some(addr) = temporal_addr() else { return };
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    for (kind, model_calls) in [("invalid_request", 1), ("server", 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+        let queue = unique(kind);
+        let env = [
+            ("AGENTRY_TEMPORAL_FAIL_ROUND_TWO", kind),
+            ("AGENTRY_TEMPORAL_ATTEMPTS", "3"),
+        ];
+        let _worker =
+            WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+        let handle = start(&client, &queue, "s-fail").await;
+        let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(outcome.status, agent_loop::SessionStatus::Error, "{kind}");
+        let error = outcome.error.clone().unwrap();
+        let status = if kind == "server" { "503" } else { "400" };
+        assert!(
+            error.contains(&format!("scripted {status}")),
+            "{kind}: {error}"
+        );
+        // Round 2 went to the model once for the 400, three times (the attempts) for the 503.
+        let mut expected = vec!["round 1".to_string()];
+        expected.extend(std::iter::repeat_n("round 2".to_string(), model_calls));
+        assert_eq!(lines(&model_log), expected, "{kind}");
+        assert_eq!(outcome.model_calls, 1);
+        assert_eq!(lines(&tool_log), ["done call_1"]);
+        let events = history(&client, &queue).await;
+        assert_eq!(
+            scheduled(&events),
+            ["run_config", "model_call", "tool_call", "model_call"],
+            "{kind}"
+        );
+        // Only the spent retries of the 503 leave a failed activity in the history.
+        assert_eq!(
+            has(&events, EventType::ActivityTaskFailed),
+            kind == "server",
+            "{kind}"
+        );
+        assert!(has(&events, EventType::WorkflowExecutionCompleted));
+    }
+}

@@ -78,6 +78,14 @@ impl RoundModel {
     }
 }
 
+impl RoundModel {
+    /// With the second round's call failing with `error` (every attempt).
+    pub(crate) fn failing_round_two(mut self, error: agent_types::BackendError) -> Self {
+        self.rounds[1] = ScriptedBackend::cycle([ScriptedTurn::new().fail_with(error)]);
+        self
+    }
+}
+
 impl Backend for RoundModel {
     fn capabilities(&self) -> Capabilities {
         self.rounds[0].capabilities()
@@ -208,7 +216,9 @@ impl WorkerProcess {
     /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool,
     /// `AGENTRY_TEMPORAL_MAX_ITERATIONS=<n>` sets the tool-round limit,
     /// `AGENTRY_TEMPORAL_ATTEMPTS=<n>` the activities' retries (250 ms doubling to 4 s),
-    /// `AGENTRY_TEMPORAL_EVENT_LOG=<file>` logs the activities' published events.
+    /// `AGENTRY_TEMPORAL_EVENT_LOG=<file>` logs the activities' published events,
+    /// `AGENTRY_TEMPORAL_FAIL_ROUND_TWO=invalid_request|server` fails the second model call
+    /// with a 400 or a 503.
     pub(crate) fn spawn_with(
         task_queue: &str,
         tool_log: &Path,
@@ -268,7 +278,18 @@ pub(crate) fn worker_main() {
         .unwrap();
     runtime.block_on(async move {
         let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
-        let backend: Arc<dyn Backend> = Arc::new(RoundModel::new(model_log));
+        let mut model = RoundModel::new(model_log);
+        if let Ok(kind) = std::env::var("AGENTRY_TEMPORAL_FAIL_ROUND_TWO") {
+            use agent_types::{BackendError, BackendErrorKind};
+            let (kind, status) = match kind.as_str() {
+                "invalid_request" => (BackendErrorKind::InvalidRequest, 400),
+                _ => (BackendErrorKind::Server, 503),
+            };
+            let mut error = BackendError::new(kind, format!("scripted {status}"));
+            error.status = Some(status);
+            model = model.failing_round_two(error);
+        }
+        let backend: Arc<dyn Backend> = Arc::new(model);
         let mut registry = registry(tool_log, slow);
         if let Ok(name) = std::env::var("AGENTRY_TEMPORAL_APPROVE") {
             registry.require_approval([name]).unwrap();
