@@ -11,7 +11,7 @@ use agent_loop::machine::Screen;
 use agent_loop::{CallScreen, Options};
 use agent_types::{
     AgentError, AgentEvent, AssistantMessage, Backend, BackendError, BackendErrorKind, ErrorKind,
-    Message, MessageAssembler, Role, ToolCall,
+    GuardrailDecision, Message, MessageAssembler, Role, ToolCall,
 };
 use futures_util::StreamExt;
 use temporalio_common::error::ApplicationFailure;
@@ -189,15 +189,25 @@ impl AgentActivities {
         if calls.is_empty() {
             return None;
         }
+        let mut guardrails = Vec::new();
         let screens = calls
             .iter_mut()
             .take(input.max_calls)
-            .map(|call| self.screen_call(input, call))
+            .map(|call| self.screen_call(input, call, &mut guardrails))
             .collect();
-        Some(Screened { calls, screens })
+        Some(Screened {
+            calls,
+            screens,
+            guardrails,
+        })
     }
 
-    fn screen_call(&self, input: &ModelCallInput, call: &mut ToolCall) -> Screen {
+    fn screen_call(
+        &self,
+        input: &ModelCallInput,
+        call: &mut ToolCall,
+        guardrails: &mut Vec<GuardrailDecision>,
+    ) -> Screen {
         if input.remote_tools.contains(&call.name) {
             return Screen::Remote {
                 arguments: call.arguments.clone(),
@@ -212,7 +222,9 @@ impl AgentActivities {
                 arguments: validated.arguments,
             };
         }
-        match agent_loop::screen_tool_call(&self.options, call) {
+        let (screen, decisions) = agent_loop::screen_tool_call_decided(&self.options, call);
+        guardrails.extend(decisions);
+        match screen {
             CallScreen::Run => Screen::Run,
             CallScreen::AwaitApproval => Screen::AwaitApproval,
             CallScreen::Refuse(reason) => Screen::Refuse { reason },
@@ -290,8 +302,26 @@ impl AgentActivities {
         let cancel = CancellationToken::new();
         let mut options = self.options.clone();
         options.cancellation = cancel.clone();
-        let run = agent_loop::run_tool_call(&options, input.call, input.iteration, input.refused);
-        let outcome = heartbeating(&ctx, &cancel, run).await.map_err(failure)?;
+        let ToolCallInput {
+            call,
+            iteration,
+            refused,
+            guardrails,
+        } = input;
+        let outcome = match guardrails {
+            // Screened in `model_call`: the decisions made there, not the checks again.
+            Some(guardrails) => {
+                let run = agent_loop::run_screened_tool_call(
+                    &options, call, iteration, refused, guardrails,
+                );
+                heartbeating(&ctx, &cancel, run).await
+            }
+            None => {
+                let run = agent_loop::run_tool_call(&options, call, iteration, refused);
+                heartbeating(&ctx, &cancel, run).await
+            }
+        }
+        .map_err(failure)?;
         if cancel.is_cancelled() {
             // Temporal asked for it: report the cancellation, not the tool's cancelled result.
             return Err(ActivityError::cancelled());

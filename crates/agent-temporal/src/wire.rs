@@ -5,7 +5,8 @@
 use agent_loop::machine::{Action, Screen, Setup, State};
 use agent_loop::{Session, SessionStatus};
 use agent_types::{
-    AgentError, AssistantMessage, ModelRequest, ToolCall, ToolResult, TraceEntry, Usage,
+    AgentError, AssistantMessage, GuardrailDecision, ModelRequest, ToolCall, ToolResult,
+    TraceEntry, Usage,
 };
 use serde::{Deserialize, Serialize};
 
@@ -170,6 +171,9 @@ pub struct Screened {
     pub calls: Vec<ToolCall>,
     /// One screen per call within the round's cap.
     pub screens: Vec<Screen>,
+    /// What the tool guardrails decided while screening (each names its call).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guardrails: Vec<GuardrailDecision>,
 }
 
 /// The `tool_call` activity's input.
@@ -183,6 +187,11 @@ pub struct ToolCallInput {
     /// denial): the activity records the refusal as the loop does, without running the tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Set when the run screened its calls: what the tool guardrails decided about this call
+    /// while screening (maybe nothing). The before-call checks are then not run again and
+    /// these go into the trace entry, as in a round of the in-process loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guardrails: Option<Vec<GuardrailDecision>>,
 }
 
 /// The `tool_call` activity's output.

@@ -334,10 +334,14 @@ impl AgentRun {
                     }
                 }
                 Action::ScreenCalls { calls } => match drive.screened.take() {
-                    Some(Screened { calls, screens }) => Input::Screened {
+                    Some(Screened {
                         calls,
                         screens,
-                        guardrails: Vec::new(),
+                        guardrails,
+                    }) => Input::Screened {
+                        calls,
+                        screens,
+                        guardrails,
                     },
                     None => Input::Screened {
                         screens: vec![Screen::Run; calls.len()],
@@ -349,20 +353,28 @@ impl AgentRun {
                     iteration,
                     calls,
                     refused,
-                    guardrails: _,
+                    guardrails,
                 } => {
-                    // The tool guardrails' decisions are made again by the activity's own
-                    // dispatch (`run_tool_call`), which writes them into the trace entries.
+                    // A screened round's calls carry what the tool guardrails decided while
+                    // screening (for their trace entries; the checks are not run again).
+                    let screened = drive.config.setup.config.screen_calls;
                     let mut refused = refused.into_iter().peekable();
                     let inputs: Vec<ToolCallInput> = calls
                         .into_iter()
                         .enumerate()
                         .map(|(at, call)| ToolCallInput {
-                            call,
-                            iteration,
                             refused: refused
                                 .next_if(|refusal| refusal.index == at)
                                 .map(|refusal| refusal.reason),
+                            guardrails: screened.then(|| {
+                                guardrails
+                                    .iter()
+                                    .filter(|decision| decision.call_id.as_ref() == Some(&call.id))
+                                    .cloned()
+                                    .collect()
+                            }),
+                            call,
+                            iteration,
                         })
                         .collect();
                     let options =
