@@ -218,6 +218,12 @@ impl AgentRun {
         };
         let mut action = match first {
             Some(action) => action,
+            // As the in-process loop refuses it: nothing to send.
+            None if drive.session.messages.is_empty() => drive.step(Input::Failed {
+                error: Box::new(AgentError::config(
+                    "there is nothing to send: the session has no messages and the input is empty",
+                )),
+            }),
             None => drive.step(Input::Start { approvals: None }),
         };
         // Continue-as-new comes before a model call, once this run made one (so a tiny limit
@@ -433,9 +439,7 @@ impl AgentRun {
                             let results = wait_for_results(ctx, &calls).await?;
                             let policy =
                                 TruncationPolicy::new(drive.config.setup.tool_result_max_bytes)
-                                    .map_err(|error| {
-                                        AgentError::config(error.to_string()).to_string()
-                                    });
+                                    .map_err(|error| error.to_string());
                             match policy {
                                 Ok(policy) => {
                                     drive.session.messages.extend(

@@ -282,3 +282,37 @@ async fn a_4xx_ends_the_run_at_once_and_a_5xx_is_retried_by_the_workers_settings
         assert!(has(&events, EventType::WorkflowExecutionCompleted));
     }
 }
+
+/// A run with nothing to send (no user message, an empty session) ends with the in-process
+/// loop's configuration error, decided before any model call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_nothing_to_send_ends_before_any_model_call() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("empty");
+    let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let mut request = crate::durable::request("s-empty");
+    request.user = None;
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.status, agent_loop::SessionStatus::Error);
+    assert!(
+        outcome
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("there is nothing to send"),
+        "{:?}",
+        outcome.error
+    );
+    assert_eq!(outcome.model_calls, 0);
+    assert!(lines(&model_log).is_empty());
+    assert_eq!(scheduled(&history(&client, &queue).await), ["run_config"]);
+}
