@@ -10,7 +10,10 @@ use temporalio_common::protos::temporal::api::history::v1::{History, HistoryEven
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
 use crate::durable::start;
-use crate::support::{WorkerProcess, lines, namespace, temporal_addr, unique};
+use crate::support::{
+    RoundModel, WorkerProcess, lines, namespace, options, structured, structured_turns,
+    temporal_addr, timeless, unique,
+};
 
 /// The activity types the history schedules, in order.
 fn scheduled(events: &[HistoryEvent]) -> Vec<String> {
@@ -315,4 +318,49 @@ async fn a_run_with_nothing_to_send_ends_before_any_model_call() {
     assert_eq!(outcome.model_calls, 0);
     assert!(lines(&model_log).is_empty());
     assert_eq!(scheduled(&history(&client, &queue).await), ["run_config"]);
+}
+
+/// A structured-output run on Temporal ends as in process: the machine judges each answer in
+/// the workflow, sends the invalid one back (a push, another model call), emits the valid one
+/// and finishes with it; same answer, structured output, usage, trace and history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_structured_run_is_judged_and_retried_in_the_workflow_as_in_process() {
+    let Some(addr) = temporal_addr() else { return };
+    let backend = RoundModel::with_turns(structured_turns(), None);
+    let mut session = agent_loop::Session::with_id("s-structured", "test-model");
+    let local = agent_loop::execute(
+        &mut session,
+        "What is 2 + 3?",
+        &backend,
+        &structured(options(None, Duration::ZERO)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(local.output, Some(serde_json::json!({"total": 5})));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("structured");
+    let env = [("AGENTRY_TEMPORAL_STRUCTURED", "1")];
+    let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let request = agent_temporal::RunRequest::new(
+        agent_loop::Session::with_id("s-structured", "test-model"),
+        "What is 2 + 3?",
+    );
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.error, None);
+    assert_eq!(outcome.output, local.output);
+    assert_eq!(outcome.answer, local.message.text_content());
+    assert_eq!(outcome.usage, local.usage);
+    assert_eq!(timeless(&outcome.trace), timeless(&local.trace));
+    assert_eq!(outcome.session.messages, session.messages);
+    assert_eq!(outcome.model_calls, 3);
+    assert_eq!(lines(&model_log), ["round 1", "round 2", "round 3"]);
 }

@@ -68,14 +68,43 @@ pub(crate) struct RoundModel {
 
 impl RoundModel {
     pub(crate) fn new(log: Option<PathBuf>) -> Self {
+        Self::with_turns(turns(), log)
+    }
+
+    pub(crate) fn with_turns(turns: Vec<ScriptedTurn>, log: Option<PathBuf>) -> Self {
         Self {
-            rounds: turns()
+            rounds: turns
                 .into_iter()
                 .map(|turn| ScriptedBackend::cycle([turn]))
                 .collect(),
             log,
         }
     }
+}
+
+/// The structured answer the structured runs ask for.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub(crate) struct Total {
+    #[allow(dead_code)]
+    total: i64,
+}
+
+/// A structured run: a tool round, an answer that is not JSON (sent back with the problems),
+/// then the valid answer.
+pub(crate) fn structured_turns() -> Vec<ScriptedTurn> {
+    vec![
+        ScriptedTurn::tool_call("call_1", "add", json!({"a": 2, "b": 3}))
+            .with_usage(usage(100, 20)),
+        ScriptedTurn::text("The total is 5.").with_usage(usage(140, 8)),
+        ScriptedTurn::text(r#"{"total": 5}"#).with_usage(usage(190, 6)),
+    ]
+}
+
+/// Options asking for [`Total`] in the prompt (the `prompted` strategy).
+pub(crate) fn structured(options: Options) -> Options {
+    let mut options = options.with_output::<Total>();
+    options.output_strategy = agent_loop::OutputStrategy::Prompted;
+    options
 }
 
 impl RoundModel {
@@ -218,7 +247,8 @@ impl WorkerProcess {
     /// `AGENTRY_TEMPORAL_ATTEMPTS=<n>` the activities' retries (250 ms doubling to 4 s),
     /// `AGENTRY_TEMPORAL_EVENT_LOG=<file>` logs the activities' published events,
     /// `AGENTRY_TEMPORAL_FAIL_ROUND_TWO=invalid_request|server` fails the second model call
-    /// with a 400 or a 503.
+    /// with a 400 or a 503, `AGENTRY_TEMPORAL_STRUCTURED=1` runs [`structured_turns`] asking
+    /// for [`Total`].
     pub(crate) fn spawn_with(
         task_queue: &str,
         tool_log: &Path,
@@ -278,7 +308,12 @@ pub(crate) fn worker_main() {
         .unwrap();
     runtime.block_on(async move {
         let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
-        let mut model = RoundModel::new(model_log);
+        let structured_run = std::env::var_os("AGENTRY_TEMPORAL_STRUCTURED").is_some();
+        let mut model = if structured_run {
+            RoundModel::with_turns(structured_turns(), model_log)
+        } else {
+            RoundModel::new(model_log)
+        };
         if let Ok(kind) = std::env::var("AGENTRY_TEMPORAL_FAIL_ROUND_TWO") {
             use agent_types::{BackendError, BackendErrorKind};
             let (kind, status) = match kind.as_str() {
@@ -300,6 +335,9 @@ pub(crate) fn worker_main() {
             registry.register(Tool::new(spec, None)).unwrap();
         }
         let mut options = Options::auto().with_tools(registry).with_tool_trace(true);
+        if structured_run {
+            options = structured(options);
+        }
         if let Ok(max) = std::env::var("AGENTRY_TEMPORAL_MAX_ITERATIONS") {
             options.max_tool_iterations = max.parse().unwrap();
         }
