@@ -11,8 +11,8 @@ use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOption
 
 use crate::durable::start;
 use crate::support::{
-    RoundModel, WorkerProcess, lines, namespace, options, structured, structured_turns,
-    temporal_addr, timeless, unique,
+    ArithmeticRules, RoundModel, WorkerProcess, lines, namespace, options, structured,
+    structured_turns, temporal_addr, timeless, unique,
 };
 
 /// The activity types the history schedules, in order.
@@ -363,4 +363,57 @@ async fn a_structured_run_is_judged_and_retried_in_the_workflow_as_in_process() 
     assert_eq!(outcome.session.messages, session.messages);
     assert_eq!(outcome.model_calls, 3);
     assert_eq!(lines(&model_log), ["round 1", "round 2", "round 3"]);
+}
+
+/// A tool guardrail on Temporal decides as in a round of the in-process loop: the call it
+/// rewrote runs with the new arguments and its trace entry keeps the rewrite (the screening's
+/// decision, carried by the machine to `tool_call`), the call it denied never runs; same
+/// trace, history and answer as in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_guardrails_decisions_reach_the_trace_as_in_process() {
+    let Some(addr) = temporal_addr() else { return };
+    let backend = RoundModel::new(None);
+    let mut session = agent_loop::Session::with_id("s-guard", "test-model");
+    let guarded = options(None, Duration::ZERO)
+        .with_guardrails(agent_loop::Guardrails::new().tool(ArithmeticRules));
+    let local = agent_loop::execute(&mut session, "What is (2 + 3) × 4?", &backend, &guarded)
+        .await
+        .unwrap();
+    let actions = |trace: &[agent_types::TraceEntry]| -> Vec<Vec<String>> {
+        trace
+            .iter()
+            .map(|entry| {
+                entry
+                    .guardrails()
+                    .iter()
+                    .map(|d| format!("{:?}", d.action))
+                    .collect()
+            })
+            .collect()
+    };
+    assert_eq!(actions(&local.trace), [vec!["Rewrite"], vec!["Deny"]]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("guard");
+    let env = [("AGENTRY_TEMPORAL_GUARDRAIL", "1")];
+    let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let request = agent_temporal::RunRequest::new(
+        agent_loop::Session::with_id("s-guard", "test-model"),
+        "What is (2 + 3) × 4?",
+    );
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(actions(&outcome.trace), actions(&local.trace));
+    assert_eq!(timeless(&outcome.trace), timeless(&local.trace));
+    assert_eq!(outcome.session.messages, session.messages);
+    assert_eq!(outcome.answer, local.message.text_content());
+    // The rewritten `add` ran; the denied `multiply` did not.
+    assert_eq!(lines(&tool_log), ["done call_1"]);
 }

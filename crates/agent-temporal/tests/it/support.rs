@@ -82,6 +82,27 @@ impl RoundModel {
     }
 }
 
+/// A tool guardrail: `add` with `a = 2` is rewritten to `a = 3` (a check on the rewritten call
+/// passes it, so a second check would lose the rewrite), `multiply` with `a = 5` is denied.
+pub(crate) struct ArithmeticRules;
+
+impl agent_loop::ToolGuardrail for ArithmeticRules {
+    fn name(&self) -> &str {
+        "arithmetic-rules"
+    }
+
+    fn before_call(&self, call: &agent_loop::CallCheck<'_>) -> agent_loop::CallVerdict {
+        match (call.arguments["a"].as_i64(), call.arguments["b"].as_i64()) {
+            (Some(2), Some(b)) => agent_loop::CallVerdict::Rewrite {
+                arguments: json!({"a": 3, "b": b}),
+                reason: "a starts at 3".into(),
+            },
+            (Some(5), _) => agent_loop::CallVerdict::Deny("no fives".into()),
+            _ => agent_loop::CallVerdict::Allow,
+        }
+    }
+}
+
 /// The structured answer the structured runs ask for.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 pub(crate) struct Total {
@@ -248,7 +269,7 @@ impl WorkerProcess {
     /// `AGENTRY_TEMPORAL_EVENT_LOG=<file>` logs the activities' published events,
     /// `AGENTRY_TEMPORAL_FAIL_ROUND_TWO=invalid_request|server` fails the second model call
     /// with a 400 or a 503, `AGENTRY_TEMPORAL_STRUCTURED=1` runs [`structured_turns`] asking
-    /// for [`Total`].
+    /// for [`Total`], `AGENTRY_TEMPORAL_GUARDRAIL=1` adds [`ArithmeticRules`].
     pub(crate) fn spawn_with(
         task_queue: &str,
         tool_log: &Path,
@@ -337,6 +358,9 @@ pub(crate) fn worker_main() {
         let mut options = Options::auto().with_tools(registry).with_tool_trace(true);
         if structured_run {
             options = structured(options);
+        }
+        if std::env::var_os("AGENTRY_TEMPORAL_GUARDRAIL").is_some() {
+            options = options.with_guardrails(agent_loop::Guardrails::new().tool(ArithmeticRules));
         }
         if let Ok(max) = std::env::var("AGENTRY_TEMPORAL_MAX_ITERATIONS") {
             options.max_tool_iterations = max.parse().unwrap();
