@@ -52,7 +52,8 @@ impl AgentActivities {
     /// the default [`Retries`].
     ///
     /// # Errors
-    /// None today; kept for configuration checks at the worker's start.
+    /// A configuration error when the options are unusable (`Options::validate`), so a
+    /// worker refuses them at its start rather than at its first run.
     pub fn new(backend: Arc<dyn Backend>, options: Options) -> Result<Self, AgentError> {
         options.validate()?;
         Ok(Self {
