@@ -417,3 +417,35 @@ async fn a_tool_guardrails_decisions_reach_the_trace_as_in_process() {
     // The rewritten `add` ran; the denied `multiply` did not.
     assert_eq!(lines(&tool_log), ["done call_1"]);
 }
+
+/// Continue-as-new carries the machine's state: with a limit of one tool round and a new
+/// workflow run before every model call but the first, the second round's call still trips
+/// the budget counted in the first run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_as_new_carries_the_machines_budgets() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("can-budget");
+    let env = [("AGENTRY_TEMPORAL_MAX_ITERATIONS", "1")];
+    let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let mut request = crate::durable::request("s-can-budget");
+    request.continue_as_new_after = Some(10);
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.continued, 1);
+    assert_eq!(outcome.model_calls, 2);
+    let error = outcome.error.clone().unwrap();
+    assert!(
+        error.starts_with("budget exceeded (tool iterations: 1 of 1)"),
+        "{error}"
+    );
+    assert_eq!(lines(&model_log), ["round 1", "round 2"]);
+    assert_eq!(outcome.usage.input_tokens, Some(240));
+}
