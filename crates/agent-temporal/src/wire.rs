@@ -158,8 +158,8 @@ pub struct ModelCallOutput {
     /// policy, when the run screens calls and the response has some.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screened: Option<Screened>,
-    /// A failure no retry mends (a 4xx, a refusal by the gate, a cancelled or timed-out call
-    /// after its retries): the machine ends the run with it.
+    /// A failure no retry mends (a 4xx, a refusal by the gate, a broken stream): the machine
+    /// ends the run with it. (A retryable one is an activity failure Temporal retries.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<AgentError>,
 }
