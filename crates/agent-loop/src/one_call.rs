@@ -42,8 +42,6 @@ pub async fn run_tool_call(
     iteration: u32,
     refused: Option<String>,
 ) -> Result<ToolCallOutcome, AgentError> {
-    let policy = TruncationPolicy::new(options.tool_result_max_bytes)
-        .map_err(|error| AgentError::config(error.to_string()))?;
     let mut call = call;
     let mut refused = refused;
     let mut guardrails = None;
@@ -53,6 +51,38 @@ pub async fn run_tool_call(
         refused = gate.refused;
         guardrails = (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions));
     }
+    run_job(options, call, iteration, refused, guardrails).await
+}
+
+/// [`run_tool_call`] for a call already screened by [`screen_tool_call_decided`] (its
+/// arguments as screening left them): the tool guardrails' before-call checks are not run
+/// again, and `guardrails`, what they decided while screening, go into the trace entry, as a
+/// round of the loop does.
+///
+/// # Errors
+/// A configuration error when `options.tool_result_max_bytes` is not a usable cap.
+pub async fn run_screened_tool_call(
+    options: &Options,
+    call: ToolCall,
+    iteration: u32,
+    refused: Option<String>,
+    guardrails: Vec<agent_types::GuardrailDecision>,
+) -> Result<ToolCallOutcome, AgentError> {
+    let guardrails = (!guardrails.is_empty()).then(|| Box::new(guardrails));
+    run_job(options, call, iteration, refused, guardrails).await
+}
+
+// The job's own field type (a job keeps one pointer for its rare decisions).
+#[allow(clippy::box_collection)]
+async fn run_job(
+    options: &Options,
+    call: ToolCall,
+    iteration: u32,
+    refused: Option<String>,
+    guardrails: Option<Box<Vec<agent_types::GuardrailDecision>>>,
+) -> Result<ToolCallOutcome, AgentError> {
+    let policy = TruncationPolicy::new(options.tool_result_max_bytes)
+        .map_err(|error| AgentError::config(error.to_string()))?;
     let job = Job {
         name: std::sync::Arc::from(call.name.as_str()),
         call,
@@ -110,19 +140,29 @@ pub enum CallScreen {
 /// run, a require-approval waits for a person), then `options`' approval policy
 /// (`approval_policy`, `require_approval_for`, tools marked `with_approval`).
 pub fn screen_tool_call(options: &Options, call: &mut ToolCall) -> CallScreen {
+    screen_tool_call_decided(options, call).0
+}
+
+/// [`screen_tool_call`], with what the tool guardrails decided while screening (each
+/// decision names its call), for a driver that hands them to [`run_screened_tool_call`].
+pub fn screen_tool_call_decided(
+    options: &Options,
+    call: &mut ToolCall,
+) -> (CallScreen, Vec<agent_types::GuardrailDecision>) {
     // [guardrail call site: tool call, Temporal screening]
     let gate = crate::guardrail::before_call(options, &options.tools, call);
-    if let Some(reason) = gate.refused {
-        return CallScreen::Refuse(reason);
-    }
-    if gate.approval {
-        return CallScreen::AwaitApproval;
-    }
-    match crate::approval::screen(options, &options.tools, call) {
-        None => CallScreen::Run,
-        Some(Ok(())) => CallScreen::AwaitApproval,
-        Some(Err(reason)) => CallScreen::Refuse(reason),
-    }
+    let screen = if let Some(reason) = gate.refused {
+        CallScreen::Refuse(reason)
+    } else if gate.approval {
+        CallScreen::AwaitApproval
+    } else {
+        match crate::approval::screen(options, &options.tools, call) {
+            None => CallScreen::Run,
+            Some(Ok(())) => CallScreen::AwaitApproval,
+            Some(Err(reason)) => CallScreen::Refuse(reason),
+        }
+    };
+    (screen, gate.decisions)
 }
 
 /// The decision for `call` among `decisions`: `None` while there is none that fits (a

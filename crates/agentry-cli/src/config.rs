@@ -85,10 +85,28 @@ pub(crate) struct FileConfig {
     /// MCP servers whose tools every run gets (`[[mcp]]`, see docs/mcp.md); honoured only
     /// from files the user vouches for.
     pub(crate) mcp: Option<Vec<crate::mcp::McpEntry>>,
+    /// `[retry]`: how `agentry worker`'s activities are retried on Temporal (docs/durable.md).
+    pub(crate) retry: Option<RetryConfig>,
     /// `agentry serve`'s section, read by the server (`agent_server::ServerConfig`).
     #[serde(default)]
     #[allow(dead_code)]
     pub(crate) server: Option<toml::Table>,
+}
+
+/// `[retry]`: a failed model call (5xx, timeout, rate limit) or a tool call whose worker
+/// died is tried again this many times in all, waiting from the first backoff doubling up to
+/// the longest; other failures never are.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+// Read by the `temporal` feature's worker only.
+#[cfg_attr(not(feature = "temporal"), allow(dead_code))]
+pub(crate) struct RetryConfig {
+    /// Attempts in all, the first included.
+    pub(crate) attempts: Option<u32>,
+    /// The first wait, in milliseconds.
+    pub(crate) initial_backoff_ms: Option<u64>,
+    /// The longest wait, in milliseconds.
+    pub(crate) max_backoff_ms: Option<u64>,
 }
 
 /// The configuration of one command: every layer merged, and the layers the user vouches
@@ -236,6 +254,7 @@ impl FileConfig {
             prices,
             mcp: self.mcp.or(lower.mcp),
             server: self.server.or(lower.server),
+            retry: self.retry.or(lower.retry),
         }
     }
 
@@ -530,5 +549,17 @@ mod tests {
         let card = rate_card(&file);
         assert_eq!(card.price("gpt-4.1-mini").unwrap().input_per_mtok, 9.0);
         assert!(card.price("claude-sonnet-4-5").is_some());
+    }
+
+    /// `[retry]` parses, a nearer file's section wins whole, and a typo in it is refused.
+    #[test]
+    fn the_retry_section_parses_and_layers() {
+        let user = FileConfig::parse("[retry]\nattempts = 5\nmax_backoff_ms = 30000\n").unwrap();
+        let project = FileConfig::parse("[retry]\ninitial_backoff_ms = 200\n").unwrap();
+        let retry = project.over(user).retry.unwrap();
+        assert_eq!(retry.initial_backoff_ms, Some(200));
+        assert_eq!(retry.attempts, None);
+        let typo = FileConfig::parse("[retry]\nattempt = 5\n").unwrap_err();
+        assert!(typo.contains("attempt"), "{typo}");
     }
 }

@@ -12,6 +12,7 @@
 mod support;
 
 mod durable;
+mod machine;
 
 /// The worker child: serves `AGENTRY_TEMPORAL_WORKER`'s task queue forever when that variable
 /// is set; an ordinary test run passes straight through.
