@@ -211,9 +211,7 @@ const MODULE_RULES: &[ModuleRule] = &[
 
 /// Each rule's files, read from the workspace root, checked for the names they must not use.
 fn module_violations() -> Result<Vec<String>, String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("xtask has no parent directory")?;
+    let root = crate::step::workspace_root();
     let mut violations = Vec::new();
     for rule in MODULE_RULES {
         for file in rule.files {
@@ -321,9 +319,7 @@ mod tests {
 
     #[test]
     fn every_module_rule_names_files_that_exist_and_holds_today() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap();
+        let root = crate::step::workspace_root();
         for rule in MODULE_RULES {
             assert!(!rule.forbidden.is_empty(), "{}", rule.why);
             for file in rule.files {

@@ -4,12 +4,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// The workspace root (xtask lives one level below it).
+/// The workspace root (xtask lives one level below it). `cargo xtask` sets the manifest
+/// directory when it runs us; the one compiled in is only the fallback, because a target
+/// directory shared between checkouts (CI's clones) keeps a binary built in another one.
 pub(crate) fn workspace_root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     manifest_dir
         .parent()
-        .map_or_else(|| manifest_dir.to_path_buf(), Path::to_path_buf)
+        .map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
 }
 
 /// A `cargo` command run from the workspace root, using the same cargo that runs xtask.
