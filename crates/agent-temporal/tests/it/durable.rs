@@ -260,7 +260,12 @@ async fn a_python_client_starts_the_workflow_by_name() {
     .unwrap()
     .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "python client failed: {stderr}");
+    assert!(
+        output.status.success(),
+        "python client failed ({}): stderr {stderr:?}, stdout {:?}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout)
+    );
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(result["answer"], "2 + 3 = 5, and 5 × 4 = 20.");
     assert_eq!(result["status"], "completed");
