@@ -5,24 +5,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
 use agent_types::AgentEvent;
+use replay_run::{cassette, run, runtime, serve, tool_calls};
 use serde_json::{Value, json};
 
+#[path = "support/replay_run.rs"]
+mod replay_run;
+
 const ANSWER: &str = "Lisbon is sunny and 19 °C with a light 12 km/h breeze, while Oslo is overcast at 4 °C. Lisbon is 15 °C warmer: pack for a mild spring day there and for winter in Oslo.";
-
-fn recording(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/providers")
-        .join(path)
-}
-
-fn cassette(path: &str) -> Cassette {
-    Cassette::from_file(recording(path)).unwrap()
-}
 
 /// The binary with no provider keys and no configuration from the machine running the tests.
 fn agentry() -> Command {
@@ -58,61 +52,11 @@ fn home() -> &'static Path {
     })
 }
 
-fn run(command: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command.output().unwrap();
-    (
-        status.code().unwrap_or(-1),
-        String::from_utf8(stdout).unwrap(),
-        String::from_utf8(stderr).unwrap(),
-    )
-}
-
-/// A runtime whose worker threads keep the replay server serving while a test blocks on the
-/// child process.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn serve(runtime: &tokio::runtime::Runtime, cassettes: Vec<Cassette>) -> ReplayServer {
-    runtime.block_on(ReplayServer::start(cassettes)).unwrap()
-}
-
 fn events(stdout: &str) -> Vec<AgentEvent> {
     stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line}")))
         .collect()
-}
-
-/// An OpenAI Chat Completions stream asking for these calls, in the recordings' chunk shape.
-/// (Synthetic, for tools no recording calls; the framing matches `stream-tool-call.sse`.)
-fn chat_tool_calls(calls: &[(&str, &str, Value)]) -> Cassette {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
-                   "model": "gpt-4.1-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    let mut body = chunk(json!({"role": "assistant", "content": null}), Value::Null);
-    for (index, (id, name, arguments)) in calls.iter().enumerate() {
-        body.push_str(&chunk(
-            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
-                                   "function": {"name": name, "arguments": arguments.to_string()}}]}),
-            Value::Null,
-        ));
-    }
-    body.push_str(&chunk(json!({}), json!("tool_calls")));
-    body.push_str("data: [DONE]\n\n");
-    Cassette::body(body)
 }
 
 #[test]
@@ -571,15 +515,13 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
         // Results that do not answer the pending call are refused and change nothing.
         let results = dir.path().join("results.json");
         std::fs::write(&results, json!({"call_wrong": "Paris"}).to_string()).unwrap();
-        let (code, _, stderr) = run(agentry()
-            .args([
-                "resume",
-                "--session",
-                session.to_str().unwrap(),
-                "--results",
-                results.to_str().unwrap(),
-            ])
-            .env("OPENAI_API_KEY", "test-key"));
+        let resume = || {
+            run(agentry()
+                .args(["resume", "--session", session.to_str().unwrap()])
+                .args(["--results", results.to_str().unwrap()])
+                .env("OPENAI_API_KEY", "test-key"))
+        };
+        let (code, _, stderr) = resume();
         assert_eq!(code, 2, "{stderr}");
         assert!(
             stderr.contains("missing results for") && stderr.contains("call_wrong"),
@@ -589,15 +531,7 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
 
         let id = call["id"].as_str().unwrap();
         std::fs::write(&results, json!({id: "London"}).to_string()).unwrap();
-        let (code, stdout, stderr) = run(agentry()
-            .args([
-                "resume",
-                "--session",
-                session.to_str().unwrap(),
-                "--results",
-                results.to_str().unwrap(),
-            ])
-            .env("OPENAI_API_KEY", "test-key"));
+        let (code, stdout, stderr) = resume();
         assert_eq!(code, 0, "{session_name}: {stderr}");
         assert!(!stdout.trim().is_empty());
 
@@ -616,15 +550,7 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
         assert_eq!(state["provider"], "openai");
 
         // Resuming a finished session is a usage error.
-        let (code, _, _) = run(agentry()
-            .args([
-                "resume",
-                "--session",
-                session.to_str().unwrap(),
-                "--results",
-                results.to_str().unwrap(),
-            ])
-            .env("OPENAI_API_KEY", "test-key"));
+        let (code, _, _) = resume();
         assert_eq!(code, 2);
     }
 }
@@ -686,7 +612,7 @@ fn read_file_refuses_escapes_and_symlinks_out_of_the_root() {
     let server = serve(
         &runtime,
         vec![
-            chat_tool_calls(&calls),
+            tool_calls(&calls),
             cassette("openai-chat/stream-text-usage.sse"),
         ],
     );
@@ -899,7 +825,7 @@ fn output_schema_prints_only_the_validated_object_on_one_line() {
     // --output-strategy tool: a final-answer tool instead, answered by a tool call.
     let server = serve(
         &runtime,
-        vec![chat_tool_calls(&[(
+        vec![tool_calls(&[(
             "call_1",
             "final_answer",
             json!({"city": "Oslo", "celsius": 4}),
@@ -1234,7 +1160,7 @@ fn resume_sends_a_remote_tools_image_result_as_an_image() {
     let server = serve(
         &runtime,
         vec![
-            chat_tool_calls(&[("call_1", "screenshot", json!({}))]),
+            tool_calls(&[("call_1", "screenshot", json!({}))]),
             chat_text("A login page."),
         ],
     );
@@ -1296,7 +1222,7 @@ fn a_structured_run_that_waits_for_a_remote_tool_resumes_to_the_validated_object
     let server = serve(
         &runtime,
         vec![
-            chat_tool_calls(&[("call_1", "thermometer", json!({"city": "Oslo"}))]),
+            tool_calls(&[("call_1", "thermometer", json!({"city": "Oslo"}))]),
             chat_text(r#"{"city": "Oslo", "celsius": 4}"#),
         ],
     );
