@@ -832,17 +832,12 @@ async fn create_leased_holds_the_lease_from_the_first_write(h: &Harness) {
     let tenant = unique("tenant");
     let record = record(&tenant);
     let id = record.id();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
     h.store.create_leased(&record, "h1", 2_000).await.unwrap();
-    assert_eq!(
-        h.store.lease(&tenant, id, "h2", 1_000, 3_000).await,
-        Lease::Busy
-    );
+    assert_eq!(lease("h2", 1_000, 3_000).await, Lease::Busy);
     // The holder can save at once, without acquiring.
     h.store.save(&record, "h1", true).await.unwrap();
-    assert_eq!(
-        h.store.lease(&tenant, id, "h2", 1_000, 3_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 1_000, 3_000).await, Lease::Acquired);
     assert!(matches!(
         h.store.create_leased(&record, "h3", 2_000).await,
         Err(StoreError::Exists(_))
@@ -936,21 +931,16 @@ async fn lease_is_busy_then_expires_and_is_reentrant(h: &Harness) {
 async fn save_with_release_frees_the_lease(h: &Harness) {
     let (tenant, record) = h.created().await;
     let id = record.id();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store.lease(&tenant, id, "h1", 1_000, 60_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     let next = changed(&record, "Lisbon is 15 °C warmer.");
     h.store.save(&next, "h1", true).await.unwrap();
 
     assert_eq!(h.store.stored(&tenant, id).await, Some(next.clone()));
     assert_eq!(h.status_column(id).await, "completed");
     // Well before the old lease would have expired, another holder gets it.
-    assert_eq!(
-        h.store.lease(&tenant, id, "h2", 1_001, 60_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 1_001, 60_000).await, Lease::Acquired);
     // And the first holder, having released, can no longer write.
     let error = h
         .store
@@ -963,17 +953,12 @@ async fn save_with_release_frees_the_lease(h: &Harness) {
 async fn save_without_release_keeps_the_lease(h: &Harness) {
     let (tenant, record) = h.created().await;
     let id = record.id();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store.lease(&tenant, id, "h1", 1_000, 60_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     let first = changed(&record, "round one");
     h.store.save(&first, "h1", false).await.unwrap();
-    assert_eq!(
-        h.store.lease(&tenant, id, "h2", 1_001, 60_000).await,
-        Lease::Busy
-    );
+    assert_eq!(lease("h2", 1_001, 60_000).await, Lease::Busy);
     let second = changed(&first, "round two");
     h.store.save(&second, "h1", true).await.unwrap();
     assert_eq!(h.store.stored(&tenant, id).await, Some(second));
@@ -982,16 +967,11 @@ async fn save_without_release_keeps_the_lease(h: &Harness) {
 async fn save_after_losing_the_lease_writes_nothing(h: &Harness) {
     let (tenant, record) = h.created().await;
     let id = record.id();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store.lease(&tenant, id, "h1", 1_000, 2_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 2_000).await, Lease::Acquired);
     // h1 stalls past its lease; h2 takes over.
-    assert_eq!(
-        h.store.lease(&tenant, id, "h2", 2_500, 9_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 2_500, 9_000).await, Lease::Acquired);
 
     let stale = changed(&record, "from the stalled execute");
     let error = h.store.save(&stale, "h1", true).await.unwrap_err();
@@ -1001,10 +981,7 @@ async fn save_after_losing_the_lease_writes_nothing(h: &Harness) {
     );
     assert_eq!(h.store.stored(&tenant, id).await, Some(record.clone()));
     // h2 still holds it, and its write goes through.
-    assert_eq!(
-        h.store.lease(&tenant, id, "h3", 3_000, 9_000).await,
-        Lease::Busy
-    );
+    assert_eq!(lease("h3", 3_000, 9_000).await, Lease::Busy);
     let current = changed(&record, "from the live execute");
     h.store.save(&current, "h2", true).await.unwrap();
     assert_eq!(h.store.stored(&tenant, id).await, Some(current));
@@ -1013,22 +990,14 @@ async fn save_after_losing_the_lease_writes_nothing(h: &Harness) {
 async fn release_by_a_non_holder_does_nothing(h: &Harness) {
     let (tenant, record) = h.created().await;
     let id = record.id();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store.lease(&tenant, id, "h1", 1_000, 60_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     h.store.release(&tenant, id, "h2").await.unwrap();
-    assert_eq!(
-        h.store.lease(&tenant, id, "h2", 1_001, 60_000).await,
-        Lease::Busy
-    );
+    assert_eq!(lease("h2", 1_001, 60_000).await, Lease::Busy);
 
     h.store.release(&tenant, id, "h1").await.unwrap();
-    assert_eq!(
-        h.store.lease(&tenant, id, "h2", 1_002, 60_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 1_002, 60_000).await, Lease::Acquired);
     // Releasing a session nobody holds, or one that does not exist, is fine too.
     h.store
         .release(&tenant, &unique("missing"), "h1")
@@ -1040,11 +1009,9 @@ async fn release_by_a_non_holder_does_nothing(h: &Harness) {
 async fn delete_under_a_lease_makes_the_save_fail(h: &Harness) {
     let (tenant, record) = h.created().await;
     let id = record.id();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store.lease(&tenant, id, "h1", 1_000, 60_000).await,
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     // The lease protects the session while it lasts; a stalled holder's does not forever.
     assert_eq!(h.store.removal(&tenant, id, 30_000).await, Removal::Busy);
     assert_eq!(h.store.removal(&tenant, id, 60_000).await, Removal::Deleted);
@@ -1059,10 +1026,7 @@ async fn delete_under_a_lease_makes_the_save_fail(h: &Harness) {
         h.store.removal(&tenant, id, 60_000).await,
         Removal::NotFound
     );
-    assert_eq!(
-        h.store.lease(&tenant, id, "h1", 1_000, 60_000).await,
-        Lease::NotFound
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::NotFound);
 }
 
 async fn concurrent_acquires_have_one_winner(h: &Harness) {
