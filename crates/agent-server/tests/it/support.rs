@@ -103,10 +103,10 @@ impl TestServer {
             .bearer_auth(key)
     }
 
-    pub(crate) fn delete(&self, path: &str, key: &str) -> reqwest::RequestBuilder {
-        self.client
-            .delete(format!("{}{path}", self.url))
-            .bearer_auth(key)
+    /// DELETEs `path` as `key`'s tenant and returns the response, whatever its status.
+    pub(crate) async fn delete(&self, path: &str, key: &str) -> reqwest::Response {
+        let request = self.client.delete(format!("{}{path}", self.url));
+        request.bearer_auth(key).send().await.unwrap()
     }
 
     /// POSTs `body` to `path` as `key`'s tenant and returns the response, whatever its status.

@@ -24,7 +24,7 @@ async fn probe(server: &TestServer, key: &str, id: &str) -> Vec<(u16, String)> {
             .await)
         .await,
         raw(server.get(&path, key).send().await.unwrap()).await,
-        raw(server.delete(&path, key).send().await.unwrap()).await,
+        raw(server.delete(&path, key).await).await,
     ]
 }
 
@@ -139,11 +139,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
     let listed: Value = server.get_json("/v1/sessions", "key-acme-test-0001").await;
     assert_eq!(listed["data"][0]["status"], "running", "{listed}");
 
-    let delete = server
-        .delete(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = server.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 409);
     let body: Value = delete.json().await.unwrap();
     assert_eq!(body["error"]["type"], "conflict_error");
@@ -162,11 +158,7 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
     let session: Value = server.session(&id).await;
     assert_eq!(session["status"], complete["status"]);
     assert_ne!(session["status"], "running");
-    let delete = server
-        .delete(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = server.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 204);
     server.shutdown().await;
 }
@@ -186,11 +178,7 @@ async fn a_run_that_cannot_save_never_reports_completed() {
     let running = server.execute_until_started(&id, &started).await;
     // Past the one-second lease, the renewed lease still protects the session.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let delete = server
-        .delete(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = server.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 409);
 
     let events = finished_events(running).await;
@@ -223,19 +211,11 @@ async fn another_instance_sees_the_run_too() {
     let running = first.execute_until_started(&id, &started).await;
     let session: Value = second.session(&id).await;
     assert_eq!(session["status"], "running", "{session}");
-    let delete = second
-        .delete(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = second.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 409);
     let events = finished_events(running).await;
     assert!(events.last().unwrap()["error"].is_null(), "{events:?}");
-    let delete = second
-        .delete(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = second.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 204);
     first.shutdown().await;
     second.shutdown().await;
@@ -310,9 +290,7 @@ async fn session_and_byte_quotas_are_per_tenant_and_named_in_the_refusal() {
     let first = listed["data"][0]["id"].as_str().unwrap();
     let deleted = server
         .delete(&format!("/v1/sessions/{first}"), "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(deleted.status(), 204);
     assert_eq!(
         create_status(&server, "key-acme-test-0001", &small).await.0,
