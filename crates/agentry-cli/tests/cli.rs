@@ -5,24 +5,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
 use agent_types::AgentEvent;
+use replay_run::{cassette, run, runtime, serve, tool_calls};
 use serde_json::{Value, json};
 
+#[path = "support/replay_run.rs"]
+mod replay_run;
+
 const ANSWER: &str = "Lisbon is sunny and 19 °C with a light 12 km/h breeze, while Oslo is overcast at 4 °C. Lisbon is 15 °C warmer: pack for a mild spring day there and for winter in Oslo.";
-
-fn recording(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/providers")
-        .join(path)
-}
-
-fn cassette(path: &str) -> Cassette {
-    Cassette::from_file(recording(path)).unwrap()
-}
 
 /// The binary with no provider keys and no configuration from the machine running the tests.
 fn agentry() -> Command {
@@ -58,61 +52,11 @@ fn home() -> &'static Path {
     })
 }
 
-fn run(command: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command.output().unwrap();
-    (
-        status.code().unwrap_or(-1),
-        String::from_utf8(stdout).unwrap(),
-        String::from_utf8(stderr).unwrap(),
-    )
-}
-
-/// A runtime whose worker threads keep the replay server serving while a test blocks on the
-/// child process.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn serve(runtime: &tokio::runtime::Runtime, cassettes: Vec<Cassette>) -> ReplayServer {
-    runtime.block_on(ReplayServer::start(cassettes)).unwrap()
-}
-
 fn events(stdout: &str) -> Vec<AgentEvent> {
     stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line}")))
         .collect()
-}
-
-/// An OpenAI Chat Completions stream asking for these calls, in the recordings' chunk shape.
-/// (Synthetic, for tools no recording calls; the framing matches `stream-tool-call.sse`.)
-fn chat_tool_calls(calls: &[(&str, &str, Value)]) -> Cassette {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
-                   "model": "gpt-4.1-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    let mut body = chunk(json!({"role": "assistant", "content": null}), Value::Null);
-    for (index, (id, name, arguments)) in calls.iter().enumerate() {
-        body.push_str(&chunk(
-            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
-                                   "function": {"name": name, "arguments": arguments.to_string()}}]}),
-            Value::Null,
-        ));
-    }
-    body.push_str(&chunk(json!({}), json!("tool_calls")));
-    body.push_str("data: [DONE]\n\n");
-    Cassette::body(body)
 }
 
 #[test]
@@ -257,25 +201,16 @@ fn usage_mistakes_exit_2_with_a_message() {
     assert_eq!(code, 2);
     assert!(stderr.contains("--max-iterations"), "{stderr}");
 
-    let (code, _, stderr) = run(agentry().args([
-        "run",
-        "--provider",
-        "openai-compatible",
-        "--model",
-        "m",
-        "hi",
-    ]));
+    let (code, _, stderr) = run(agentry()
+        .args(["run", "--provider", "openai-compatible", "--model", "m"])
+        .arg("hi"));
     assert_eq!(code, 2);
     assert!(stderr.contains("--base-url"), "{stderr}");
 
-    let (code, _, stderr) = run(agentry().args([
-        "run",
-        "--tool",
-        "read_file",
-        "--base-url",
-        "http://127.0.0.1:9",
-        "hi",
-    ]));
+    let (code, _, stderr) = run(agentry()
+        .args(["run", "--tool", "read_file"])
+        .args(["--base-url", "http://127.0.0.1:9"])
+        .arg("hi"));
     assert_eq!(code, 2);
     assert!(stderr.contains("--root"), "{stderr}");
 }
@@ -313,18 +248,10 @@ fn an_output_limit_outside_the_models_range_exits_2_before_anything_is_sent() {
         ("openai", "gpt-4.1-mini", "32769", "32768"),
         ("gemini", "gemini-2.5-flash", "0", "from 1 to 65536"),
     ] {
-        let (code, stdout, stderr) = run(agentry().args([
-            "run",
-            "--provider",
-            provider,
-            "--model",
-            model,
-            "--max-output-tokens",
-            tokens,
-            "--base-url",
-            "http://127.0.0.1:9",
-            "hi",
-        ]));
+        let (code, stdout, stderr) = run(agentry()
+            .args(["run", "--provider", provider, "--model", model])
+            .args(["--max-output-tokens", tokens])
+            .args(["--base-url", "http://127.0.0.1:9", "hi"]));
         assert_eq!(code, 2, "{provider}: {stderr}");
         assert!(stdout.is_empty());
         assert!(
@@ -333,18 +260,11 @@ fn an_output_limit_outside_the_models_range_exits_2_before_anything_is_sent() {
         );
     }
     // In range, the run goes ahead (and fails to connect: exit 1, not 2).
-    let (code, _, stderr) = run(agentry().args([
-        "run",
-        "--provider",
-        "anthropic",
-        "--model",
-        "claude-sonnet-4-5",
-        "--max-output-tokens",
-        "64000",
-        "--base-url",
-        "http://127.0.0.1:9",
-        "hi",
-    ]));
+    let (code, _, stderr) = run(agentry()
+        .args(["run", "--provider", "anthropic"])
+        .args(["--model", "claude-sonnet-4-5"])
+        .args(["--max-output-tokens", "64000"])
+        .args(["--base-url", "http://127.0.0.1:9", "hi"]));
     assert_eq!(code, 1, "{stderr}");
 }
 
@@ -394,16 +314,8 @@ fn each_provider_runs_against_its_recorded_answer() {
         let server = serve(&runtime, vec![cassette(file)]);
         let mut command = agentry();
         command
-            .args([
-                "run",
-                "--provider",
-                provider,
-                "--base-url",
-                &server.url(),
-                "--model",
-                "test-model",
-                "Say hi",
-            ])
+            .args(["run", "--provider", provider, "--base-url", &server.url()])
+            .args(["--model", "test-model", "Say hi"])
             .env(key, "test-key");
         let (code, stdout, stderr) = run(&mut command);
         assert_eq!(code, 0, "{provider}: {stderr}");
@@ -427,14 +339,8 @@ fn a_provider_error_exits_1_with_the_providers_message() {
         vec![cassette("anthropic/error-400-invalid-request.json")],
     );
     let (code, _, stderr) = run(agentry()
-        .args([
-            "run",
-            "--provider",
-            "anthropic",
-            "--base-url",
-            &server.url(),
-            "hi",
-        ])
+        .args(["run", "--provider", "anthropic"])
+        .args(["--base-url", &server.url(), "hi"])
         .env("ANTHROPIC_API_KEY", "test-key"));
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("invalid_request_error"), "{stderr}");
@@ -534,15 +440,8 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
         );
         let url = server.url();
         let (code, stdout, stderr) = run(agentry()
-            .args([
-                "run",
-                "--provider",
-                "openai",
-                "--base-url",
-                &url,
-                "--remote-tool",
-                "get_capital",
-            ])
+            .args(["run", "--provider", "openai", "--base-url", &url])
+            .args(["--remote-tool", "get_capital"])
             .args([
                 "--session",
                 session.to_str().unwrap(),
@@ -571,15 +470,13 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
         // Results that do not answer the pending call are refused and change nothing.
         let results = dir.path().join("results.json");
         std::fs::write(&results, json!({"call_wrong": "Paris"}).to_string()).unwrap();
-        let (code, _, stderr) = run(agentry()
-            .args([
-                "resume",
-                "--session",
-                session.to_str().unwrap(),
-                "--results",
-                results.to_str().unwrap(),
-            ])
-            .env("OPENAI_API_KEY", "test-key"));
+        let resume = || {
+            run(agentry()
+                .args(["resume", "--session", session.to_str().unwrap()])
+                .args(["--results", results.to_str().unwrap()])
+                .env("OPENAI_API_KEY", "test-key"))
+        };
+        let (code, _, stderr) = resume();
         assert_eq!(code, 2, "{stderr}");
         assert!(
             stderr.contains("missing results for") && stderr.contains("call_wrong"),
@@ -589,15 +486,7 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
 
         let id = call["id"].as_str().unwrap();
         std::fs::write(&results, json!({id: "London"}).to_string()).unwrap();
-        let (code, stdout, stderr) = run(agentry()
-            .args([
-                "resume",
-                "--session",
-                session.to_str().unwrap(),
-                "--results",
-                results.to_str().unwrap(),
-            ])
-            .env("OPENAI_API_KEY", "test-key"));
+        let (code, stdout, stderr) = resume();
         assert_eq!(code, 0, "{session_name}: {stderr}");
         assert!(!stdout.trim().is_empty());
 
@@ -616,15 +505,7 @@ fn a_remote_tool_suspends_to_a_session_file_and_resume_finishes_it() {
         assert_eq!(state["provider"], "openai");
 
         // Resuming a finished session is a usage error.
-        let (code, _, _) = run(agentry()
-            .args([
-                "resume",
-                "--session",
-                session.to_str().unwrap(),
-                "--results",
-                results.to_str().unwrap(),
-            ])
-            .env("OPENAI_API_KEY", "test-key"));
+        let (code, _, _) = resume();
         assert_eq!(code, 2);
     }
 }
@@ -643,13 +524,8 @@ fn a_session_file_carries_the_conversation_into_the_next_run() {
     );
     for prompt in ["first question", "second question"] {
         let (code, _, stderr) = run(agentry()
-            .args([
-                "run",
-                "--provider",
-                "anthropic",
-                "--base-url",
-                &server.url(),
-            ])
+            .args(["run", "--provider", "anthropic"])
+            .args(["--base-url", &server.url()])
             .args(["--session", session.to_str().unwrap(), prompt])
             .env("ANTHROPIC_API_KEY", "test-key"));
         assert_eq!(code, 0, "{stderr}");
@@ -686,26 +562,15 @@ fn read_file_refuses_escapes_and_symlinks_out_of_the_root() {
     let server = serve(
         &runtime,
         vec![
-            chat_tool_calls(&calls),
+            tool_calls(&calls),
             cassette("openai-chat/stream-text-usage.sse"),
         ],
     );
     let (code, stdout, stderr) = run(agentry()
-        .args([
-            "run",
-            "--json",
-            "--provider",
-            "openai",
-            "--base-url",
-            &server.url(),
-        ])
-        .args([
-            "--tool",
-            "read_file",
-            "--root",
-            root.to_str().unwrap(),
-            "read them",
-        ])
+        .args(["run", "--json", "--provider", "openai"])
+        .args(["--base-url", &server.url()])
+        .args(["--tool", "read_file", "--root", root.to_str().unwrap()])
+        .arg("read them")
         .env("OPENAI_API_KEY", "test-key"));
     assert_eq!(code, 0, "{stderr}");
     let mut outcomes = std::collections::BTreeMap::new();
@@ -752,14 +617,8 @@ fn ctrl_c_aborts_with_130_and_leaves_a_readable_session() {
         .with_chunk_delay(Duration::from_millis(50));
     let server = serve(&runtime, vec![slow]);
     let mut child = agentry()
-        .args([
-            "run",
-            "--json",
-            "--provider",
-            "openai",
-            "--base-url",
-            &server.url(),
-        ])
+        .args(["run", "--json", "--provider", "openai"])
+        .args(["--base-url", &server.url()])
         .args(["--session", session.to_str().unwrap(), "count slowly"])
         .env("OPENAI_API_KEY", "test-key")
         .stdout(Stdio::piped())
@@ -899,7 +758,7 @@ fn output_schema_prints_only_the_validated_object_on_one_line() {
     // --output-strategy tool: a final-answer tool instead, answered by a tool call.
     let server = serve(
         &runtime,
-        vec![chat_tool_calls(&[(
+        vec![tool_calls(&[(
             "call_1",
             "final_answer",
             json!({"city": "Oslo", "celsius": 4}),
@@ -1054,18 +913,9 @@ fn files_go_with_the_prompt_as_image_and_document_parts() {
     // The same files to Anthropic: an image block and a document block.
     let server = serve(&runtime, vec![cassette("anthropic/stream-text.sse")]);
     let (code, _, stderr) = run(agentry()
-        .args([
-            "run",
-            "--provider",
-            "anthropic",
-            "--base-url",
-            &server.url(),
-            "--file",
-            png.to_str().unwrap(),
-            "--file",
-            pdf.to_str().unwrap(),
-            "What do these show?",
-        ])
+        .args(["run", "--provider", "anthropic"])
+        .args(["--base-url", &server.url(), "--file", png.to_str().unwrap()])
+        .args(["--file", pdf.to_str().unwrap(), "What do these show?"])
         .env("ANTHROPIC_API_KEY", "test-key"));
     assert_eq!(code, 0, "{stderr}");
     let body = server.requests()[0].json().unwrap();
@@ -1171,18 +1021,10 @@ fn structured_output_in_json_mode_and_native_where_the_provider_has_none() {
     // Anthropic has no native structured output here: asking for it is a usage error.
     let server = serve(&runtime, vec![]);
     let (code, stdout, stderr) = run(agentry()
-        .args([
-            "run",
-            "--provider",
-            "anthropic",
-            "--base-url",
-            &server.url(),
-            "--output-schema",
-            schema.to_str().unwrap(),
-            "--output-strategy",
-            "native",
-            "Weather?",
-        ])
+        .args(["run", "--provider", "anthropic"])
+        .args(["--base-url", &server.url()])
+        .args(["--output-schema", schema.to_str().unwrap()])
+        .args(["--output-strategy", "native", "Weather?"])
         .env("ANTHROPIC_API_KEY", "test-key"));
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(server.requests().is_empty());
@@ -1234,7 +1076,7 @@ fn resume_sends_a_remote_tools_image_result_as_an_image() {
     let server = serve(
         &runtime,
         vec![
-            chat_tool_calls(&[("call_1", "screenshot", json!({}))]),
+            tool_calls(&[("call_1", "screenshot", json!({}))]),
             chat_text("A login page."),
         ],
     );
@@ -1260,17 +1102,9 @@ fn resume_sends_a_remote_tools_image_result_as_an_image() {
     )
     .unwrap();
     let (code, stdout, stderr) = run(agentry()
-        .args([
-            "resume",
-            "--session",
-            session.to_str().unwrap(),
-            "--results",
-            results.to_str().unwrap(),
-            "--provider",
-            "openai",
-            "--base-url",
-            &server.url(),
-        ])
+        .args(["resume", "--session", session.to_str().unwrap()])
+        .args(["--results", results.to_str().unwrap()])
+        .args(["--provider", "openai", "--base-url", &server.url()])
         .env("OPENAI_API_KEY", "test-key"));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "A login page.\n");
@@ -1296,7 +1130,7 @@ fn a_structured_run_that_waits_for_a_remote_tool_resumes_to_the_validated_object
     let server = serve(
         &runtime,
         vec![
-            chat_tool_calls(&[("call_1", "thermometer", json!({"city": "Oslo"}))]),
+            tool_calls(&[("call_1", "thermometer", json!({"city": "Oslo"}))]),
             chat_text(r#"{"city": "Oslo", "celsius": 4}"#),
         ],
     );
@@ -1318,19 +1152,10 @@ fn a_structured_run_that_waits_for_a_remote_tool_resumes_to_the_validated_object
     let results = dir.path().join("results.json");
     std::fs::write(&results, json!({"call_1": "4 °C"}).to_string()).unwrap();
     let (code, stdout, stderr) = run(agentry()
-        .args([
-            "resume",
-            "--session",
-            session.to_str().unwrap(),
-            "--results",
-            results.to_str().unwrap(),
-            "--provider",
-            "openai",
-            "--base-url",
-            &server.url(),
-            "--output-schema",
-            schema.to_str().unwrap(),
-        ])
+        .args(["resume", "--session", session.to_str().unwrap()])
+        .args(["--results", results.to_str().unwrap()])
+        .args(["--provider", "openai", "--base-url", &server.url()])
+        .args(["--output-schema", schema.to_str().unwrap()])
         .env("OPENAI_API_KEY", "test-key"));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "{\"celsius\":4,\"city\":\"Oslo\"}\n", "{stderr}");
@@ -1345,16 +1170,9 @@ fn a_file_the_provider_cannot_take_fails_before_any_request_naming_both() {
     let pdf = dir.path().join("report.pdf");
     std::fs::write(&pdf, b"%PDF-1.7\n%%EOF\n").unwrap();
     let server = serve(&runtime, vec![]);
-    let (code, stdout, stderr) = run(agentry().args([
-        "run",
-        "--provider",
-        "ollama",
-        "--base-url",
-        &server.url(),
-        "--file",
-        pdf.to_str().unwrap(),
-        "Summarize",
-    ]));
+    let (code, stdout, stderr) = run(agentry()
+        .args(["run", "--provider", "ollama", "--base-url", &server.url()])
+        .args(["--file", pdf.to_str().unwrap(), "Summarize"]));
     assert_eq!(code, 1, "{stdout}{stderr}");
     let lower = stderr.to_lowercase();
     assert!(
@@ -1414,14 +1232,8 @@ fn bedrock_runs_signed_with_sigv4_against_its_recorded_answer() {
     let server = serve(&runtime, vec![cassette("bedrock/stream-text.eventstream")]);
     let mut command = agentry();
     let (code, stdout, stderr) = run(without_aws(&mut command)
-        .args([
-            "run",
-            "--provider",
-            "bedrock",
-            "--base-url",
-            &server.url(),
-            "Say hi",
-        ])
+        .args(["run", "--provider", "bedrock", "--base-url", &server.url()])
+        .arg("Say hi")
         .env("AWS_REGION", "eu-west-1")
         .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
         .env(

@@ -12,120 +12,28 @@
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agent_backends::replay::{Cassette, Chunking, ReplayServer};
+use agent_backends::replay::{Chunking, ReplayServer};
 use pg_cluster::Cluster;
 use serde_json::{Value, json};
 
 #[path = "support/served.rs"]
 mod served;
-use served::{Served, answer_stream, calculator_calls};
-
-const KEY: &str = "key-acme-test-0001";
+use served::{
+    Served, answer_stream, calculator_call, calculator_calls, execute, execute_in_background,
+    runtime, session, sse, tool_results_sent, wait_for_requests,
+};
 
 /// A model call asking for the calculator on `n * 7` as call `call_<n>`.
 fn call(n: u32) -> String {
-    let first = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
-        {"index": 0, "id": format!("call_{n}"), "type": "function",
-         "function": {"name": "calculator", "arguments": format!("{{\"expression\": \"{n} * 7\"}}")}}
-    ]}, "finish_reason": null}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}});
-    format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+    calculator_call(&format!("call_{n}"), &format!("{n} * 7"), (50, 10))
 }
 
-fn sse(body: String) -> Cassette {
-    Cassette::new(200, "text/event-stream", body)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn config(dir: &Path, store_url: &str, upstream: &str) -> PathBuf {
-    let path = dir.join("agentry.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[server]
-tools = ["calculator"]
-execute_lease_secs = 2
-
-[server.store]
-kind = "postgres"
-url = "{store_url}"
-
-[[server.models]]
-name = "up"
-provider = "openai-compatible"
-base_url = "{upstream}/v1"
-
-[[server.tenants]]
-name = "acme"
-api_keys = ["{KEY}"]
-"#
-        ),
-    )
-    .unwrap();
-    path
-}
-
-/// `GET` a session, retrying while the store is away (a 5xx).
-async fn session(url: &str, id: &str) -> Value {
-    let started = Instant::now();
-    loop {
-        let response = reqwest::Client::new()
-            .get(format!("{url}/v1/sessions/{id}"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap();
-        if response.status().is_success() {
-            return response.json().await.unwrap();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "GET session: {}",
-            response.text().await.unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Sends an execute, retrying while the lease of a cut-off run lasts (409); its SSE frames.
-async fn execute(url: &str, id: &str, body: &Value) -> Vec<Value> {
-    let started = Instant::now();
-    loop {
-        let response = reqwest::Client::new()
-            .post(format!("{url}/v1/sessions/{id}/execute"))
-            .bearer_auth(KEY)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        if response.status() == 409 {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the lease stayed"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-        let text = response.text().await.unwrap();
-        return text
-            .split("\n\n")
-            .filter_map(|frame| frame.strip_prefix("data: "))
-            .map(|data| serde_json::from_str::<Value>(data).unwrap())
-            .collect();
-    }
+/// The configuration of a server on `cluster` whose model `up` is `upstream`.
+fn config(dir: &std::path::Path, cluster: &Cluster, upstream: &ReplayServer) -> std::path::PathBuf {
+    let store = format!("kind = \"postgres\"\nurl = \"{}\"", cluster.url());
+    served::config(dir, &store, "", &upstream.url())
 }
 
 /// The stored calls and, per call, how many results answer it (each must be 1).
@@ -151,6 +59,27 @@ fn calls_and_results(stored: &Value) -> Vec<(String, usize, String)> {
     out
 }
 
+/// Each stored call is answered by exactly one result.
+fn answered_once(calls: &[(String, usize, String)], stored: &Value) {
+    for (id, results, _) in calls {
+        assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
+    }
+}
+
+/// Starts the execute the restart tests cut into: two calculator rounds, then the answer.
+fn ask_two_products(
+    client: &tokio::runtime::Runtime,
+    url: &str,
+    id: &'static str,
+) -> tokio::task::JoinHandle<Vec<Value>> {
+    let url = url.to_owned();
+    client.spawn(async move {
+        let body = json!({"message": "1 * 7 and 2 * 7?",
+            "context": {"model": "up", "tools": ["calculator"]}});
+        execute(&url, id, &body).await
+    })
+}
+
 #[test]
 fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
     let Some(cluster) = Cluster::start() else {
@@ -168,24 +97,13 @@ fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
         ]))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let path = config(dir.path(), &cluster, &upstream);
     let served = Served::start(&path);
     let client = runtime();
-    let (url, id) = (served.url.clone(), "restarted");
-    let run = client.spawn(async move {
-        let body = json!({"message": "1 * 7 and 2 * 7?",
-            "context": {"model": "up", "tools": ["calculator"]}});
-        execute(&url, id, &body).await
-    });
+    let id = "restarted";
+    let run = ask_two_products(&client, &served.url, id);
     // Round 1 is checkpointed before the second model call starts.
-    let started = Instant::now();
-    while upstream.requests().len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no second call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_requests(&upstream, 2, "no second call");
     let restart = Instant::now();
     cluster.ctl(&["-m", "fast", "restart"]);
     eprintln!(
@@ -219,9 +137,7 @@ fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
                 eprintln!("the run failed: {}", complete["error"]);
             }
         }
-        for (id, results, _) in &calls {
-            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
-        }
+        answered_once(&calls, &stored);
         let ran = calculator_calls(&served.url).await;
 
         // The server reconnected: the next request is served, and continues the session
@@ -232,9 +148,7 @@ fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
         assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
         let stored = session(&served.url, id).await;
         let calls = calls_and_results(&stored);
-        for (id, results, _) in &calls {
-            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
-        }
+        answered_once(&calls, &stored);
         assert!(calls.iter().any(|(id, _, _)| id == "call_3"), "{stored}");
         // One more calculator run: call 3's.
         assert_eq!(calculator_calls(&served.url).await, ran + 1.0);
@@ -265,23 +179,12 @@ fn a_checkpoint_that_finds_postgresql_restarting_is_retried_once_it_is_back() {
         ]))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let path = config(dir.path(), &cluster, &upstream);
     let served = Served::start(&path);
     let client = runtime();
-    let (url, id) = (served.url.clone(), "checkpoint-retried");
-    let run = client.spawn(async move {
-        let body = json!({"message": "1 * 7 and 2 * 7?",
-            "context": {"model": "up", "tools": ["calculator"]}});
-        execute(&url, id, &body).await
-    });
-    let started = Instant::now();
-    while upstream.requests().len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no second call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let id = "checkpoint-retried";
+    let run = ask_two_products(&client, &served.url, id);
+    wait_for_requests(&upstream, 2, "no second call");
     cluster.ctl(&["-m", "fast", "stop"]);
     // The checkpoint of call 2's turn fails; PostgreSQL comes back while it waits.
     let waited = Instant::now();
@@ -311,9 +214,7 @@ fn a_checkpoint_that_finds_postgresql_restarting_is_retried_once_it_is_back() {
         let calls = calls_and_results(&stored);
         let ids: Vec<&str> = calls.iter().map(|(id, _, _)| id.as_str()).collect();
         assert_eq!(ids, ["call_1", "call_2"], "{stored}");
-        for (id, results, _) in &calls {
-            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
-        }
+        answered_once(&calls, &stored);
         assert!(calls[1].2.contains("14"), "{stored}");
         assert_eq!(calculator_calls(&served.url).await, 2.0);
     });
@@ -335,32 +236,14 @@ fn a_second_process_on_the_cluster_continues_a_run_the_first_was_killed_in() {
         ]))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let path = config(dir.path(), &cluster, &upstream);
     let mut first = Served::start(&path);
     let second = Served::start(&path);
     let client = runtime();
     let (url, id) = (first.url.clone(), "handed-over");
-    client.spawn(async move {
-        let body =
-            json!({"message": "1 * 7?", "context": {"model": "up", "tools": ["calculator"]}});
-        if let Ok(response) = reqwest::Client::new()
-            .post(format!("{url}/v1/sessions/{id}/execute"))
-            .bearer_auth(KEY)
-            .json(&body)
-            .send()
-            .await
-        {
-            let _ = response.text().await;
-        }
-    });
-    let started = Instant::now();
-    while upstream.requests().len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no second call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let body = json!({"message": "1 * 7?", "context": {"model": "up", "tools": ["calculator"]}});
+    execute_in_background(&client, &url, id, body);
+    wait_for_requests(&upstream, 2, "no second call");
     assert_eq!(client.block_on(calculator_calls(&first.url)), 1.0);
     first.kill_9();
 
@@ -378,15 +261,8 @@ fn a_second_process_on_the_cluster_continues_a_run_the_first_was_killed_in() {
         assert_eq!(stored["status"], "completed");
     });
     // Three model calls: the third (the second process's) carried round 1's result once.
-    let requests = upstream.requests();
-    assert_eq!(requests.len(), 3);
-    let sent = requests[2].json().unwrap();
-    let results = sent["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|message| message["role"] == "tool")
-        .count();
+    assert_eq!(upstream.requests().len(), 3);
+    let (results, sent) = tool_results_sent(&upstream, 2);
     assert_eq!(results, 1, "{sent}");
 }
 
@@ -406,23 +282,12 @@ fn postgresql_down_at_a_checkpoint_fails_the_run_with_a_typed_error_and_the_serv
         ]))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let path = config(dir.path(), &cluster, &upstream);
     let served = Served::start(&path);
     let client = runtime();
-    let (url, id) = (served.url.clone(), "store-down");
-    let run = client.spawn(async move {
-        let body = json!({"message": "1 * 7 and 2 * 7?",
-            "context": {"model": "up", "tools": ["calculator"]}});
-        execute(&url, id, &body).await
-    });
-    let started = Instant::now();
-    while upstream.requests().len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no second call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let id = "store-down";
+    let run = ask_two_products(&client, &served.url, id);
+    wait_for_requests(&upstream, 2, "no second call");
     cluster.ctl(&["-m", "fast", "stop"]);
     let events = client.block_on(run).unwrap();
     let complete = events.last().unwrap();
@@ -454,9 +319,7 @@ fn postgresql_down_at_a_checkpoint_fails_the_run_with_a_typed_error_and_the_serv
         let calls = calls_and_results(&stored);
         let ids: Vec<&str> = calls.iter().map(|(id, _, _)| id.as_str()).collect();
         assert_eq!(ids, ["call_1", "call_2"], "{stored}");
-        for (id, results, _) in &calls {
-            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
-        }
+        answered_once(&calls, &stored);
         assert_eq!(calculator_calls(&served.url).await, 2.0);
     });
 }

@@ -4,68 +4,48 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_backends::replay::{Cassette, Chunking, ReplayServer};
 use serde_json::{Value, json};
 
 #[path = "support/served.rs"]
 mod served;
-use served::{Served, answer_stream, calculator_calls, metric};
-
-const KEY: &str = "key-acme-test-0001";
+use served::{
+    Served, answer_stream, calculator_call, calculator_calls, execute, execute_in_background,
+    metric, runtime, session, sse, tool_results_sent, wait_for_requests,
+};
 
 /// An OpenAI chat-completions stream asking for the calculator (call `call_1`).
 fn call_stream() -> String {
-    let call = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
-        {"index": 0, "id": "call_1", "type": "function",
-         "function": {"name": "calculator", "arguments": "{\"expression\": \"6 * 7\"}"}}
-    ]}, "finish_reason": null}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}});
-    format!("data: {call}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+    calculator_call("call_1", "6 * 7", (50, 10))
+}
+
+/// The configuration of a server storing sessions in `dir`'s `sessions.db`, with `extra`,
+/// whose model `up` is `upstream`.
+fn sqlite_config(
+    dir: &std::path::Path,
+    extra: &str,
+    upstream: &ReplayServer,
+) -> std::path::PathBuf {
+    let store = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.join("sessions.db").display()
+    );
+    served::config(dir, &store, extra, &upstream.url())
 }
 
 /// A model call of the budget tests: the calculator on `n * 7` as call `call_<n>`, or (`n`
 /// 0) the answer; 1,000 tokens each ($0.10 at the configured price).
 fn budget_stream(n: u32) -> String {
-    let (delta, finish) = match n {
-        0 => (json!({"role": "assistant", "content": "done"}), "stop"),
-        n => (
-            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{n}"),
-                "type": "function", "function": {"name": "calculator",
-                "arguments": format!("{{\"expression\": \"{n} * 7\"}}")}}]}),
-            "tool_calls",
-        ),
-    };
-    let first = json!({"choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
-    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+    if n > 0 {
+        return calculator_call(&format!("call_{n}"), &format!("{n} * 7"), (900, 100));
+    }
+    let first = json!({"choices": [{"index": 0,
+        "delta": {"role": "assistant", "content": "done"}, "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000}});
     format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n")
-}
-
-fn sse(body: String) -> Cassette {
-    Cassette::new(200, "text/event-stream", body)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn session(url: &str, id: &str) -> Value {
-    reqwest::Client::new()
-        .get(format!("{url}/v1/sessions/{id}"))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 #[test]
@@ -81,58 +61,15 @@ fn a_run_killed_with_sigkill_continues_from_its_last_turn_after_a_restart() {
         ]))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agentry.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[server]
-tools = ["calculator"]
-execute_lease_secs = 2
-
-[server.store]
-kind = "sqlite"
-path = "{}"
-
-[[server.models]]
-name = "up"
-provider = "openai-compatible"
-base_url = "{}/v1"
-
-[[server.tenants]]
-name = "acme"
-api_keys = ["{KEY}"]
-"#,
-            dir.path().join("sessions.db").display(),
-            upstream.url()
-        ),
-    )
-    .unwrap();
+    let path = sqlite_config(dir.path(), "", &upstream);
     let mut first = Served::start(&path);
     let client = runtime();
-    let (url, id) = (first.url.clone(), "crashed-run");
-    client.spawn(async move {
-        let body = json!({"message": "what is 6 * 7?",
-            "context": {"model": "up", "tools": ["calculator"]}});
-        if let Ok(response) = reqwest::Client::new()
-            .post(format!("{url}/v1/sessions/{id}/execute"))
-            .bearer_auth(KEY)
-            .json(&body)
-            .send()
-            .await
-        {
-            let _ = response.text().await;
-        }
-    });
+    let id = "crashed-run";
+    let body = json!({"message": "what is 6 * 7?",
+        "context": {"model": "up", "tools": ["calculator"]}});
+    execute_in_background(&client, &first.url, id, body);
     // The second model call starts only once round 1 is checkpointed.
-    let started = Instant::now();
-    while upstream.requests().len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no second model call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_requests(&upstream, 2, "no second model call");
     assert_eq!(client.block_on(calculator_calls(&first.url)), 1.0);
     // The call turn, then its result.
     assert_eq!(
@@ -158,31 +95,7 @@ api_keys = ["{KEY}"]
         assert_eq!(roles, ["user", "assistant", "tool"], "{stored}");
 
         upstream.push(sse(answer_stream("42")));
-        let started = Instant::now();
-        let events = loop {
-            let response = reqwest::Client::new()
-                .post(format!("{}/v1/sessions/{id}/execute", second.url))
-                .bearer_auth(KEY)
-                .json(&json!({}))
-                .send()
-                .await
-                .unwrap();
-            if response.status() == 409 {
-                assert!(
-                    started.elapsed() < Duration::from_secs(30),
-                    "the lease stayed"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-            assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-            let text = response.text().await.unwrap();
-            break text
-                .split("\n\n")
-                .filter_map(|frame| frame.strip_prefix("data: "))
-                .map(|data| serde_json::from_str::<Value>(data).unwrap())
-                .collect::<Vec<_>>();
-        };
+        let events = execute(&second.url, id, &json!({})).await;
         assert_eq!(events.last().unwrap()["status"], "completed", "{events:?}");
         // The restarted process never ran the calculator: round 1's result came from the file.
         assert_eq!(calculator_calls(&second.url).await, 0.0);
@@ -214,15 +127,8 @@ api_keys = ["{KEY}"]
         assert_eq!(stored["status"], "completed");
     });
     // Three model calls in all: round 1 was not asked again, and the third carried its result.
-    let requests = upstream.requests();
-    assert_eq!(requests.len(), 3);
-    let sent = requests[2].json().unwrap();
-    let results = sent["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|message| message["role"] == "tool")
-        .count();
+    assert_eq!(upstream.requests().len(), 3);
+    let (results, sent) = tool_results_sent(&upstream, 2);
     assert_eq!(results, 1, "{sent}");
 }
 
@@ -246,62 +152,19 @@ fn kill_after_two_rounds_then_continue(
         ]))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agentry.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[server]
-tools = ["calculator"]
-execute_lease_secs = 2
-
-[server.store]
-kind = "sqlite"
-path = "{}"
-
-[server.prices.up]
-input_per_mtok = 100.0
-output_per_mtok = 100.0
-
-[[server.models]]
-name = "up"
-provider = "openai-compatible"
-base_url = "{}/v1"
-
-[[server.tenants]]
-name = "acme"
-api_keys = ["{KEY}"]
-"#,
-            dir.path().join("sessions.db").display(),
-            upstream.url()
-        ),
-    )
-    .unwrap();
+    let path = sqlite_config(
+        dir.path(),
+        "[server.prices.up]\ninput_per_mtok = 100.0\noutput_per_mtok = 100.0\n",
+        &upstream,
+    );
     let mut first = Served::start(&path);
     let client = runtime();
-    let (url, id) = (first.url.clone(), "budgeted-run");
+    let id = "budgeted-run";
     let body = json!({"message": "what is 6 * 7, twice?",
         "context": {"model": "up", "tools": ["calculator"], "options": options}});
-    client.spawn(async move {
-        if let Ok(response) = reqwest::Client::new()
-            .post(format!("{url}/v1/sessions/{id}/execute"))
-            .bearer_auth(KEY)
-            .json(&body)
-            .send()
-            .await
-        {
-            let _ = response.text().await;
-        }
-    });
+    execute_in_background(&client, &first.url, id, body);
     // The third model call starts only once round 2 is checkpointed.
-    let started = Instant::now();
-    while upstream.requests().len() < 3 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no third model call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_requests(&upstream, 3, "no third model call");
     assert_eq!(client.block_on(calculator_calls(&first.url)), 2.0);
     first.kill_9();
 
@@ -309,33 +172,7 @@ api_keys = ["{KEY}"]
     for cassette in next {
         upstream.push(cassette);
     }
-    let events = client.block_on(async {
-        let started = Instant::now();
-        loop {
-            let response = reqwest::Client::new()
-                .post(format!("{}/v1/sessions/{id}/execute", second.url))
-                .bearer_auth(KEY)
-                .json(&json!({}))
-                .send()
-                .await
-                .unwrap();
-            if response.status() == 409 {
-                assert!(
-                    started.elapsed() < Duration::from_secs(30),
-                    "the lease stayed"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-            assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-            let text = response.text().await.unwrap();
-            break text
-                .split("\n\n")
-                .filter_map(|frame| frame.strip_prefix("data: "))
-                .map(|data| serde_json::from_str::<Value>(data).unwrap())
-                .collect::<Vec<_>>();
-        }
-    });
+    let events = client.block_on(async { execute(&second.url, id, &json!({})).await });
     let ran = client.block_on(calculator_calls(&second.url));
     (events, ran, upstream.requests().len() - 3)
 }

@@ -5,44 +5,25 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use agent_backends::replay::{Cassette, ReplayServer};
 use serde_json::{Value, json};
 
-const KEY: &str = "sk-test-do-not-send-elsewhere";
+#[path = "support/replay_run.rs"]
+mod replay_run;
 
-fn cassette(path: &str) -> Cassette {
-    Cassette::from_file(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/providers")
-            .join(path),
-    )
-    .unwrap()
-}
+use replay_run::{cassette, run, runtime, serve, tool_calls};
+
+const KEY: &str = "sk-test-do-not-send-elsewhere";
 
 fn answer() -> Cassette {
     cassette("openai-chat/stream-text-usage.sse")
 }
 
-/// A Chat Completions stream asking for one call (synthetic, in the recordings' chunk shape).
+/// A Chat Completions stream asking for one call.
 fn tool_call(name: &str, arguments: &Value) -> Cassette {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
-                   "model": "gpt-4.1-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    let mut body = chunk(json!({"role": "assistant", "content": null}), Value::Null);
-    body.push_str(&chunk(
-        json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                               "function": {"name": name, "arguments": arguments.to_string()}}]}),
-        Value::Null,
-    ));
-    body.push_str(&chunk(json!({}), json!("tool_calls")));
-    body.push_str("data: [DONE]\n\n");
-    Cassette::body(body)
+    tool_calls(&[("call_1", name, arguments.clone())])
 }
 
 /// A user: a home of their own, with the configuration directory inside it.
@@ -83,31 +64,11 @@ impl User {
             .stdin(Stdio::null());
         command
     }
-}
 
-fn run(command: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command.output().unwrap();
-    (
-        status.code().unwrap_or(-1),
-        String::from_utf8(stdout).unwrap(),
-        String::from_utf8(stderr).unwrap(),
-    )
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn serve(runtime: &tokio::runtime::Runtime, cassettes: Vec<Cassette>) -> ReplayServer {
-    runtime.block_on(ReplayServer::start(cassettes)).unwrap()
+    /// `agentry ARGS` as this user in `cwd`: exit code, stdout and stderr.
+    fn run(&self, cwd: &Path, args: &[&str]) -> (i32, String, String) {
+        run(self.agentry(cwd).args(args))
+    }
 }
 
 /// Nothing reached `server`, so neither the key nor the conversation did.
@@ -159,7 +120,7 @@ fn a_planted_project_config_gets_neither_the_key_nor_a_file_until_trusted() {
     .unwrap();
 
     // The seen: `OPENAI_API_KEY=… agentry run "What is 2+2?"` in the planted directory.
-    let (code, stdout, stderr) = run(user.agentry(project.path()).args(["run", "What is 2+2?"]));
+    let (code, stdout, stderr) = user.run(project.path(), &["run", "What is 2+2?"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
     for expected in [
@@ -181,7 +142,7 @@ fn a_planted_project_config_gets_neither_the_key_nor_a_file_until_trusted() {
     untouched(&elsewhere);
 
     // The user reads the file and trusts it.
-    let (code, stdout, stderr) = run(user.agentry(project.path()).args(["trust"]));
+    let (code, stdout, stderr) = user.run(project.path(), &["trust"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("trusted"), "{stdout}");
     assert!(stdout.contains("tools = read_file"), "{stdout}");
@@ -199,7 +160,7 @@ fn a_planted_project_config_gets_neither_the_key_nor_a_file_until_trusted() {
     }
 
     // Now it is honoured: the endpoint and the root are the file's, and the banner says so.
-    let (code, _, stderr) = run(user.agentry(project.path()).args(["run", "What is 2+2?"]));
+    let (code, _, stderr) = user.run(project.path(), &["run", "What is 2+2?"]);
     assert_eq!(code, 0, "{stderr}");
     let banner = stderr.lines().next().unwrap();
     assert!(
@@ -226,7 +187,7 @@ fn a_planted_project_config_gets_neither_the_key_nor_a_file_until_trusted() {
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("system = \"changed\"\n");
     std::fs::write(&config, text).unwrap();
-    let (code, _, stderr) = run(user.agentry(project.path()).args(["run", "What is 2+2?"]));
+    let (code, _, stderr) = user.run(project.path(), &["run", "What is 2+2?"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("has changed since it was trusted"),
@@ -234,16 +195,13 @@ fn a_planted_project_config_gets_neither_the_key_nor_a_file_until_trusted() {
     );
     assert_eq!(elsewhere.requests().len(), 2, "nothing more was sent");
 
-    let (code, stdout, _) = run(user.agentry(project.path()).args(["trust", "--list"]));
+    let (code, stdout, _) = user.run(project.path(), &["trust", "--list"]);
     assert_eq!(code, 0);
     assert!(stdout.contains("changed since: untrusted"), "{stdout}");
-    let (code, stdout, _) =
-        run(user
-            .agentry(project.path())
-            .args(["trust", "--remove", "agentry.toml"]));
+    let (code, stdout, _) = user.run(project.path(), &["trust", "--remove", "agentry.toml"]);
     assert_eq!(code, 0);
     assert!(stdout.contains("no longer trusted"), "{stdout}");
-    let (code, stdout, _) = run(user.agentry(project.path()).args(["trust", "--list"]));
+    let (code, stdout, _) = user.run(project.path(), &["trust", "--list"]);
     assert_eq!(code, 0);
     assert!(stdout.contains("nothing is trusted"), "{stdout}");
 }
@@ -261,10 +219,7 @@ fn an_untrusted_project_keeps_its_harmless_settings_and_cannot_reroute_the_users
     .unwrap();
     // The endpoint is the user's (a flag); model, system prompt, budgets and a tool that
     // reaches nothing come from the untrusted file.
-    let (code, _, stderr) =
-        run(user
-            .agentry(project.path())
-            .args(["run", "--base-url", &server.url(), "hi"]));
+    let (code, _, stderr) = user.run(project.path(), &["run", "--base-url", &server.url(), "hi"]);
     assert_eq!(code, 0, "{stderr}");
     let body = server.requests()[0].json().unwrap();
     assert_eq!(body["model"], "from-the-project");
@@ -301,10 +256,7 @@ fn an_untrusted_project_keeps_its_harmless_settings_and_cannot_reroute_the_users
         "model = \"gpt-4.1-mini\"\n[prices.\"gpt-4.1-mini\"]\ninput_per_mtok = 0.0\noutput_per_mtok = 0.0\n",
     )
     .unwrap();
-    let (code, _, stderr) =
-        run(user
-            .agentry(project.path())
-            .args(["run", "--max-cost-usd", "0.01", "hi"]));
+    let (code, _, stderr) = user.run(project.path(), &["run", "--max-cost-usd", "0.01", "hi"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("prices.\"gpt-4.1-mini\""), "{stderr}");
     assert_eq!(server.requests().len(), 1, "nothing more was sent");
@@ -336,7 +288,7 @@ fn the_users_config_flags_and_named_files_are_the_users_say() {
     // The user's own config.toml ($HOME/.config/agentry).
     std::fs::create_dir_all(user.config_dir()).unwrap();
     std::fs::write(user.config_dir().join("config.toml"), &settings).unwrap();
-    let (code, _, stderr) = run(user.agentry(empty.path()).args(["run", "read my notes"]));
+    let (code, _, stderr) = user.run(empty.path(), &["run", "read my notes"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         server.requests()[1]
@@ -364,10 +316,10 @@ fn the_users_config_flags_and_named_files_are_the_users_say() {
     // --config FILE and $AGENTRY_CONFIG name a file on purpose: the user's say.
     let named = empty.path().join("mine.toml");
     std::fs::write(&named, format!("base_url = \"{}\"\n", server.url())).unwrap();
-    let (code, _, stderr) =
-        run(user
-            .agentry(empty.path())
-            .args(["run", "--config", named.to_str().unwrap(), "hi"]));
+    let (code, _, stderr) = user.run(
+        empty.path(),
+        &["run", "--config", named.to_str().unwrap(), "hi"],
+    );
     assert_eq!(code, 0, "{stderr}");
     let (code, _, stderr) = run(user
         .agentry(empty.path())
@@ -385,18 +337,21 @@ fn session_with_a_root(
     root: &Path,
 ) -> (PathBuf, PathBuf) {
     let session = dir.join("chat.jsonl");
-    let (code, _, stderr) = run(user.agentry(dir).args([
-        "run",
-        "--base-url",
-        &server.url(),
-        "--tool",
-        "read_file",
-        "--root",
-        root.to_str().unwrap(),
-        "--session",
-        session.to_str().unwrap(),
-        "first",
-    ]));
+    let (code, _, stderr) = user.run(
+        dir,
+        &[
+            "run",
+            "--base-url",
+            &server.url(),
+            "--tool",
+            "read_file",
+            "--root",
+            root.to_str().unwrap(),
+            "--session",
+            session.to_str().unwrap(),
+            "first",
+        ],
+    );
     assert_eq!(code, 0, "{stderr}");
     let state = dir.join("chat.jsonl.state.json");
     (session, state)
@@ -413,12 +368,10 @@ fn a_state_file_agentry_wrote_is_honoured_and_a_planted_or_edited_one_is_not() {
     let (session, state) = session_with_a_root(&user, dir.path(), &ours, root.path());
 
     // The state file we wrote carries the endpoint and the root into the next command.
-    let (code, _, stderr) = run(user.agentry(dir.path()).args([
-        "run",
-        "--session",
-        session.to_str().unwrap(),
-        "second",
-    ]));
+    let (code, _, stderr) = user.run(
+        dir.path(),
+        &["run", "--session", session.to_str().unwrap(), "second"],
+    );
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(ours.requests().len(), 2);
     assert!(stderr.contains("read_file root"), "{stderr}");
@@ -440,12 +393,15 @@ fn a_state_file_agentry_wrote_is_honoured_and_a_planted_or_edited_one_is_not() {
     json["base_url"] = json!(elsewhere.url());
     json["root"] = json!("/");
     std::fs::write(&planted_state, serde_json::to_string(&json).unwrap()).unwrap();
-    let (code, _, stderr) = run(user.agentry(planted_dir.path()).args([
-        "run",
-        "--session",
-        planted_log.to_str().unwrap(),
-        "What is 2+2?",
-    ]));
+    let (code, _, stderr) = user.run(
+        planted_dir.path(),
+        &[
+            "run",
+            "--session",
+            planted_log.to_str().unwrap(),
+            "What is 2+2?",
+        ],
+    );
     assert_eq!(code, 2, "{stderr}");
     for expected in [
         "session state file",
@@ -466,45 +422,50 @@ fn a_state_file_agentry_wrote_is_honoured_and_a_planted_or_edited_one_is_not() {
     let mut json: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     json["root"] = json!("/");
     std::fs::write(&state, serde_json::to_string(&json).unwrap()).unwrap();
-    let (code, _, stderr) = run(user.agentry(dir.path()).args([
-        "run",
-        "--session",
-        session.to_str().unwrap(),
-        "third",
-    ]));
+    let (code, _, stderr) = user.run(
+        dir.path(),
+        &["run", "--session", session.to_str().unwrap(), "third"],
+    );
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("has changed since"), "{stderr}");
     assert!(stderr.contains("root = \"/\""), "{stderr}");
     assert_eq!(ours.requests().len(), 2, "nothing more was sent");
 
     // What the user says now settles it: the same settings as flags…
-    let (code, _, stderr) = run(user.agentry(dir.path()).args([
-        "run",
-        "--base-url",
-        &ours.url(),
-        "--tool",
-        "read_file",
-        "--root",
-        root.path().to_str().unwrap(),
-        "--session",
-        session.to_str().unwrap(),
-        "third",
-    ]));
+    let (code, _, stderr) = user.run(
+        dir.path(),
+        &[
+            "run",
+            "--base-url",
+            &ours.url(),
+            "--tool",
+            "read_file",
+            "--root",
+            root.path().to_str().unwrap(),
+            "--session",
+            session.to_str().unwrap(),
+            "third",
+        ],
+    );
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(ours.requests().len(), 3);
 
     // …or `agentry trust` on the state file itself.
-    let (code, stdout, stderr) = run(user
-        .agentry(planted_dir.path())
-        .args(["trust", planted_state.to_str().unwrap()]));
+    let (code, stdout, stderr) = user.run(
+        planted_dir.path(),
+        &["trust", planted_state.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("root = /"), "{stdout}");
-    let (code, _, stderr) = run(user.agentry(planted_dir.path()).args([
-        "run",
-        "--session",
-        planted_log.to_str().unwrap(),
-        "What is 2+2?",
-    ]));
+    let (code, _, stderr) = user.run(
+        planted_dir.path(),
+        &[
+            "run",
+            "--session",
+            planted_log.to_str().unwrap(),
+            "What is 2+2?",
+        ],
+    );
     assert_eq!(code, 0, "{stderr}");
     let requests = elsewhere.requests();
     assert_eq!(requests.len(), 2);
@@ -524,28 +485,34 @@ fn a_planted_state_without_read_file_cannot_smuggle_a_root_into_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(&runtime, vec![answer(), answer()]);
     let session = dir.path().join("chat.jsonl");
-    let (code, _, stderr) = run(user.agentry(dir.path()).args([
-        "run",
-        "--base-url",
-        &server.url(),
-        "--session",
-        session.to_str().unwrap(),
-        "first",
-    ]));
+    let (code, _, stderr) = user.run(
+        dir.path(),
+        &[
+            "run",
+            "--base-url",
+            &server.url(),
+            "--session",
+            session.to_str().unwrap(),
+            "first",
+        ],
+    );
     assert_eq!(code, 0, "{stderr}");
     let state = dir.path().join("chat.jsonl.state.json");
     let mut json: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     json["root"] = json!("/");
     std::fs::write(&state, serde_json::to_string(&json).unwrap()).unwrap();
     // Confirmed endpoint, no read_file: the run goes ahead, without the planted root…
-    let (code, _, stderr) = run(user.agentry(dir.path()).args([
-        "run",
-        "--base-url",
-        &server.url(),
-        "--session",
-        session.to_str().unwrap(),
-        "second",
-    ]));
+    let (code, _, stderr) = user.run(
+        dir.path(),
+        &[
+            "run",
+            "--base-url",
+            &server.url(),
+            "--session",
+            session.to_str().unwrap(),
+            "second",
+        ],
+    );
     assert_eq!(code, 0, "{stderr}");
     // …which is not written back into the state agentry now vouches for.
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
@@ -561,14 +528,17 @@ fn base_urls_with_secrets_are_refused_and_never_stored() {
         "http://user:hunter2@127.0.0.1:9/v1",
         "http://127.0.0.1:9/v1?api_key=hunter2",
     ] {
-        let (code, _, stderr) = run(user.agentry(dir.path()).args([
-            "run",
-            "--base-url",
-            url,
-            "--session",
-            session.to_str().unwrap(),
-            "hi",
-        ]));
+        let (code, _, stderr) = user.run(
+            dir.path(),
+            &[
+                "run",
+                "--base-url",
+                url,
+                "--session",
+                session.to_str().unwrap(),
+                "hi",
+            ],
+        );
         assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains("--base-url"), "{stderr}");
         assert!(!stderr.contains("hunter2"), "{stderr}");
@@ -577,10 +547,10 @@ fn base_urls_with_secrets_are_refused_and_never_stored() {
         // In a file the user trusts, too.
         let named = dir.path().join("mine.toml");
         std::fs::write(&named, format!("base_url = \"{url}\"\n")).unwrap();
-        let (code, _, stderr) =
-            run(user
-                .agentry(dir.path())
-                .args(["run", "--config", named.to_str().unwrap(), "hi"]));
+        let (code, _, stderr) = user.run(
+            dir.path(),
+            &["run", "--config", named.to_str().unwrap(), "hi"],
+        );
         assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains("base_url"), "{stderr}");
         assert!(!stderr.contains("hunter2"), "{stderr}");
@@ -596,14 +566,17 @@ fn the_session_log_and_state_file_are_created_private() {
     let server = serve(&runtime, vec![answer(), answer()]);
     for name in ["chat.jsonl", "chat.db"] {
         let session = dir.path().join(name);
-        let (code, _, stderr) = run(user.agentry(dir.path()).args([
-            "run",
-            "--base-url",
-            &server.url(),
-            "--session",
-            session.to_str().unwrap(),
-            "hi",
-        ]));
+        let (code, _, stderr) = user.run(
+            dir.path(),
+            &[
+                "run",
+                "--base-url",
+                &server.url(),
+                "--session",
+                session.to_str().unwrap(),
+                "hi",
+            ],
+        );
         assert_eq!(code, 0, "{name}: {stderr}");
         let state = dir.path().join(format!("{name}.state.json"));
         assert_eq!(mode(&session), 0o600, "{name}");
@@ -639,10 +612,7 @@ api_keys = ["sk-agentry-test-key-0123456789abcdef"]
 "#,
     )
     .unwrap();
-    let (code, _, stderr) =
-        run(user
-            .agentry(project.path())
-            .args(["serve", "--listen", "127.0.0.1:0"]));
+    let (code, _, stderr) = user.run(project.path(), &["serve", "--listen", "127.0.0.1:0"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("is not trusted") && stderr.contains("agentry trust agentry.toml"),
@@ -651,7 +621,7 @@ api_keys = ["sk-agentry-test-key-0123456789abcdef"]
     assert!(!stderr.contains("listening"), "{stderr}");
     assert!(!project.path().join("sessions.db").exists());
 
-    let (code, _, stderr) = run(user.agentry(project.path()).args(["trust"]));
+    let (code, _, stderr) = user.run(project.path(), &["trust"]);
     assert_eq!(code, 0, "{stderr}");
     let mut child = user
         .agentry(project.path())

@@ -6,22 +6,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::support::{CONFIG, TestServer, parse_sse, slow_tool};
+use crate::support::{CONFIG, TestServer, finished_events, slow_tool};
 
 /// The demo model's round 1 calls `get_weather`: here a server tool that takes a second.
 fn slow_weather(started: Arc<Notify>) -> agent_tools::Tool {
     slow_tool("get_weather", 1000, started)
-}
-
-async fn session_json(server: &TestServer, id: &str) -> Value {
-    server
-        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -48,7 +37,7 @@ async fn a_client_that_hangs_up_mid_tool_aborts_the_run_and_keeps_what_completed
     // The run notices, stops the slow tools and saves the session as aborted.
     let mut session = Value::Null;
     for _ in 0..100 {
-        session = session_json(&server, &id).await;
+        session = server.session(&id).await;
         if session["status"] == "aborted" {
             break;
         }
@@ -82,26 +71,16 @@ async fn a_second_execute_on_a_busy_session_gets_409() {
     let id = server
         .create(json!({"model": "demo", "tools": ["get_weather", "clock", "calculator"]}))
         .await;
+    let first = server.execute_until_started(&id, &started).await;
     let path = format!("/v1/sessions/{id}/execute");
-    let first = server
-        .post(&path, "key-acme-test-0001")
-        .json(&json!({"message": "Weather?"}))
-        .send();
-    let first = tokio::spawn(first);
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
     let second = server
-        .post(&path, "key-acme-test-0001")
-        .json(&json!({"message": "Again?"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(&path, "key-acme-test-0001", &json!({"message": "Again?"}))
+        .await;
     assert_eq!(second.status(), 409);
     let body: Value = second.json().await.unwrap();
     assert_eq!(body["error"]["type"], "conflict_error");
     // The first one finishes normally.
-    let events = parse_sse(&first.await.unwrap().unwrap().text().await.unwrap());
+    let events = finished_events(first).await;
     assert_eq!(events.last().unwrap()["status"], "completed");
     server.shutdown().await;
 }
@@ -134,11 +113,8 @@ async fn bodies_over_the_limit_get_413_and_bad_input_400() {
         (json!({"model": "demo", "bogus": 1}), "unknown field"),
     ] {
         let response = server
-            .post("/v1/sessions", "key-acme-test-0001")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .post_json("/v1/sessions", "key-acme-test-0001", &body)
+            .await;
         assert_eq!(response.status(), 400, "{body}");
         let error: Value = response.json().await.unwrap();
         assert!(
@@ -188,15 +164,7 @@ async fn rate_and_concurrency_limits_answer_429_with_retry_after() {
         .create(json!({"model": "demo", "tools": ["get_weather", "clock", "calculator"]}))
         .await;
     let other = server.create(json!({"model": "demo"})).await;
-    let first = tokio::spawn(
-        server
-            .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
-            .json(&json!({"message": "Weather?"}))
-            .send(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
+    let first = server.execute_until_started(&id, &started).await;
     // The one execute place is taken.
     let busy = server
         .post(
@@ -249,7 +217,7 @@ async fn pending_remote_calls_expire_after_the_configured_time() {
     let pending = events.last().unwrap()["pending_tool_calls"].clone();
     assert_eq!(pending.as_array().unwrap().len(), 2);
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let session = session_json(&server, &id).await;
+    let session = server.session(&id).await;
     assert_eq!(session["expired"], true, "{session}");
     let results: Vec<Value> = pending
         .as_array()
@@ -332,15 +300,7 @@ async fn a_drain_lets_running_executes_finish_and_refuses_new_ones() {
     let id = server
         .create(json!({"model": "demo", "tools": ["get_weather", "clock", "calculator"]}))
         .await;
-    let running = tokio::spawn(
-        server
-            .post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
-            .json(&json!({"message": "Weather?"}))
-            .send(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
+    let running = server.execute_until_started(&id, &started).await;
     let url = server.url.clone();
     let client = server.client.clone();
     let state = server.state.clone();
@@ -357,7 +317,7 @@ async fn a_drain_lets_running_executes_finish_and_refuses_new_ones() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let events = parse_sse(&running.await.unwrap().unwrap().text().await.unwrap());
+    let events = finished_events(running).await;
     assert_eq!(
         events.last().unwrap()["status"],
         "completed",

@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use agent_loop::{Session, SessionStatus};
 use agent_server::store::{
     Lease, ListFilter, Quota, QuotaKind, Removal, SessionOptions, SessionRecord, SessionStore,
-    StoreError, TenantUsage,
+    SessionSummary, StoreError, TenantUsage,
 };
 use agent_types::{AssistantBlock, AssistantMessage, StopReason, ToolCall, Usage, UserMessage};
 use serde_json::json;
@@ -64,6 +64,14 @@ impl Harness {
         }
     }
 
+    /// A new tenant and a [`record`] of it, created.
+    async fn created(&self) -> (String, SessionRecord) {
+        let tenant = unique("tenant");
+        let record = record(&tenant);
+        self.store.create(&record).await.unwrap();
+        (tenant, record)
+    }
+
     /// The `status` column of session `id`.
     async fn status_column(&self, id: &str) -> String {
         match &self.raw {
@@ -92,6 +100,13 @@ fn raw_sqlite(path: &std::path::Path) -> rusqlite::Connection {
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .unwrap();
     conn
+}
+
+/// The file's schema version.
+#[cfg(feature = "sqlite")]
+fn user_version(conn: &rusqlite::Connection) -> i64 {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap()
 }
 
 #[cfg(feature = "postgres")]
@@ -144,6 +159,13 @@ fn postgres_url() -> Option<String> {
             None
         }
     }
+}
+
+/// `url` with one more query parameter.
+#[cfg(feature = "postgres")]
+fn with_param(url: &str, param: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{param}")
 }
 
 #[cfg(feature = "postgres")]
@@ -225,6 +247,30 @@ fn changed(record: &SessionRecord, text: &str) -> SessionRecord {
     next
 }
 
+/// The store's calls the checks make over and over, with their `Result` unwrapped.
+trait Unwrapped {
+    /// `acquire`'s outcome.
+    async fn lease(&self, tenant: &str, id: &str, holder: &str, now: u64, until: u64) -> Lease;
+    /// `delete`'s outcome.
+    async fn removal(&self, tenant: &str, id: &str, now: u64) -> Removal;
+    /// `get`'s record.
+    async fn stored(&self, tenant: &str, id: &str) -> Option<SessionRecord>;
+}
+
+impl<S: SessionStore + ?Sized> Unwrapped for S {
+    async fn lease(&self, tenant: &str, id: &str, holder: &str, now: u64, until: u64) -> Lease {
+        self.acquire(tenant, id, holder, now, until).await.unwrap()
+    }
+
+    async fn removal(&self, tenant: &str, id: &str, now: u64) -> Removal {
+        self.delete(tenant, id, now).await.unwrap()
+    }
+
+    async fn stored(&self, tenant: &str, id: &str) -> Option<SessionRecord> {
+        self.get(tenant, id).await.unwrap()
+    }
+}
+
 /// Defines each check as one test per store: `store::sqlite::<check>` and
 /// `store::postgres::<check>`.
 macro_rules! conformance {
@@ -280,15 +326,10 @@ conformance! {
 /// caller's record without its history: the history and its encoding are not both held while
 /// the database writes (`memory.rs` measures what that saves). A lost lease writes nothing.
 async fn save_last_stores_the_history_and_drops_the_callers_copy(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
     assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
+        h.store.lease(&tenant, id, "h1", 1_000, 60_000).await,
         Lease::Acquired
     );
     let next = changed(&record, "Lisbon is 15 °C warmer.");
@@ -296,13 +337,13 @@ async fn save_last_stores_the_history_and_drops_the_callers_copy(h: &Harness) {
     h.store.save_last(&mut last, "h1", true).await.unwrap();
     assert!(last.session.messages.is_empty());
     assert_eq!(last.session.status, next.session.status);
-    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(next.clone()));
+    assert_eq!(h.store.stored(&tenant, id).await, Some(next.clone()));
     assert_eq!(h.status_column(id).await, "completed");
     // Released: another save by the same holder is refused.
     let mut late = changed(&next, "late");
     let error = h.store.save_last(&mut late, "h1", true).await.unwrap_err();
     assert!(matches!(error, StoreError::LeaseLost(_)), "{error:?}");
-    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(next));
+    assert_eq!(h.store.stored(&tenant, id).await, Some(next));
 }
 
 /// Another tenant's session with the same id is another session: each tenant creates,
@@ -316,35 +357,30 @@ async fn ids_are_per_tenant(h: &Harness) {
     squatter.tenant.clone_from(&b);
     h.store.create(&squatter).await.unwrap();
     h.store.create(&first).await.unwrap();
-    assert_eq!(h.store.get(&a, &id).await.unwrap(), Some(first.clone()));
-    assert_eq!(h.store.get(&b, &id).await.unwrap(), Some(squatter.clone()));
+    assert_eq!(h.store.stored(&a, &id).await, Some(first.clone()));
+    assert_eq!(h.store.stored(&b, &id).await, Some(squatter.clone()));
 
     // A's lease does not block B.
     assert_eq!(
-        h.store.acquire(&a, &id, "ha", 1_000, 60_000).await.unwrap(),
+        h.store.lease(&a, &id, "ha", 1_000, 60_000).await,
         Lease::Acquired
     );
     assert_eq!(
-        h.store.acquire(&b, &id, "hb", 1_000, 60_000).await.unwrap(),
+        h.store.lease(&b, &id, "hb", 1_000, 60_000).await,
         Lease::Acquired
     );
     let saved = changed(&first, "A's answer");
     h.store.save(&saved, "ha", true).await.unwrap();
-    assert_eq!(h.store.get(&b, &id).await.unwrap(), Some(squatter.clone()));
+    assert_eq!(h.store.stored(&b, &id).await, Some(squatter.clone()));
     h.store.release(&b, &id, "hb").await.unwrap();
-    assert_eq!(
-        h.store.delete(&b, &id, 2_000).await.unwrap(),
-        Removal::Deleted
-    );
-    assert_eq!(h.store.get(&a, &id).await.unwrap(), Some(saved));
-    assert_eq!(h.store.get(&b, &id).await.unwrap(), None);
+    assert_eq!(h.store.removal(&b, &id, 2_000).await, Removal::Deleted);
+    assert_eq!(h.store.stored(&a, &id).await, Some(saved));
+    assert_eq!(h.store.stored(&b, &id).await, None);
 }
 
 async fn read_reports_the_lease_and_delete_refuses_a_leased_session(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
     let stored = h.store.read(&tenant, id).await.unwrap().unwrap();
     assert_eq!(
         (stored.record, stored.lease_until_ms),
@@ -352,19 +388,13 @@ async fn read_reports_the_lease_and_delete_refuses_a_leased_session(h: &Harness)
     );
 
     assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
+        h.store.lease(&tenant, id, "h1", 1_000, 60_000).await,
         Lease::Acquired
     );
     let stored = h.store.read(&tenant, id).await.unwrap().unwrap();
     assert_eq!(stored.lease_until_ms, Some(60_000));
     // Under an unexpired lease: refused, nothing deleted, the holder still saves.
-    assert_eq!(
-        h.store.delete(&tenant, id, 59_999).await.unwrap(),
-        Removal::Busy
-    );
+    assert_eq!(h.store.removal(&tenant, id, 59_999).await, Removal::Busy);
     h.store
         .save(&changed(&record, "saved"), "h1", true)
         .await
@@ -378,14 +408,8 @@ async fn read_reports_the_lease_and_delete_refuses_a_leased_session(h: &Harness)
             .lease_until_ms,
         None
     );
-    assert_eq!(
-        h.store.delete(&tenant, id, 2_000).await.unwrap(),
-        Removal::Deleted
-    );
-    assert_eq!(
-        h.store.delete(&tenant, id, 2_000).await.unwrap(),
-        Removal::NotFound
-    );
+    assert_eq!(h.store.removal(&tenant, id, 2_000).await, Removal::Deleted);
+    assert_eq!(h.store.removal(&tenant, id, 2_000).await, Removal::NotFound);
 }
 
 async fn list_pages_through_one_tenants_sessions_only(h: &Harness) {
@@ -403,10 +427,7 @@ async fn list_pages_through_one_tenants_sessions_only(h: &Harness) {
     h.store.create(&record(&other)).await.unwrap();
     ids.sort();
     assert_eq!(
-        h.store
-            .acquire(&tenant, &ids[1], "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
+        h.store.lease(&tenant, &ids[1], "h1", 1_000, 60_000).await,
         Lease::Acquired
     );
 
@@ -531,18 +552,16 @@ async fn list_filters_compose_with_pagination_and_show_totals(h: &Harness) {
     for (record, release) in [(&done, true), (&cut, true)] {
         assert_eq!(
             h.store
-                .acquire(&tenant, record.id(), "h1", 1_000, 60_000)
-                .await
-                .unwrap(),
+                .lease(&tenant, record.id(), "h1", 1_000, 60_000)
+                .await,
             Lease::Acquired
         );
         h.store.save(record, "h1", release).await.unwrap();
     }
     assert_eq!(
         h.store
-            .acquire(&tenant, "s-beta-3", "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
+            .lease(&tenant, "s-beta-3", "h1", 1_000, 60_000)
+            .await,
         Lease::Acquired
     );
     let rows = h.store.list(&tenant, None, 10, &all).await.unwrap();
@@ -735,9 +754,8 @@ async fn quotas_count_sessions_and_bytes_per_tenant(h: &Harness) {
     let before = h.store.usage(&tenant).await.unwrap().bytes;
     assert_eq!(
         h.store
-            .acquire(&tenant, grown.id(), "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
+            .lease(&tenant, grown.id(), "h1", 1_000, 60_000)
+            .await,
         Lease::Acquired
     );
     grown = changed(&grown, &"x".repeat(10_000));
@@ -789,17 +807,16 @@ async fn expire_deletes_idle_sessions_but_not_leased_ones(h: &Harness) {
     let now = 1_800_000_000_500;
     assert_eq!(
         h.store
-            .acquire(&tenant, leased.id(), "h1", now, now + 60_000)
-            .await
-            .unwrap(),
+            .lease(&tenant, leased.id(), "h1", now, now + 60_000)
+            .await,
         Lease::Acquired
     );
     let cutoff = 1_750_000_000_000;
     assert_eq!(h.store.expire(&tenant, cutoff, now, 500).await.unwrap(), 1);
-    assert_eq!(h.store.get(&tenant, old.id()).await.unwrap(), None);
-    assert!(h.store.get(&tenant, leased.id()).await.unwrap().is_some());
-    assert!(h.store.get(&tenant, recent.id()).await.unwrap().is_some());
-    assert!(h.store.get(&other, foreign.id()).await.unwrap().is_some());
+    assert_eq!(h.store.stored(&tenant, old.id()).await, None);
+    assert!(h.store.stored(&tenant, leased.id()).await.is_some());
+    assert!(h.store.stored(&tenant, recent.id()).await.is_some());
+    assert!(h.store.stored(&other, foreign.id()).await.is_some());
     // Once the lease has expired, the idle session goes too; in steps of `limit`.
     for _ in 0..3 {
         h.store.create(&record(&tenant)).await.unwrap();
@@ -815,23 +832,12 @@ async fn create_leased_holds_the_lease_from_the_first_write(h: &Harness) {
     let tenant = unique("tenant");
     let record = record(&tenant);
     let id = record.id();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
     h.store.create_leased(&record, "h1", 2_000).await.unwrap();
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h2", 1_000, 3_000)
-            .await
-            .unwrap(),
-        Lease::Busy
-    );
+    assert_eq!(lease("h2", 1_000, 3_000).await, Lease::Busy);
     // The holder can save at once, without acquiring.
     h.store.save(&record, "h1", true).await.unwrap();
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h2", 1_000, 3_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 1_000, 3_000).await, Lease::Acquired);
     assert!(matches!(
         h.store.create_leased(&record, "h3", 2_000).await,
         Err(StoreError::Exists(_))
@@ -839,33 +845,22 @@ async fn create_leased_holds_the_lease_from_the_first_write(h: &Harness) {
 }
 
 async fn create_then_get_round_trips(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
-    h.store.create(&record).await.unwrap();
+    let (tenant, record) = h.created().await;
     let stored = h
         .store
-        .get(&tenant, record.id())
+        .stored(&tenant, record.id())
         .await
-        .unwrap()
         .expect("the session just created");
     assert_eq!(stored, record);
     assert_eq!(
         h.status_column(record.id()).await,
         "awaiting_tool_execution"
     );
-    assert!(
-        h.store
-            .get(&tenant, &unique("missing"))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(h.store.stored(&tenant, &unique("missing")).await.is_none());
 }
 
 async fn duplicate_create_is_exists(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
-    h.store.create(&record).await.unwrap();
+    let (tenant, record) = h.created().await;
 
     let mut again = changed(&record, "a second create");
     let error = h.store.create(&again).await.unwrap_err();
@@ -878,10 +873,7 @@ async fn duplicate_create_is_exists(h: &Harness) {
     again.tenant = unique("other-tenant");
     h.store.create(&again).await.unwrap();
 
-    assert_eq!(
-        h.store.get(&tenant, record.id()).await.unwrap(),
-        Some(record)
-    );
+    assert_eq!(h.store.stored(&tenant, record.id()).await, Some(record));
 }
 
 async fn tenants_cannot_see_each_other(h: &Harness) {
@@ -890,26 +882,17 @@ async fn tenants_cannot_see_each_other(h: &Harness) {
     let id = record.id();
     h.store.create(&record).await.unwrap();
 
-    assert_eq!(h.store.get(&other, id).await.unwrap(), None);
+    assert_eq!(h.store.stored(&other, id).await, None);
+    assert_eq!(h.store.removal(&other, id, 1_000).await, Removal::NotFound);
     assert_eq!(
-        h.store.delete(&other, id, 1_000).await.unwrap(),
-        Removal::NotFound
-    );
-    assert_eq!(
-        h.store
-            .acquire(&other, id, "h-other", 1_000, 2_000)
-            .await
-            .unwrap(),
+        h.store.lease(&other, id, "h-other", 1_000, 2_000).await,
         Lease::NotFound
     );
     h.store.release(&other, id, "h-other").await.unwrap();
 
     // The owner's lease, then a save that names the other tenant: refused, nothing written.
     assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 2_000)
-            .await
-            .unwrap(),
+        h.store.lease(&tenant, id, "h1", 1_000, 2_000).await,
         Lease::Acquired
     );
     let mut foreign = changed(&record, "written under another tenant");
@@ -917,27 +900,15 @@ async fn tenants_cannot_see_each_other(h: &Harness) {
     let error = h.store.save(&foreign, "h1", true).await.unwrap_err();
     assert!(matches!(error, StoreError::LeaseLost(_)), "{error:?}");
 
-    assert_eq!(
-        h.store.get(&tenant, id).await.unwrap(),
-        Some(record.clone())
-    );
+    assert_eq!(h.store.stored(&tenant, id).await, Some(record.clone()));
 }
 
 async fn lease_is_busy_then_expires_and_is_reentrant(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
 
-    let acquire = |holder: &'static str, now: u64, until: u64| {
-        let (store, tenant, id) = (Arc::clone(&h.store), tenant.clone(), id.to_owned());
-        async move {
-            store
-                .acquire(&tenant, &id, holder, now, until)
-                .await
-                .unwrap()
-        }
-    };
+    let tenant = tenant.as_str();
+    let acquire = move |holder, now, until| h.store.lease(tenant, id, holder, now, until);
     assert_eq!(acquire("h1", 1_000, 2_000).await, Lease::Acquired);
     assert_eq!(acquire("h2", 1_500, 2_500).await, Lease::Busy);
     assert_eq!(acquire("h2", 1_999, 2_999).await, Lease::Busy);
@@ -951,39 +922,25 @@ async fn lease_is_busy_then_expires_and_is_reentrant(h: &Harness) {
 
     assert_eq!(
         h.store
-            .acquire(&tenant, &unique("missing"), "h1", 1_000, 2_000)
-            .await
-            .unwrap(),
+            .lease(tenant, &unique("missing"), "h1", 1_000, 2_000)
+            .await,
         Lease::NotFound
     );
 }
 
 async fn save_with_release_frees_the_lease(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     let next = changed(&record, "Lisbon is 15 °C warmer.");
     h.store.save(&next, "h1", true).await.unwrap();
 
-    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(next.clone()));
+    assert_eq!(h.store.stored(&tenant, id).await, Some(next.clone()));
     assert_eq!(h.status_column(id).await, "completed");
     // Well before the old lease would have expired, another holder gets it.
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h2", 1_001, 60_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 1_001, 60_000).await, Lease::Acquired);
     // And the first holder, having released, can no longer write.
     let error = h
         .store
@@ -994,53 +951,27 @@ async fn save_with_release_frees_the_lease(h: &Harness) {
 }
 
 async fn save_without_release_keeps_the_lease(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     let first = changed(&record, "round one");
     h.store.save(&first, "h1", false).await.unwrap();
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h2", 1_001, 60_000)
-            .await
-            .unwrap(),
-        Lease::Busy
-    );
+    assert_eq!(lease("h2", 1_001, 60_000).await, Lease::Busy);
     let second = changed(&first, "round two");
     h.store.save(&second, "h1", true).await.unwrap();
-    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(second));
+    assert_eq!(h.store.stored(&tenant, id).await, Some(second));
 }
 
 async fn save_after_losing_the_lease_writes_nothing(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 2_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 2_000).await, Lease::Acquired);
     // h1 stalls past its lease; h2 takes over.
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h2", 2_500, 9_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 2_500, 9_000).await, Lease::Acquired);
 
     let stale = changed(&record, "from the stalled execute");
     let error = h.store.save(&stale, "h1", true).await.unwrap_err();
@@ -1048,101 +979,54 @@ async fn save_after_losing_the_lease_writes_nothing(h: &Harness) {
         matches!(&error, StoreError::LeaseLost(lost) if lost == id),
         "{error:?}"
     );
-    assert_eq!(
-        h.store.get(&tenant, id).await.unwrap(),
-        Some(record.clone())
-    );
+    assert_eq!(h.store.stored(&tenant, id).await, Some(record.clone()));
     // h2 still holds it, and its write goes through.
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h3", 3_000, 9_000)
-            .await
-            .unwrap(),
-        Lease::Busy
-    );
+    assert_eq!(lease("h3", 3_000, 9_000).await, Lease::Busy);
     let current = changed(&record, "from the live execute");
     h.store.save(&current, "h2", true).await.unwrap();
-    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(current));
+    assert_eq!(h.store.stored(&tenant, id).await, Some(current));
 }
 
 async fn release_by_a_non_holder_does_nothing(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     h.store.release(&tenant, id, "h2").await.unwrap();
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h2", 1_001, 60_000)
-            .await
-            .unwrap(),
-        Lease::Busy
-    );
+    assert_eq!(lease("h2", 1_001, 60_000).await, Lease::Busy);
 
     h.store.release(&tenant, id, "h1").await.unwrap();
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h2", 1_002, 60_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h2", 1_002, 60_000).await, Lease::Acquired);
     // Releasing a session nobody holds, or one that does not exist, is fine too.
     h.store
         .release(&tenant, &unique("missing"), "h1")
         .await
         .unwrap();
-    assert_eq!(h.store.get(&tenant, id).await.unwrap(), Some(record));
+    assert_eq!(h.store.stored(&tenant, id).await, Some(record));
 }
 
 async fn delete_under_a_lease_makes_the_save_fail(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
+    let lease = |holder, now, until| h.store.lease(&tenant, id, holder, now, until);
 
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
-        Lease::Acquired
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::Acquired);
     // The lease protects the session while it lasts; a stalled holder's does not forever.
-    assert_eq!(
-        h.store.delete(&tenant, id, 30_000).await.unwrap(),
-        Removal::Busy
-    );
-    assert_eq!(
-        h.store.delete(&tenant, id, 60_000).await.unwrap(),
-        Removal::Deleted
-    );
+    assert_eq!(h.store.removal(&tenant, id, 30_000).await, Removal::Busy);
+    assert_eq!(h.store.removal(&tenant, id, 60_000).await, Removal::Deleted);
     let error = h
         .store
         .save(&changed(&record, "too late"), "h1", true)
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::LeaseLost(_)), "{error:?}");
-    assert_eq!(h.store.get(&tenant, id).await.unwrap(), None);
+    assert_eq!(h.store.stored(&tenant, id).await, None);
     assert_eq!(
-        h.store.delete(&tenant, id, 60_000).await.unwrap(),
+        h.store.removal(&tenant, id, 60_000).await,
         Removal::NotFound
     );
-    assert_eq!(
-        h.store
-            .acquire(&tenant, id, "h1", 1_000, 60_000)
-            .await
-            .unwrap(),
-        Lease::NotFound
-    );
+    assert_eq!(lease("h1", 1_000, 60_000).await, Lease::NotFound);
 }
 
 async fn concurrent_acquires_have_one_winner(h: &Harness) {
@@ -1156,10 +1040,7 @@ async fn concurrent_acquires_have_one_winner(h: &Harness) {
             let (store, tenant, id) = (Arc::clone(&h.store), tenant.clone(), id.clone());
             tokio::spawn(async move {
                 let holder = format!("holder-{n}");
-                store
-                    .acquire(&tenant, &id, &holder, 1_000, 60_000)
-                    .await
-                    .unwrap()
+                store.lease(&tenant, &id, &holder, 1_000, 60_000).await
             })
         })
         .collect();
@@ -1179,10 +1060,8 @@ async fn concurrent_acquires_have_one_winner(h: &Harness) {
 }
 
 async fn corrupt_row_is_corrupt(h: &Harness) {
-    let tenant = unique("tenant");
-    let record = record(&tenant);
+    let (tenant, record) = h.created().await;
     let id = record.id();
-    h.store.create(&record).await.unwrap();
 
     h.overwrite_data(id, "{not json").await;
     let error = h.store.get(&tenant, id).await.unwrap_err();
@@ -1201,14 +1080,51 @@ async fn corrupt_row_is_corrupt(h: &Harness) {
     );
 
     // A corrupt session can still be deleted.
-    assert_eq!(
-        h.store.delete(&tenant, id, 1_000).await.unwrap(),
-        Removal::Deleted
-    );
+    assert_eq!(h.store.removal(&tenant, id, 1_000).await, Removal::Deleted);
 }
 
 fn record_json_for(tenant: &str) -> String {
     serde_json::to_string(&record(tenant)).unwrap()
+}
+
+/// What a migration to version 3 fills in: `tenant`'s "a-old" (model `gpt-demo`, otherwise a
+/// [`record`]) gets its list columns from its document, "b-garbage" (not JSON) stays listed
+/// with them empty, and the model filter finds the first. Returns the rows.
+async fn assert_list_columns_migrated(
+    store: &dyn SessionStore,
+    tenant: &str,
+) -> Vec<SessionSummary> {
+    let rows = store
+        .list(tenant, None, 10, &ListFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (
+            rows[0].model.as_str(),
+            rows[0].input_tokens,
+            rows[0].output_tokens,
+            rows[0].cost_usd
+        ),
+        ("gpt-demo", Some(120), Some(30), Some(0.0125))
+    );
+    assert_eq!(
+        (
+            rows[1].model.as_str(),
+            rows[1].input_tokens,
+            rows[1].cost_usd
+        ),
+        ("", None, None)
+    );
+    let filter = ListFilter {
+        model: Some("gpt-demo".to_owned()),
+        ..ListFilter::default()
+    };
+    assert_eq!(
+        store.list(tenant, None, 10, &filter).await.unwrap().len(),
+        1
+    );
+    rows
 }
 
 #[cfg(feature = "sqlite")]
@@ -1240,7 +1156,7 @@ mod sqlite_only {
         }
         assert_eq!(exists, 1);
         for record in &records {
-            assert!(store.get(&tenant, record.id()).await.unwrap().is_some());
+            assert!(store.stored(&tenant, record.id()).await.is_some());
         }
     }
 
@@ -1325,31 +1241,23 @@ mod sqlite_only {
             let store = SqliteStore::open(path.clone()).await.unwrap();
             store.create(&record).await.unwrap();
             assert_eq!(
-                store
-                    .acquire(&tenant, record.id(), "h1", 1_000, 60_000)
-                    .await
-                    .unwrap(),
+                store.lease(&tenant, record.id(), "h1", 1_000, 60_000).await,
                 Lease::Acquired
             );
         }
         let store = SqliteStore::open(path.clone()).await.unwrap();
         assert_eq!(
-            store.get(&tenant, record.id()).await.unwrap(),
+            store.stored(&tenant, record.id()).await,
             Some(record.clone())
         );
         // The lease survived the restart too.
         assert_eq!(
-            store
-                .acquire(&tenant, record.id(), "h2", 2_000, 60_000)
-                .await
-                .unwrap(),
+            store.lease(&tenant, record.id(), "h2", 2_000, 60_000).await,
             Lease::Busy
         );
 
         let conn = raw_sqlite(&path);
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .unwrap();
+        let version = user_version(&conn);
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |row| row.get(0))
             .unwrap();
@@ -1408,9 +1316,7 @@ mod sqlite_only {
             .create(&record_with_tenant(&old, &unique("other")))
             .await
             .unwrap();
-        let version: i64 = raw_sqlite(&path)
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .unwrap();
+        let version = user_version(&raw_sqlite(&path));
         assert_eq!(version, 3);
     }
 
@@ -1448,48 +1354,11 @@ mod sqlite_only {
             }
         }
         let store = SqliteStore::open(path.clone()).await.unwrap();
-        let rows = store
-            .list(&tenant, None, 10, &ListFilter::default())
-            .await
-            .unwrap();
-        assert_eq!(rows.len(), 2);
-        assert_eq!(
-            (
-                rows[0].model.as_str(),
-                rows[0].input_tokens,
-                rows[0].output_tokens,
-                rows[0].cost_usd,
-                rows[0].size_bytes
-            ),
-            (
-                "gpt-demo",
-                Some(120),
-                Some(30),
-                Some(0.0125),
-                data.len() as u64
-            )
-        );
-        assert_eq!(
-            (
-                rows[1].model.as_str(),
-                rows[1].input_tokens,
-                rows[1].cost_usd
-            ),
-            ("", None, None)
-        );
-        let filter = ListFilter {
-            model: Some("gpt-demo".to_owned()),
-            ..ListFilter::default()
-        };
-        assert_eq!(
-            store.list(&tenant, None, 10, &filter).await.unwrap().len(),
-            1
-        );
-        assert_eq!(store.get(&tenant, "a-old").await.unwrap(), Some(old));
+        let rows = assert_list_columns_migrated(&store, &tenant).await;
+        assert_eq!(rows[0].size_bytes, data.len() as u64);
+        assert_eq!(store.stored(&tenant, "a-old").await, Some(old));
         let conn = raw_sqlite(&path);
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .unwrap();
+        let version = user_version(&conn);
         let index: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE name = 'sessions_by_idle'
@@ -1563,8 +1432,7 @@ mod postgres_only {
             )
             .await
             .unwrap();
-        let separator = if url.contains('?') { '&' } else { '?' };
-        let scoped = format!("{url}{separator}options=-csearch_path%3D{schema}");
+        let scoped = with_param(&url, &format!("options=-csearch_path%3D{schema}"));
         let store = PostgresStore::connect(&scoped).await.unwrap();
         let stored = store.read(&tenant, old.id()).await.unwrap().unwrap();
         assert_eq!(stored.record, old);
@@ -1629,39 +1497,9 @@ mod postgres_only {
                 .await
                 .unwrap();
         }
-        let separator = if url.contains('?') { '&' } else { '?' };
-        let scoped = format!("{url}{separator}options=-csearch_path%3D{schema}");
+        let scoped = with_param(&url, &format!("options=-csearch_path%3D{schema}"));
         let store = PostgresStore::connect(&scoped).await.unwrap();
-        let rows = store
-            .list(&tenant, None, 10, &ListFilter::default())
-            .await
-            .unwrap();
-        assert_eq!(rows.len(), 2);
-        assert_eq!(
-            (
-                rows[0].model.as_str(),
-                rows[0].input_tokens,
-                rows[0].output_tokens,
-                rows[0].cost_usd
-            ),
-            ("gpt-demo", Some(120), Some(30), Some(0.0125))
-        );
-        assert_eq!(
-            (
-                rows[1].model.as_str(),
-                rows[1].input_tokens,
-                rows[1].cost_usd
-            ),
-            ("", None, None)
-        );
-        let filter = ListFilter {
-            model: Some("gpt-demo".to_owned()),
-            ..ListFilter::default()
-        };
-        assert_eq!(
-            store.list(&tenant, None, 10, &filter).await.unwrap().len(),
-            1
-        );
+        assert_list_columns_migrated(&store, &tenant).await;
         drop(store);
         // Connecting again changes nothing.
         drop(PostgresStore::connect(&scoped).await.unwrap());
@@ -1699,8 +1537,7 @@ mod postgres_only {
         let Some(url) = postgres_url() else { return };
         // A name to find this store's connection by, and only it.
         let name = unique("agentry-reconnect").replace('-', "_");
-        let separator = if url.contains('?') { '&' } else { '?' };
-        let store = PostgresStore::connect(&format!("{url}{separator}application_name={name}"))
+        let store = PostgresStore::connect(&with_param(&url, &format!("application_name={name}")))
             .await
             .unwrap();
         let tenant = unique("tenant");
@@ -1720,14 +1557,11 @@ mod postgres_only {
         assert!(killed, "the store's connection was not found");
 
         assert_eq!(
-            store.get(&tenant, record.id()).await.unwrap(),
+            store.stored(&tenant, record.id()).await,
             Some(record.clone())
         );
         assert_eq!(
-            store
-                .acquire(&tenant, record.id(), "h1", 1_000, 60_000)
-                .await
-                .unwrap(),
+            store.lease(&tenant, record.id(), "h1", 1_000, 60_000).await,
             Lease::Acquired
         );
     }

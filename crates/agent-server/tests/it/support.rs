@@ -6,7 +6,7 @@ use std::time::Duration;
 use agent_server::{AppState, ServerBuilder, ServerConfig, serve};
 use agent_tools::Tool;
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 /// The minimal configuration tests build on: the recorded demo model, one tenant `acme`
 /// (key `key-acme-test-0001`) and one tenant `globex` (key `key-globex-test-01`), the calculator and clock.
@@ -103,6 +103,43 @@ impl TestServer {
             .bearer_auth(key)
     }
 
+    /// DELETEs `path` as `key`'s tenant and returns the response, whatever its status.
+    pub(crate) async fn delete(&self, path: &str, key: &str) -> reqwest::Response {
+        let request = self.client.delete(format!("{}{path}", self.url));
+        request.bearer_auth(key).send().await.unwrap()
+    }
+
+    /// POSTs `body` to `path` as `key`'s tenant and returns the response, whatever its status.
+    pub(crate) async fn post_json(&self, path: &str, key: &str, body: &Value) -> reqwest::Response {
+        self.post(path, key).json(body).send().await.unwrap()
+    }
+
+    /// GETs `path` as `key`'s tenant and parses the body, whatever the status.
+    pub(crate) async fn get_json(&self, path: &str, key: &str) -> Value {
+        let response = self.get(path, key).send().await.unwrap();
+        response.json().await.unwrap()
+    }
+
+    /// `acme`'s session `id`, as GET returns it.
+    pub(crate) async fn session(&self, id: &str) -> Value {
+        self.get_json(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
+            .await
+    }
+
+    /// Starts an execute of "Weather?" on `acme`'s session `id` in a task and returns once
+    /// `started` says the (slow) weather tool runs; [`finished_events`] reads its stream.
+    pub(crate) async fn execute_until_started(&self, id: &str, started: &Notify) -> Running {
+        let running = tokio::spawn(
+            self.post(&format!("/v1/sessions/{id}/execute"), "key-acme-test-0001")
+                .json(&serde_json::json!({"message": "Weather?"}))
+                .send(),
+        );
+        tokio::time::timeout(Duration::from_secs(10), started.notified())
+            .await
+            .unwrap();
+        running
+    }
+
     /// A GET with no key: a public asset, or a route that must refuse an anonymous caller.
     pub(crate) fn get_anonymous(&self, path: &str) -> reqwest::RequestBuilder {
         self.client.get(format!("{}{path}", self.url))
@@ -134,6 +171,14 @@ impl TestServer {
     }
 }
 
+/// An execute started by [`TestServer::execute_until_started`].
+pub(crate) type Running = tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>;
+
+/// The events of an execute started in the background, once its stream has ended.
+pub(crate) async fn finished_events(running: Running) -> Vec<Value> {
+    parse_sse(&running.await.unwrap().unwrap().text().await.unwrap())
+}
+
 /// The `data:` payloads of an SSE body, parsed as JSON.
 pub(crate) fn parse_sse(text: &str) -> Vec<Value> {
     text.split("\n\n")
@@ -144,7 +189,7 @@ pub(crate) fn parse_sse(text: &str) -> Vec<Value> {
 
 /// A server tool `name` that takes `millis` to answer whatever its arguments, and says
 /// when it starts.
-pub(crate) fn slow_tool(name: &str, millis: u64, started: Arc<tokio::sync::Notify>) -> Tool {
+pub(crate) fn slow_tool(name: &str, millis: u64, started: Arc<Notify>) -> Tool {
     Tool::from_json_fn(
         name,
         "Answers after a while.",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::support::{CONFIG, TestServer, parse_sse, slow_tool};
+use crate::support::{CONFIG, TestServer, finished_events, parse_sse, slow_tool};
 
 /// Status and body, exactly as sent.
 async fn raw(response: reqwest::Response) -> (u16, String) {
@@ -20,21 +20,11 @@ async fn probe(server: &TestServer, key: &str, id: &str) -> Vec<(u16, String)> {
     let path = format!("/v1/sessions/{id}");
     vec![
         raw(server
-            .post(&format!("{path}/execute"), key)
-            .json(&json!({"message": "hi"}))
-            .send()
-            .await
-            .unwrap())
+            .post_json(&format!("{path}/execute"), key, &json!({"message": "hi"}))
+            .await)
         .await,
         raw(server.get(&path, key).send().await.unwrap()).await,
-        raw(server
-            .client
-            .delete(format!("{}{path}", server.url))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap())
-        .await,
+        raw(server.delete(&path, key).await).await,
     ]
 }
 
@@ -81,14 +71,7 @@ async fn another_tenants_id_and_a_missing_id_get_the_same_answer_byte_for_byte()
     let events = execute_with_context(&server, "key-globex-test-01", id).await;
     assert_eq!(events.last().unwrap()["session_id"], id);
     for key in ["key-acme-test-0001", "key-globex-test-01"] {
-        let session: Value = server
-            .get(&format!("/v1/sessions/{id}"), key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let session: Value = server.get_json(&format!("/v1/sessions/{id}"), key).await;
         assert_eq!(session["messages"][0]["content"][0]["text"], "Weather?");
     }
 
@@ -149,42 +132,14 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
         .create(json!({"model": "demo", "tools": ["get_weather", "clock"]}))
         .await;
     let path = format!("/v1/sessions/{id}");
-    let running = tokio::spawn(
-        server
-            .post(&format!("{path}/execute"), "key-acme-test-0001")
-            .json(&json!({"message": "Weather?"}))
-            .send(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
+    let running = server.execute_until_started(&id, &started).await;
 
-    let session: Value = server
-        .get(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let session: Value = server.session(&id).await;
     assert_eq!(session["status"], "running", "{session}");
-    let listed: Value = server
-        .get("/v1/sessions", "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = server.get_json("/v1/sessions", "key-acme-test-0001").await;
     assert_eq!(listed["data"][0]["status"], "running", "{listed}");
 
-    let delete = server
-        .client
-        .delete(format!("{}{path}", server.url))
-        .bearer_auth("key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = server.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 409);
     let body: Value = delete.json().await.unwrap();
     assert_eq!(body["error"]["type"], "conflict_error");
@@ -196,27 +151,14 @@ async fn a_running_session_cannot_be_deleted_and_shows_running() {
         "{body}"
     );
 
-    let events = parse_sse(&running.await.unwrap().unwrap().text().await.unwrap());
+    let events = finished_events(running).await;
     let complete = events.last().unwrap();
     assert_eq!(complete["type"], "execute_complete");
     assert!(complete["error"].is_null(), "{complete}");
-    let session: Value = server
-        .get(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let session: Value = server.session(&id).await;
     assert_eq!(session["status"], complete["status"]);
     assert_ne!(session["status"], "running");
-    let delete = server
-        .client
-        .delete(format!("{}{path}", server.url))
-        .bearer_auth("key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = server.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 204);
     server.shutdown().await;
 }
@@ -233,27 +175,13 @@ async fn a_run_that_cannot_save_never_reports_completed() {
         .create(json!({"model": "demo", "tools": ["get_weather", "clock"]}))
         .await;
     let path = format!("/v1/sessions/{id}");
-    let running = tokio::spawn(
-        server
-            .post(&format!("{path}/execute"), "key-acme-test-0001")
-            .json(&json!({"message": "Weather?"}))
-            .send(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
+    let running = server.execute_until_started(&id, &started).await;
     // Past the one-second lease, the renewed lease still protects the session.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let delete = server
-        .client
-        .delete(format!("{}{path}", server.url))
-        .bearer_auth("key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = server.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 409);
 
-    let events = parse_sse(&running.await.unwrap().unwrap().text().await.unwrap());
+    let events = finished_events(running).await;
     let complete = events.last().unwrap();
     assert_eq!(complete["type"], "execute_complete");
     assert_ne!(complete["status"], "error", "{complete}");
@@ -280,53 +208,21 @@ async fn another_instance_sees_the_run_too() {
         .create(json!({"model": "demo", "tools": ["get_weather", "clock"]}))
         .await;
     let path = format!("/v1/sessions/{id}");
-    let running = tokio::spawn(
-        first
-            .post(&format!("{path}/execute"), "key-acme-test-0001")
-            .json(&json!({"message": "Weather?"}))
-            .send(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), started.notified())
-        .await
-        .unwrap();
-    let session: Value = second
-        .get(&path, "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let running = first.execute_until_started(&id, &started).await;
+    let session: Value = second.session(&id).await;
     assert_eq!(session["status"], "running", "{session}");
-    let delete = second
-        .client
-        .delete(format!("{}{path}", second.url))
-        .bearer_auth("key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = second.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 409);
-    let events = parse_sse(&running.await.unwrap().unwrap().text().await.unwrap());
+    let events = finished_events(running).await;
     assert!(events.last().unwrap()["error"].is_null(), "{events:?}");
-    let delete = second
-        .client
-        .delete(format!("{}{path}", second.url))
-        .bearer_auth("key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+    let delete = second.delete(&path, "key-acme-test-0001").await;
     assert_eq!(delete.status(), 204);
     first.shutdown().await;
     second.shutdown().await;
 }
 
 async fn create_status(server: &TestServer, key: &str, body: &Value) -> (u16, Value) {
-    let response = server
-        .post("/v1/sessions", key)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let response = server.post_json("/v1/sessions", key, body).await;
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
@@ -390,22 +286,11 @@ async fn session_and_byte_quotas_are_per_tenant_and_named_in_the_refusal() {
         2.0
     );
     // Deleting makes room again.
-    let listed: Value = server
-        .get("/v1/sessions", "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = server.get_json("/v1/sessions", "key-acme-test-0001").await;
     let first = listed["data"][0]["id"].as_str().unwrap();
     let deleted = server
-        .client
-        .delete(format!("{}/v1/sessions/{first}", server.url))
-        .bearer_auth("key-acme-test-0001")
-        .send()
-        .await
-        .unwrap();
+        .delete(&format!("/v1/sessions/{first}"), "key-acme-test-0001")
+        .await;
     assert_eq!(deleted.status(), 204);
     assert_eq!(
         create_status(&server, "key-acme-test-0001", &small).await.0,
@@ -471,14 +356,7 @@ async fn the_history_cap_refuses_executes_on_a_session_that_outgrew_it() {
         ),
         calls
     );
-    let session: Value = server
-        .get(&format!("/v1/sessions/{id}"), "key-acme-test-0001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let session: Value = server.session(id).await;
     assert_ne!(session["status"], "running");
     server.shutdown().await;
 }
@@ -576,14 +454,7 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
     let mut pages = 0;
     loop {
         pages += 1;
-        let page: Value = server
-            .get(&path, "key-acme-test-0001")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page: Value = server.get_json(&path, "key-acme-test-0001").await;
         assert_eq!(page["object"], "list");
         for row in page["data"].as_array().unwrap() {
             assert_eq!(row["status"], "idle");
@@ -606,14 +477,7 @@ async fn the_list_pages_through_the_callers_own_sessions_only() {
     assert!(theirs.iter().all(|id| !listed.contains(id)));
 
     // globex sees its three, never acme's.
-    let page: Value = server
-        .get("/v1/sessions", "key-globex-test-01")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page: Value = server.get_json("/v1/sessions", "key-globex-test-01").await;
     assert_eq!(page["data"].as_array().unwrap().len(), 3);
 
     for bad in ["limit=0", "limit=201", "limit=x", "cursor=1", "after=%zz"] {

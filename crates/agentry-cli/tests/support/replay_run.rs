@@ -11,6 +11,17 @@ use std::process::{Command, Output, Stdio};
 use agent_backends::replay::{Cassette, ReplayServer};
 use serde_json::{Value, json};
 
+/// A recorded provider response under `fixtures/providers`.
+pub(crate) fn recording(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/providers")
+        .join(path)
+}
+
+pub(crate) fn cassette(path: &str) -> Cassette {
+    Cassette::from_file(recording(path)).unwrap()
+}
+
 /// The binary with no provider keys and no configuration from the machine running the tests.
 pub(crate) fn agentry(home: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
@@ -45,6 +56,10 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+pub(crate) fn serve(runtime: &tokio::runtime::Runtime, cassettes: Vec<Cassette>) -> ReplayServer {
+    runtime.block_on(ReplayServer::start(cassettes)).unwrap()
 }
 
 pub(crate) fn chunk(delta: Value, finish: Value) -> String {
@@ -89,7 +104,7 @@ pub(crate) struct Setup {
 impl Setup {
     pub(crate) fn new(cassettes: Vec<Cassette>) -> Self {
         let runtime = runtime();
-        let server = runtime.block_on(ReplayServer::start(cassettes)).unwrap();
+        let server = serve(&runtime, cassettes);
         Self {
             _runtime: runtime,
             server,

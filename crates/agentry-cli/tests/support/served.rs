@@ -6,10 +6,13 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use agent_backends::replay::{Cassette, ReplayServer};
+use serde_json::Value;
 
 /// A server process and its base URL.
 pub(crate) struct Served {
@@ -161,4 +164,159 @@ pub(crate) fn answer_stream(text: &str) -> String {
     let end = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 70, "completion_tokens": 5, "total_tokens": 75}});
     format!("data: {delta}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+/// The key of tenant `acme` in the configurations [`config`] writes.
+pub(crate) const KEY: &str = "key-acme-test-0001";
+
+/// Writes `dir/agentry.toml`: the calculator, a 2 s execute lease, the store `store` (the
+/// body of `[server.store]`), then `extra`, and model `up` at `upstream`; tenant `acme`.
+pub(crate) fn config(dir: &Path, store: &str, extra: &str, upstream: &str) -> PathBuf {
+    let path = dir.join("agentry.toml");
+    let text = format!(
+        r#"
+[server]
+tools = ["calculator"]
+execute_lease_secs = 2
+
+[server.store]
+{store}
+{extra}
+[[server.models]]
+name = "up"
+provider = "openai-compatible"
+base_url = "{upstream}/v1"
+
+[[server.tenants]]
+name = "acme"
+api_keys = ["{KEY}"]
+"#
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A runtime whose worker thread keeps requests going while a test blocks on a process.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub(crate) fn sse(body: String) -> Cassette {
+    Cassette::new(200, "text/event-stream", body)
+}
+
+/// An OpenAI chat-completions stream asking for the calculator on `expression` as call `id`,
+/// with `(prompt, completion)` tokens of usage.
+pub(crate) fn calculator_call(
+    id: &str,
+    expression: &str,
+    (prompt, completion): (u32, u32),
+) -> String {
+    let call = serde_json::json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+        {"index": 0, "id": id, "type": "function",
+         "function": {"name": "calculator", "arguments": format!("{{\"expression\": \"{expression}\"}}")}}
+    ]}, "finish_reason": null}]});
+    let end = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion}});
+    format!("data: {call}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+/// Blocks until `upstream` has had `n` requests (`what` names the one awaited when it never
+/// comes within a minute).
+pub(crate) fn wait_for_requests(upstream: &ReplayServer, n: usize, what: &str) {
+    let started = Instant::now();
+    while upstream.requests().len() < n {
+        assert!(started.elapsed() < Duration::from_secs(60), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends an execute on `runtime` and lets it run; its outcome is not awaited (the process
+/// serving it is about to be killed).
+pub(crate) fn execute_in_background(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    id: &str,
+    body: Value,
+) {
+    let url = format!("{url}/v1/sessions/{id}/execute");
+    runtime.spawn(async move {
+        let sent = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await;
+        if let Ok(response) = sent {
+            let _ = response.text().await;
+        }
+    });
+}
+
+/// Sends an execute, retrying while the lease of a cut-off run lasts (409); its SSE frames.
+pub(crate) async fn execute(url: &str, id: &str, body: &Value) -> Vec<Value> {
+    let started = Instant::now();
+    loop {
+        let response = reqwest::Client::new()
+            .post(format!("{url}/v1/sessions/{id}/execute"))
+            .bearer_auth(KEY)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 409 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the lease stayed"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+        let text = response.text().await.unwrap();
+        return text
+            .split("\n\n")
+            .filter_map(|frame| frame.strip_prefix("data: "))
+            .map(|data| serde_json::from_str::<Value>(data).unwrap())
+            .collect();
+    }
+}
+
+/// `GET` a session, retrying while the store is away (a 5xx).
+pub(crate) async fn session(url: &str, id: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let response = reqwest::Client::new()
+            .get(format!("{url}/v1/sessions/{id}"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        if response.status().is_success() {
+            return response.json().await.unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "GET session: {}",
+            response.text().await.unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How many tool results the `n`th request to `upstream` carried, and the request.
+pub(crate) fn tool_results_sent(upstream: &ReplayServer, n: usize) -> (usize, Value) {
+    let sent = upstream.requests()[n].json().unwrap();
+    let results = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .count();
+    (results, sent)
 }
