@@ -13,8 +13,8 @@
 //! `Arc` with every run of those options. Which tools a round offers is read from the history
 //! (each `search_tools` call there), so a resumed session, a checkpoint and a retried round
 //! offer what the model was told, with no state of their own. Within a run each distinct query
-//! is searched once: a per-run cache ([`SearchCache`], at most [`MAX_CACHED_QUERIES`] queries of
-//! at most [`agent_tools::MAX_SEARCH_RESULTS`] names) answers the later rounds; the index is
+//! is searched once: a per-run cache (at most 64 queries of at most
+//! [`agent_tools::MAX_SEARCH_RESULTS`] names) answers the later rounds; the index is
 //! fixed, so a cached answer is the search's own.
 //!
 //! ```
