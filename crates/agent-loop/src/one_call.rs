@@ -3,7 +3,7 @@
 //! that schedules each call on its own (a durable-execution engine's activity).
 
 use agent_tools::{Accounting, BudgetLeft, TruncationPolicy};
-use agent_types::{AgentError, ToolCall, ToolResult, TraceEntry};
+use agent_types::{AgentError, AgentEvent, ToolCall, ToolResult, TraceEntry};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Emitter;
@@ -42,6 +42,52 @@ pub async fn run_tool_call(
     iteration: u32,
     refused: Option<String>,
 ) -> Result<ToolCallOutcome, AgentError> {
+    one_call(options, call, iteration, refused, &Emitter::off()).await
+}
+
+/// [`run_tool_call`], handing its events to `on_event` as they happen: the round's
+/// `tool_execution_start`, `tool_execution_delta` (the handler's progress), `sub_agent` and
+/// `tool_execution_end` for the call, as the in-process loop emits them (a durable driver
+/// publishes them for live viewers).
+///
+/// # Errors
+/// As [`run_tool_call`].
+pub async fn run_tool_call_with_events(
+    options: &Options,
+    call: ToolCall,
+    iteration: u32,
+    refused: Option<String>,
+    mut on_event: impl FnMut(AgentEvent) + Send,
+) -> Result<ToolCallOutcome, AgentError> {
+    use futures_util::StreamExt;
+    // The loop's event stream carries a run's result; the call's outcome goes beside it.
+    let outcome = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = std::sync::Arc::clone(&outcome);
+    let mut stream = crate::events::EventStream::new(move |emitter| async move {
+        let done = one_call(options, call, iteration, refused, &emitter).await;
+        *slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(done);
+        Err(AgentError::config("a single tool call has no run result"))
+    });
+    while let Some(event) = stream.next().await {
+        on_event(event);
+    }
+    let _ = stream.result().await;
+    let done = outcome
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    done.unwrap_or_else(|| Err(AgentError::config("the tool call did not finish")))
+}
+
+async fn one_call(
+    options: &Options,
+    call: ToolCall,
+    iteration: u32,
+    refused: Option<String>,
+    emitter: &Emitter,
+) -> Result<ToolCallOutcome, AgentError> {
     let policy = TruncationPolicy::new(options.tool_result_max_bytes)
         .map_err(|error| AgentError::config(error.to_string()))?;
     let mut call = call;
@@ -70,7 +116,7 @@ pub async fn run_tool_call(
         &options.tools,
         options,
         &policy,
-        &Emitter::off(),
+        emitter,
         &CancellationToken::new(),
         &Accounting::default(),
         budget,

@@ -26,6 +26,8 @@ pub struct AgentActivities {
     backend: Arc<dyn Backend>,
     options: Options,
     model_options: Options,
+    /// Where the activities publish the run's live events (crate::events), if anywhere.
+    events: Option<Arc<dyn crate::events::EventLog>>,
 }
 
 impl AgentActivities {
@@ -52,7 +54,20 @@ impl AgentActivities {
             backend,
             options,
             model_options,
+            events: None,
         })
+    }
+
+    /// Publishes the runs' live events into `log` (docs/durable.md, "Live events").
+    #[must_use]
+    pub fn with_events(mut self, log: Arc<dyn crate::events::EventLog>) -> Self {
+        self.events = Some(log);
+        self
+    }
+
+    /// The event log the activities publish into.
+    pub fn events(&self) -> Option<&Arc<dyn crate::events::EventLog>> {
+        self.events.as_ref()
     }
 
     /// Whether the worker's registry runs `call` (else the caller does: a remote tool).
@@ -79,8 +94,10 @@ impl AgentActivities {
         let mut options = self.model_options.clone();
         options.cancellation = cancel.clone();
         let ran = {
-            let run = agent_loop::execute(&mut session, step, self.backend.as_ref(), &options);
-            heartbeating(&ctx, &cancel, run).await
+            let publisher = crate::events::Publisher::for_activity(self.events.as_ref(), &ctx);
+            let run =
+                agent_loop::execute_stream(&mut session, step, self.backend.as_ref(), &options);
+            heartbeating(&ctx, &cancel, crate::events::forward(run, publisher)).await
         };
         let result = match ran {
             Ok(result) => result,
@@ -137,7 +154,8 @@ impl AgentActivities {
         let cancel = CancellationToken::new();
         let mut options = self.options.clone();
         options.cancellation = cancel.clone();
-        let run = agent_loop::run_tool_call(&options, input.call, input.iteration, input.refused);
+        let publisher = crate::events::Publisher::for_activity(self.events.as_ref(), &ctx);
+        let run = crate::events::tool_call(&options, input, publisher);
         let outcome = heartbeating(&ctx, &cancel, run).await.map_err(failure)?;
         if cancel.is_cancelled() {
             // Temporal asked for it: report the cancellation, not the tool's cancelled result.

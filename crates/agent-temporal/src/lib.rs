@@ -21,6 +21,7 @@
 mod activities;
 mod client;
 mod error;
+pub mod events;
 mod wire;
 #[allow(missing_docs)]
 mod workflow;

@@ -69,6 +69,13 @@ impl AgentRun {
             s.status.status = SessionStatus::Running;
             s.continued = carried.continued;
         });
+        // Live events (crate::events): the run's own; the messages `session_end` lists start
+        // after the caller's input.
+        let fresh = next.is_none();
+        let mut from = session.messages.len() + usize::from(fresh);
+        if fresh {
+            crate::events::publish(ctx, crate::events::started(&session)).await;
+        }
         let mut step = match (next, user) {
             (Some(step), _) => step,
             (None, Some(text)) => Step::User {
@@ -126,6 +133,8 @@ impl AgentRun {
                 s.status.status = session.status;
             });
             if session.status != SessionStatus::AwaitingToolExecution {
+                let ended = crate::events::run_ended(&session, from, None);
+                crate::events::publish(ctx, ended).await;
                 return Ok(finish(ctx, session, answer, carried.cost_usd, None));
             }
 
@@ -138,6 +147,9 @@ impl AgentRun {
                     s.status.status = SessionStatus::AwaitingApproval;
                     s.status.pending_approvals = needs_approval.clone();
                 });
+                let waiting =
+                    crate::events::suspended(&session, from, true, needs_approval.clone());
+                crate::events::publish(ctx, waiting).await;
                 ctx.wait_condition(|s| {
                     needs_approval
                         .iter()
@@ -149,6 +161,8 @@ impl AgentRun {
                     s.status.status = SessionStatus::Running;
                     std::mem::take(&mut s.decisions)
                 });
+                crate::events::publish(ctx, crate::events::started(&session)).await;
+                from = session.messages.len();
                 for call in &needs_approval {
                     if let Some(Some(denial)) = decide_tool_call(&decisions, call) {
                         refusals.push((call.id.to_string(), denial));
@@ -186,6 +200,8 @@ impl AgentRun {
             }
             if let Some(error) = stop {
                 session.status = SessionStatus::Error;
+                let ended = crate::events::run_ended(&session, from, Some(&error));
+                crate::events::publish(ctx, ended).await;
                 return Ok(finish(
                     ctx,
                     session,
@@ -201,6 +217,8 @@ impl AgentRun {
                     s.status.status = SessionStatus::AwaitingToolExecution;
                     s.status.pending_tool_calls = remote.clone();
                 });
+                let waiting = crate::events::suspended(&session, from, false, remote.clone());
+                crate::events::publish(ctx, waiting).await;
                 let ids: Vec<String> = remote.iter().map(|c| c.id.to_string()).collect();
                 ctx.wait_condition(|s| {
                     ids.iter().all(|id| {
@@ -215,12 +233,15 @@ impl AgentRun {
                     s.status.status = SessionStatus::Running;
                     std::mem::take(&mut s.remote_results)
                 });
+                crate::events::publish(ctx, crate::events::started(&session)).await;
+                from = session.messages.len();
                 results.extend(
                     arrived
                         .into_iter()
                         .filter(|r| ids.iter().any(|id| r.tool_call_id.as_str() == id)),
                 );
             }
+            crate::events::publish(ctx, crate::events::tool_messages(&results)).await;
             step = Step::ToolResults { results };
         }
     }

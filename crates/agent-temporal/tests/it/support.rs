@@ -276,7 +276,16 @@ pub(crate) fn worker_main() {
             registry.register(Tool::new(spec, None)).unwrap();
         }
         let options = Options::auto().with_tools(registry).with_tool_trace(true);
-        let activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
+        #[allow(unused_mut)]
+        let mut activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
+        // Live events into PostgreSQL (tests/it/events.rs).
+        #[cfg(feature = "postgres")]
+        if let Ok(url) = std::env::var("AGENTRY_TEMPORAL_EVENTS") {
+            let log = agent_temporal::events::PgEventLog::connect(&url, Default::default())
+                .await
+                .unwrap();
+            activities = activities.with_events(log.shared());
+        }
         agent_temporal::run_worker(client, &task_queue, activities)
             .await
             .unwrap();

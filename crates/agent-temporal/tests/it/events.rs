@@ -1,0 +1,211 @@
+//! Live events: the PostgreSQL event log itself, and a run on Temporal whose viewer sees the
+//! in-process loop's event sequence.
+
+use std::time::{Duration, Instant};
+
+use agent_loop::Session;
+use agent_temporal::RunRequest;
+use agent_temporal::events::{EventLimits, PgEventLog, Published};
+use agent_types::{AgentEvent, SessionId};
+use futures_util::StreamExt;
+
+use crate::support::{WorkerProcess, namespace, options, temporal_addr, unique};
+
+/// `AGENTRY_TEST_POSTGRES_URL`, or `None` (skip) outside CI.
+fn postgres_url() -> Option<String> {
+    match std::env::var("AGENTRY_TEST_POSTGRES_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "AGENTRY_TEST_POSTGRES_URL is not set under CI"
+            );
+            eprintln!("skipped: set AGENTRY_TEST_POSTGRES_URL to run against PostgreSQL");
+            None
+        }
+    }
+}
+
+fn delta(text: &str) -> AgentEvent {
+    AgentEvent::TextDelta {
+        delta: text.to_string(),
+    }
+}
+
+fn published(key: &str, event: AgentEvent) -> Published {
+    Published {
+        key: key.to_string(),
+        event,
+    }
+}
+
+async fn next(
+    stream: &mut (
+             impl futures_util::Stream<
+        Item = Result<agent_temporal::events::LoggedEvent, agent_temporal::Error>,
+    > + Unpin
+         ),
+) -> (i64, AgentEvent) {
+    let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("an event within 10 s")
+        .expect("the stream goes on")
+        .unwrap();
+    (item.seq, item.event)
+}
+
+/// The log keeps events in publish order under growing seqs, keeps the first copy of a key (a
+/// retried activity publishes again under the same keys), hands a late viewer everything after
+/// its seq, wakes a waiting viewer through the notification (well under the 1 s fallback
+/// poll), and bounds deltas per run and bytes per event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_log_orders_dedupes_and_resumes_after_a_seq() {
+    let Some(url) = postgres_url() else { return };
+    let limits = EventLimits {
+        max_events_per_run: 4,
+        max_event_bytes: 64,
+        ..EventLimits::default()
+    };
+    let log = PgEventLog::connect(&url, limits).await.unwrap().shared();
+    let id = unique("log");
+    assert_eq!(log.last_seq(&id).await.unwrap(), 0);
+    log.publish(
+        &id,
+        &[
+            published("r/a1/0", delta("a")),
+            published("r/a1/1", delta("b")),
+        ],
+    )
+    .await
+    .unwrap();
+    // The retry of activity a1: its first two events again, then one more.
+    log.publish(
+        &id,
+        &[
+            published("r/a1/0", delta("a")),
+            published("r/a1/1", delta("b")),
+            published("r/a1/2", delta("c")),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(log.last_seq(&id).await.unwrap(), 3);
+
+    let mut all = log.subscribe(&id, 0);
+    assert_eq!(next(&mut all).await, (1, delta("a")));
+    assert_eq!(next(&mut all).await, (2, delta("b")));
+    assert_eq!(next(&mut all).await, (3, delta("c")));
+    let mut late = log.subscribe(&id, 2);
+    assert_eq!(next(&mut late).await, (3, delta("c")));
+
+    // A waiting viewer is woken by the write's notification.
+    let writer = log.clone();
+    let wid = id.clone();
+    let published_at = Instant::now();
+    tokio::spawn(async move {
+        writer
+            .publish(&wid, &[published("r/a2/0", delta("d"))])
+            .await
+            .unwrap();
+    });
+    assert_eq!(next(&mut all).await, (4, delta("d")));
+    let waited = published_at.elapsed();
+    assert!(
+        waited < Duration::from_millis(700),
+        "woken by the notification, not the fallback poll: {waited:?}"
+    );
+
+    // Past 4 events only whole ones go in; a delta past 64 bytes never does.
+    let start = AgentEvent::SessionStart {
+        session_id: SessionId::from("s"),
+    };
+    log.publish(
+        &id,
+        &[
+            published("r/a3/0", delta("e")),
+            published("r/a3/1", AgentEvent::TextStart),
+            published("r/a3/2", start.clone()),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(next(&mut all).await, (5, AgentEvent::TextStart));
+    assert_eq!(next(&mut all).await, (6, start));
+    let other = unique("log-big");
+    log.publish(
+        &other,
+        &[
+            published("k/0", delta(&"x".repeat(100))),
+            published("k/1", delta("y")),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut big = log.subscribe(&other, 0);
+    assert_eq!(next(&mut big).await, (1, delta("y")));
+}
+
+/// A viewer of the events, as the CLI and the server show them: the JSON of each event.
+fn json(events: &[AgentEvent]) -> Vec<serde_json::Value> {
+    events
+        .iter()
+        .map(|event| serde_json::to_value(event).unwrap())
+        .collect()
+}
+
+/// Item 2 of the live-events work: a 3-round run on Temporal, viewed through the event log,
+/// shows the in-process loop's event sequence (same types, order, text, calls, messages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_of_a_temporal_run_sees_the_in_process_event_sequence() {
+    let Some(addr) = temporal_addr() else { return };
+    let Some(url) = postgres_url() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let question = "What is (2 + 3) × 4?";
+
+    // In process.
+    let backend = crate::support::RoundModel::new(None);
+    let mut session = Session::with_id("s-events", "test-model");
+    let opts = options(None, Duration::ZERO);
+    let mut stream = agent_loop::execute_stream(&mut session, question, &backend, &opts);
+    let mut local = Vec::new();
+    while let Some(event) = stream.next().await {
+        local.push(event);
+    }
+    stream.result().await.unwrap();
+
+    // On Temporal, the worker publishing into PostgreSQL.
+    let queue = unique("events");
+    let _worker = WorkerProcess::spawn_with(
+        &queue,
+        &tool_log,
+        &model_log,
+        Duration::ZERO,
+        &[("AGENTRY_TEMPORAL_EVENTS", url.as_str())],
+    );
+    let log = PgEventLog::connect(&url, EventLimits::default())
+        .await
+        .unwrap()
+        .shared();
+    let after = log.last_seq(&queue).await.unwrap();
+    let mut viewer = agent_temporal::events::until_session_end(log.subscribe(&queue, after));
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let request = RunRequest::new(Session::with_id("s-events", "test-model"), question);
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let mut durable = Vec::new();
+    let mut seqs = Vec::new();
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(60), viewer.next())
+        .await
+        .expect("the run's events within a minute")
+    {
+        let item = item.unwrap();
+        seqs.push(item.seq);
+        durable.push(item.event);
+    }
+    let outcome = handle.outcome().await.unwrap();
+    assert_eq!(outcome.answer, "2 + 3 = 5, and 5 × 4 = 20.");
+    assert_eq!(json(&durable), json(&local));
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+}
