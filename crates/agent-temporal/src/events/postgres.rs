@@ -62,6 +62,9 @@ struct Inner {
     /// The subscribers to wake, by workflow id; the listener connection, once started.
     waiting: Mutex<Vec<(String, Weak<Notify>)>>,
     listening: Mutex<bool>,
+    /// Whether the `LISTEN` is in place: a new subscriber waits for it (briefly) before its
+    /// first read, so a write after that read wakes it.
+    listens: tokio::sync::watch::Sender<bool>,
 }
 
 fn db(error: tokio_postgres::Error) -> Error {
@@ -98,6 +101,7 @@ impl PgEventLog {
                 reader: tokio::sync::Mutex::new(None),
                 waiting: Mutex::new(Vec::new()),
                 listening: Mutex::new(false),
+                listens: tokio::sync::watch::Sender::new(false),
             }),
         })
     }
@@ -274,6 +278,7 @@ impl Inner {
                     tracing::debug!(%error, "event log listener stopped");
                 }
                 // The next subscriber starts another; the ones waiting poll meanwhile.
+                inner.listens.send_replace(false);
                 *inner
                     .listening
                     .lock()
@@ -308,6 +313,7 @@ impl Inner {
             .batch_execute("LISTEN agentry_run_events")
             .await
             .map_err(db)?;
+        self.listens.send_replace(true);
         // The client stays open as long as the pump runs.
         let ended = pump
             .await
@@ -393,6 +399,7 @@ impl EventLog for PgEventLog {
             after: i64,
             ready: VecDeque<LoggedEvent>,
             notify: Arc<Notify>,
+            first: bool,
         }
         let state = State {
             notify: self.inner.wait_for(workflow_id),
@@ -400,8 +407,13 @@ impl EventLog for PgEventLog {
             workflow_id: workflow_id.to_string(),
             after: after_seq,
             ready: VecDeque::new(),
+            first: true,
         };
         futures_util::stream::unfold(state, |mut state| async move {
+            if std::mem::take(&mut state.first) {
+                let mut listens = state.inner.listens.subscribe();
+                let _ = tokio::time::timeout(FALLBACK_POLL, listens.wait_for(|on| *on)).await;
+            }
             loop {
                 if let Some(event) = state.ready.pop_front() {
                     return Some((Ok(event), state));
