@@ -123,7 +123,10 @@ pub(crate) async fn resume(
     let events = match &args.events {
         Some(url) => {
             let log = super::live::log(url).await?;
-            let after = log.last_seq(handle.workflow_id()).await.map_err(temporal_error)?;
+            let after = log
+                .last_seq(handle.workflow_id())
+                .await
+                .map_err(temporal_error)?;
             Some((log, after))
         }
         None => None,
