@@ -29,6 +29,8 @@ mod workflow;
 pub use activities::AgentActivities;
 pub use client::{RunHandle, connect, run_worker, start_run, worker};
 pub use error::Error;
+/// The Temporal client [`connect`] returns.
+pub use temporalio_client::Client;
 pub use wire::{
     Carried, ModelCallInput, ModelCallOutput, Refused, RunOutcome, RunRequest, RunStatus, Step,
     ToolCallInput, ToolCallOutput,
