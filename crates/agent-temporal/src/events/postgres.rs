@@ -196,7 +196,7 @@ impl Inner {
         let mut texts = Vec::with_capacity(events.len());
         let mut ended = false;
         for published in events {
-            if held.iter().any(|key| *key == published.key) {
+            if held.contains(&published.key) {
                 continue;
             }
             let full = last + keys.len() as i64 >= limits.max_events_per_run;
