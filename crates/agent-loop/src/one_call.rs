@@ -184,3 +184,64 @@ pub fn decide_tool_call(
         .find(|d| d.call_id == call.id.as_str() && !d.mismatches(call))?;
     Some((!decision.approved).then(|| decision.denial()))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use agent_tools::{Registry, Tool, ToolEvent};
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Args {
+        n: u32,
+    }
+
+    /// The one-call path hands out the call's events as a round emits them: start, each
+    /// progress delta, end; and its outcome is `run_tool_call`'s.
+    #[tokio::test]
+    async fn one_call_with_events_emits_start_progress_and_end() {
+        let mut registry = Registry::new();
+        registry
+            .register(Tool::streaming(
+                "count",
+                "Counts to n.",
+                |args: Args, _ctx| {
+                    futures_util::stream::iter(
+                        (1..=args.n)
+                            .map(|i| ToolEvent::delta(format!("{i}")))
+                            .chain([ToolEvent::ok(args.n)]),
+                    )
+                },
+            ))
+            .unwrap();
+        let options = Options::auto().with_tools(registry).with_tool_trace(true);
+        let call = ToolCall::new("c1", "count", serde_json::json!({"n": 2}));
+        let mut events = Vec::new();
+        let outcome = run_tool_call_with_events(&options, call.clone(), 1, None, |event| {
+            events.push(event);
+        })
+        .await
+        .unwrap();
+        let kinds: Vec<String> = events
+            .iter()
+            .map(|e| {
+                serde_json::to_value(e).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "tool_execution_start",
+                "tool_execution_delta",
+                "tool_execution_delta",
+                "tool_execution_end"
+            ]
+        );
+        let plain = run_tool_call(&options, call, 1, None).await.unwrap();
+        assert_eq!(outcome.result, plain.result);
+        assert_eq!(outcome.result.content, "2");
+    }
+}
