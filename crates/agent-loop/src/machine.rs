@@ -67,9 +67,11 @@ mod answer;
 mod budget;
 mod resume;
 mod round;
+mod setup;
 mod tools;
 
 pub use resume::{close_dangling, order_results};
+pub use setup::{Setup, gate, setup};
 pub use tools::{CallFailure, ToolStop, stop_error, tool_stop};
 
 use agent_types::{

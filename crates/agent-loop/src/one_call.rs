@@ -42,10 +42,69 @@ pub async fn run_tool_call(
     iteration: u32,
     refused: Option<String>,
 ) -> Result<ToolCallOutcome, AgentError> {
-    one_call(options, call, iteration, refused, &Emitter::off()).await
+    let mut call = call;
+    let mut refused = refused;
+    let guardrails = gate(options, &mut call, &mut refused, None);
+    run_job(
+        options,
+        call,
+        iteration,
+        refused,
+        guardrails,
+        &Emitter::off(),
+    )
+    .await
 }
 
-/// [`run_tool_call`], handing its events to `on_event` as they happen: the round's
+/// The tool guardrails' before-call checks of an unscreened call (a denial refuses it, a
+/// rewrite applies), or the decisions `screened` already made; what goes into its trace.
+#[allow(clippy::box_collection)]
+fn gate(
+    options: &Options,
+    call: &mut ToolCall,
+    refused: &mut Option<String>,
+    screened: Option<Vec<agent_types::GuardrailDecision>>,
+) -> Option<Box<Vec<agent_types::GuardrailDecision>>> {
+    if let Some(decisions) = screened {
+        return (!decisions.is_empty()).then(|| Box::new(decisions));
+    }
+    if refused.is_some() {
+        return None;
+    }
+    // [guardrail call site: tool call, Temporal activity]
+    let gate = crate::guardrail::before_call(options, &options.tools, call);
+    *refused = gate.refused;
+    (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions))
+}
+
+/// [`run_tool_call`] for a call already screened by [`screen_tool_call_decided`] (its
+/// arguments as screening left them): the tool guardrails' before-call checks are not run
+/// again, and `guardrails`, what they decided while screening, go into the trace entry, as a
+/// round of the loop does.
+///
+/// # Errors
+/// A configuration error when `options.tool_result_max_bytes` is not a usable cap.
+pub async fn run_screened_tool_call(
+    options: &Options,
+    call: ToolCall,
+    iteration: u32,
+    refused: Option<String>,
+    guardrails: Vec<agent_types::GuardrailDecision>,
+) -> Result<ToolCallOutcome, AgentError> {
+    let guardrails = (!guardrails.is_empty()).then(|| Box::new(guardrails));
+    run_job(
+        options,
+        call,
+        iteration,
+        refused,
+        guardrails,
+        &Emitter::off(),
+    )
+    .await
+}
+
+/// [`run_tool_call`] (or, with `screened` set, [`run_screened_tool_call`] with those
+/// decisions), handing its events to `on_event` as they happen: the round's
 /// `tool_execution_start`, `tool_execution_delta` (the handler's progress), `sub_agent` and
 /// `tool_execution_end` for the call, as the in-process loop emits them (a durable driver
 /// publishes them for live viewers).
@@ -57,6 +116,7 @@ pub async fn run_tool_call_with_events(
     call: ToolCall,
     iteration: u32,
     refused: Option<String>,
+    screened: Option<Vec<agent_types::GuardrailDecision>>,
     mut on_event: impl FnMut(AgentEvent) + Send,
 ) -> Result<ToolCallOutcome, AgentError> {
     use futures_util::StreamExt;
@@ -64,7 +124,10 @@ pub async fn run_tool_call_with_events(
     let outcome = std::sync::Arc::new(std::sync::Mutex::new(None));
     let slot = std::sync::Arc::clone(&outcome);
     let mut stream = crate::events::EventStream::new(move |emitter| async move {
-        let done = one_call(options, call, iteration, refused, &emitter).await;
+        let mut call = call;
+        let mut refused = refused;
+        let guardrails = gate(options, &mut call, &mut refused, screened);
+        let done = run_job(options, call, iteration, refused, guardrails, &emitter).await;
         *slot
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(done);
@@ -81,24 +144,18 @@ pub async fn run_tool_call_with_events(
     done.unwrap_or_else(|| Err(AgentError::config("the tool call did not finish")))
 }
 
-async fn one_call(
+// The job's own field type (a job keeps one pointer for its rare decisions).
+#[allow(clippy::box_collection)]
+async fn run_job(
     options: &Options,
     call: ToolCall,
     iteration: u32,
     refused: Option<String>,
+    guardrails: Option<Box<Vec<agent_types::GuardrailDecision>>>,
     emitter: &Emitter,
 ) -> Result<ToolCallOutcome, AgentError> {
     let policy = TruncationPolicy::new(options.tool_result_max_bytes)
         .map_err(|error| AgentError::config(error.to_string()))?;
-    let mut call = call;
-    let mut refused = refused;
-    let mut guardrails = None;
-    if refused.is_none() {
-        // [guardrail call site: tool call, Temporal activity]
-        let gate = crate::guardrail::before_call(options, &options.tools, &mut call);
-        refused = gate.refused;
-        guardrails = (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions));
-    }
     let job = Job {
         name: std::sync::Arc::from(call.name.as_str()),
         call,
@@ -156,19 +213,29 @@ pub enum CallScreen {
 /// run, a require-approval waits for a person), then `options`' approval policy
 /// (`approval_policy`, `require_approval_for`, tools marked `with_approval`).
 pub fn screen_tool_call(options: &Options, call: &mut ToolCall) -> CallScreen {
+    screen_tool_call_decided(options, call).0
+}
+
+/// [`screen_tool_call`], with what the tool guardrails decided while screening (each
+/// decision names its call), for a driver that hands them to [`run_screened_tool_call`].
+pub fn screen_tool_call_decided(
+    options: &Options,
+    call: &mut ToolCall,
+) -> (CallScreen, Vec<agent_types::GuardrailDecision>) {
     // [guardrail call site: tool call, Temporal screening]
     let gate = crate::guardrail::before_call(options, &options.tools, call);
-    if let Some(reason) = gate.refused {
-        return CallScreen::Refuse(reason);
-    }
-    if gate.approval {
-        return CallScreen::AwaitApproval;
-    }
-    match crate::approval::screen(options, &options.tools, call) {
-        None => CallScreen::Run,
-        Some(Ok(())) => CallScreen::AwaitApproval,
-        Some(Err(reason)) => CallScreen::Refuse(reason),
-    }
+    let screen = if let Some(reason) = gate.refused {
+        CallScreen::Refuse(reason)
+    } else if gate.approval {
+        CallScreen::AwaitApproval
+    } else {
+        match crate::approval::screen(options, &options.tools, call) {
+            None => CallScreen::Run,
+            Some(Ok(())) => CallScreen::AwaitApproval,
+            Some(Err(reason)) => CallScreen::Refuse(reason),
+        }
+    };
+    (screen, gate.decisions)
 }
 
 /// The decision for `call` among `decisions`: `None` while there is none that fits (a
@@ -217,7 +284,7 @@ mod tests {
         let options = Options::auto().with_tools(registry).with_tool_trace(true);
         let call = ToolCall::new("c1", "count", serde_json::json!({"n": 2}));
         let mut events = Vec::new();
-        let outcome = run_tool_call_with_events(&options, call.clone(), 1, None, |event| {
+        let outcome = run_tool_call_with_events(&options, call.clone(), 1, None, None, |event| {
             events.push(event);
         })
         .await

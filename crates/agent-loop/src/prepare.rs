@@ -55,6 +55,8 @@ pub struct RoundContext<'a> {
     pub tools: &'a [ToolSpec],
     /// The session's model.
     pub model: &'a str,
+    /// The run's tool-search results by query, so each query runs once per run.
+    pub(crate) search_cache: &'a crate::tool_search::SearchCache,
 }
 
 /// What one round changes; every part left `None` keeps the run's own (the session's tool
@@ -132,6 +134,8 @@ pub(crate) struct Prepared {
     round_tools: Option<Registry>,
     /// Whether `request.tools` is not `all` now.
     narrowed: bool,
+    /// What this run's tool searches found (empty without tool search).
+    search_cache: crate::tool_search::SearchCache,
 }
 
 impl fmt::Debug for Prepared {
@@ -158,6 +162,7 @@ impl Prepared {
             base_settings: request.settings.clone(),
             round_tools: None,
             narrowed: false,
+            search_cache: crate::tool_search::SearchCache::default(),
         }
     }
 
@@ -182,6 +187,7 @@ impl Prepared {
             history: &request.messages,
             tools: &self.all,
             model: &request.model,
+            search_cache: &self.search_cache,
         });
         let mut changed = false;
         match plan.tools {

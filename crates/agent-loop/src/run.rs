@@ -1491,7 +1491,7 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// The strategy `wanted` comes to on a backend with `capabilities`; an explicit strategy the
 /// backend cannot serve, or a final-answer tool named like a registered tool, is refused.
-fn resolve_strategy(
+pub(crate) fn resolve_strategy(
     spec: &OutputSpec,
     wanted: OutputStrategy,
     capabilities: Capabilities,
@@ -1528,7 +1528,7 @@ fn resolve_strategy(
 
 /// Puts the output strategy into the request. Returns the session's system prompt when the
 /// request's now differs from it.
-fn apply_output(
+pub(crate) fn apply_output(
     spec: &OutputSpec,
     strategy: OutputStrategy,
     request: &mut ModelRequest,
@@ -1569,7 +1569,7 @@ fn apply_output(
 
 /// The tools this run offers: the registry, plus the session's remote tools, narrowed to the
 /// allow-list and to what the caller may use. Borrowed when nothing changes.
-fn effective_tools<'o>(
+pub(crate) fn effective_tools<'o>(
     options: &'o Options,
     session: &Session,
 ) -> Result<Cow<'o, Registry>, AgentError> {

@@ -11,8 +11,11 @@
 //! The index ([`ToolIndex`], BM25 over names, descriptions and parameter names) is built once
 //! when [`Options::with_tool_search`] is called, over the tools set by then, and shared by
 //! `Arc` with every run of those options. Which tools a round offers is read from the history
-//! (each `search_tools` call there, searched again), so a resumed session, a checkpoint and a
-//! retried round offer what the model was told, with no state of its own.
+//! (each `search_tools` call there), so a resumed session, a checkpoint and a retried round
+//! offer what the model was told, with no state of their own. Within a run each distinct query
+//! is searched once: a per-run cache ([`SearchCache`], at most [`MAX_CACHED_QUERIES`] queries of
+//! at most [`agent_tools::MAX_SEARCH_RESULTS`] names) answers the later rounds; the index is
+//! fixed, so a cached answer is the search's own.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -44,11 +47,12 @@
 //! # }
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use agent_tools::{Registry, SEARCH_TOOLS_NAME, ToolIndex, run_search, search_tools_tool};
+use agent_tools::{Registry, SEARCH_TOOLS_NAME, SearchQuery, ToolIndex, search_tools_tool};
 use agent_types::{AgentError, AssistantBlock, Capabilities, Message, ModelRequest, ToolSpec};
 
 use crate::options::Options;
@@ -121,6 +125,46 @@ impl ToolSearch {
     }
 }
 
+/// The most distinct queries one run's [`SearchCache`] keeps; later ones are searched each
+/// round as before (the answer is the same, only not remembered).
+pub(crate) const MAX_CACHED_QUERIES: usize = 64;
+
+/// One run's tool searches: query → the names found, so each query runs once per run instead
+/// of once per round. Per run (it lives in the run's preparation state), so nothing is shared
+/// or locked across runs; the lock is uncontended. Bounded: [`MAX_CACHED_QUERIES`] queries,
+/// each at most 1 KiB and [`agent_tools::MAX_SEARCH_RESULTS`] names.
+#[derive(Debug, Default)]
+pub(crate) struct SearchCache {
+    entries: Mutex<Vec<(SearchQuery, Vec<String>)>>,
+}
+
+/// What a search found, from the cache or just run.
+fn cached<'c>(
+    entries: &'c mut Vec<(SearchQuery, Vec<String>)>,
+    index: &ToolIndex,
+    query: SearchQuery,
+) -> Cow<'c, [String]> {
+    if let Some(at) = entries.iter().position(|(known, _)| *known == query) {
+        return entries
+            .get(at)
+            .map_or(Cow::Borrowed(&[][..]), |(_, names)| {
+                Cow::Borrowed(names.as_slice())
+            });
+    }
+    let names: Vec<String> = index
+        .search_query(&query)
+        .into_iter()
+        .map(|hit| hit.name)
+        .collect();
+    if entries.len() >= MAX_CACHED_QUERIES {
+        return Cow::Owned(names);
+    }
+    entries.push((query, names));
+    entries.last().map_or(Cow::Borrowed(&[][..]), |(_, names)| {
+        Cow::Borrowed(names.as_slice())
+    })
+}
+
 /// A catalog's search, built once: the shared index and the always-loaded names.
 pub(crate) struct Catalog {
     index: Arc<ToolIndex>,
@@ -166,7 +210,13 @@ impl Catalog {
             .map(String::as_str)
             .filter(|name| offered(name))
             .collect();
-        let found: Vec<String> = context
+        let mut entries = context
+            .search_cache
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut found: Vec<String> = Vec::new();
+        let calls = context
             .history
             .iter()
             .filter_map(|message| match message {
@@ -178,13 +228,17 @@ impl Catalog {
                 AssistantBlock::ToolCall(call)
                     if call.name == SEARCH_TOOLS_NAME && !call.invalid_arguments =>
                 {
-                    run_search(&self.index, &call.arguments, self.max_results).ok()
+                    Some(call)
                 }
                 _ => None,
-            })
-            .flatten()
-            .map(|hit| hit.name)
-            .collect();
+            });
+        for call in calls {
+            // Arguments the tool refused found nothing, as they did for the model.
+            if let Ok(query) = SearchQuery::parse(&call.arguments, self.max_results) {
+                found.extend_from_slice(&cached(&mut entries, &self.index, query));
+            }
+        }
+        drop(entries);
         names.extend(
             found
                 .iter()
@@ -249,7 +303,8 @@ impl SearchableTools {
             catalog: Some(Arc::new(Catalog {
                 index,
                 always,
-                max_results: search.max_results,
+                // As `search_tools` clamps it, so a round loads what the tool answered.
+                max_results: search.max_results.clamp(1, agent_tools::MAX_SEARCH_RESULTS),
                 native: search.native,
             })),
         })
@@ -440,5 +495,116 @@ mod tests {
             .map(|t| t.name.as_str())
             .collect();
         assert_eq!(loaded, ["tool_3"]);
+    }
+
+    #[tokio::test]
+    async fn each_query_is_searched_once_per_run_not_once_per_round() {
+        use agent_backends::{ScriptedBackend, ScriptedTurn};
+
+        let options = Options::auto()
+            .with_tools(catalog(50))
+            .with_tool_search(ToolSearch::new())
+            .unwrap();
+        let index = Arc::clone(&options.tool_search.as_ref().unwrap().index);
+        let names = |request: &ModelRequest| {
+            request
+                .tools
+                .iter()
+                .map(|spec| spec.name.clone())
+                .collect::<Vec<_>>()
+        };
+        for run in 0..2 {
+            let backend = ScriptedBackend::new([
+                ScriptedTurn::tool_call(
+                    "c1",
+                    SEARCH_TOOLS_NAME,
+                    json!({"query": "tool_3", "limit": 1}),
+                ),
+                ScriptedTurn::tool_call(
+                    "c2",
+                    SEARCH_TOOLS_NAME,
+                    json!({"query": "tool_7", "limit": 1}),
+                ),
+                ScriptedTurn::tool_call(
+                    "c3",
+                    SEARCH_TOOLS_NAME,
+                    json!({"query": "tool_3", "limit": 1}),
+                ),
+                ScriptedTurn::text("done"),
+            ])
+            .recording();
+            let before = index.searches();
+            crate::generate(&backend, crate::Input::new("m").user("Find"), &options)
+                .await
+                .unwrap();
+            let requests = backend.requests();
+            assert_eq!(names(&requests[0]), [SEARCH_TOOLS_NAME]);
+            assert_eq!(names(&requests[1]), [SEARCH_TOOLS_NAME, "tool_3"]);
+            assert_eq!(names(&requests[2]), [SEARCH_TOOLS_NAME, "tool_3", "tool_7"]);
+            assert_eq!(names(&requests[3]), [SEARCH_TOOLS_NAME, "tool_3", "tool_7"]);
+            // The tool answered 3 searches; the rounds searched `tool_3` and `tool_7` once
+            // each (re-running the history every round searched 0 + 1 + 2 + 3 = 6 times).
+            assert_eq!(index.searches() - before, 3 + 2, "run {run}");
+        }
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_answers_as_the_search_does() {
+        let index = ToolIndex::build(&catalog(50));
+        let mut entries = Vec::new();
+        for i in 0..MAX_CACHED_QUERIES + 10 {
+            let query =
+                SearchQuery::parse(&json!({"query": format!("tool_{}", i % 50), "limit": 1}), 5)
+                    .unwrap();
+            let expected: Vec<String> = index
+                .search_query(&query)
+                .into_iter()
+                .map(|h| h.name)
+                .collect();
+            assert_eq!(
+                cached(&mut entries, &index, query).as_ref(),
+                expected.as_slice()
+            );
+        }
+        assert_eq!(entries.len(), 50, "distinct queries only");
+        for i in 50..MAX_CACHED_QUERIES + 10 {
+            let query = SearchQuery::parse(&json!({"query": format!("thing {i}")}), 5).unwrap();
+            let _ = cached(&mut entries, &index, query);
+        }
+        assert_eq!(entries.len(), MAX_CACHED_QUERIES);
+        assert!(
+            entries
+                .iter()
+                .all(|(_, names)| names.len() <= agent_tools::MAX_SEARCH_RESULTS)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_zero_max_results_loads_what_the_tool_answered() {
+        use agent_backends::{ScriptedBackend, ScriptedTurn};
+
+        // `search_tools` answers at least one match; the round must load that one.
+        let options = Options::auto()
+            .with_tools(catalog(50))
+            .with_tool_search(ToolSearch::new().with_max_results(0))
+            .unwrap();
+        let backend = ScriptedBackend::new([
+            ScriptedTurn::tool_call("c1", SEARCH_TOOLS_NAME, json!({"query": "tool_3"})),
+            ScriptedTurn::text("done"),
+        ])
+        .recording();
+        let result = crate::generate(&backend, crate::Input::new("m").user("Find"), &options)
+            .await
+            .unwrap();
+        let Message::Tool(answer) = &result.messages[1] else {
+            panic!("{:?}", result.messages[1]);
+        };
+        assert!(answer.content.contains("tool_3"), "{}", answer.content);
+        let offered: Vec<String> = backend.requests()[1]
+            .tools
+            .iter()
+            .map(|spec| spec.name.clone())
+            .collect();
+        assert_eq!(offered, [SEARCH_TOOLS_NAME, "tool_3"]);
     }
 }

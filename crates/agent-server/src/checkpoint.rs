@@ -137,12 +137,18 @@ impl TurnCheckpoint for Checkpointer {
             record.updated_at_ms = now_ms();
             // Moved in and back out: the history is never copied.
             std::mem::swap(&mut record.session.messages, history);
-            let saved = self
-                .state
-                .inner
-                .store
-                .save(&record, &self.holder, false)
-                .await;
+            let store = &self.state.inner.store;
+            let mut saved = store.save(&record, &self.holder, false).await;
+            if let Err(error) = &saved
+                && crate::checkpoint_retry::worth_retrying(error)
+            {
+                tracing::warn!(session = record.id(), %error, "a checkpoint could not be saved; retrying once when the store answers again");
+                let (tenant, id) = (&self.tenant, record.id());
+                if crate::checkpoint_retry::reconnected(&self.state, tenant, id, &self.holder).await
+                {
+                    saved = store.save(&record, &self.holder, false).await;
+                }
+            }
             std::mem::swap(&mut record.session.messages, history);
             if saved.is_ok() {
                 self.stored.committed(bytes);

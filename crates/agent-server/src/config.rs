@@ -594,6 +594,15 @@ impl ServerConfig {
         ) {
             return fail(format!("[server.caps] {problem}"));
         }
+        // Every run would refuse it (no room for the truncation marker): refused at start-up.
+        if agent_tools::TruncationPolicy::new(self.caps.tool_result_max_bytes).is_err() {
+            return fail(format!(
+                "[server.caps] tool_result_max_bytes = {} is invalid: it must be at least {} \
+                 bytes (room for the truncation marker)",
+                self.caps.tool_result_max_bytes,
+                agent_tools::TruncationPolicy::MIN_MAX_BYTES
+            ));
+        }
         if self.auth.max_failures == 0
             || self.auth.failure_window_secs == 0
             || self.auth.tracked_addresses == 0
@@ -934,6 +943,25 @@ mod tests {
         };
         assert_eq!(store.kind(), "postgres");
         assert_eq!(StoreConfig::default().kind(), "sqlite");
+    }
+
+    #[test]
+    fn a_result_cap_every_run_would_refuse_is_refused_at_load() {
+        let error = ServerConfig::from_toml(&format!(
+            "{MINIMAL}\n[server.caps]\ntool_result_max_bytes = 10"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("[server.caps] tool_result_max_bytes = 10 is invalid")
+                && error.contains("at least 64"),
+            "{error}"
+        );
+        let config = ServerConfig::from_toml(&format!(
+            "{MINIMAL}\n[server.caps]\ntool_result_max_bytes = 64"
+        ))
+        .unwrap();
+        assert_eq!(config.caps.tool_result_max_bytes, 64);
     }
 
     #[test]

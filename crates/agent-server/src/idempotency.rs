@@ -20,7 +20,8 @@
 //! Outcomes that say nothing ran (408, 409, 429, any 5xx, a response that broke off, a JSON
 //! body over the bound) are not stored: the key is released and a retry runs. Keys expire
 //! after `ttl_secs`; a key whose request never finished (its instance died) after
-//! `execute_lease_secs`. Each tenant holds at most `max_keys_per_tenant`: beyond that the
+//! `execute_lease_secs`: a running request renews its claim every third of that, so a run
+//! longer than the lease is still one run and its retries get 409, then the replay. Each tenant holds at most `max_keys_per_tenant`: beyond that the
 //! oldest finished keys are dropped, and when every key is still running the request gets
 //! 429.
 
@@ -223,10 +224,62 @@ pub(crate) async fn guard(State(state): State<AppState>, request: Request, next:
         }
         Claim::Done(outcome) => return replay(outcome),
     }
+    // Renewed until the outcome is stored or the key released, so a request running longer
+    // than the claim's lifetime is not claimed (and run) again by a retry.
+    let beat = Heartbeat::start(&state, &claim);
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
-    record(state, claim, response)
+    record(state, claim, beat, response)
+}
+
+/// Keeps a claim running while its request goes on: renewed every third of
+/// `execute_lease_secs` (the claim's lifetime), as a run's session lease is. Stops when
+/// dropped (the outcome stored or the key released; or the request dropped, when the claim
+/// lapses on its own).
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Heartbeat {
+    fn start(state: &AppState, claim: &KeyClaim) -> Self {
+        let lease_ms = state.inner.config.execute_lease_secs.saturating_mul(1000);
+        let every = std::time::Duration::from_millis((lease_ms / 3).max(100));
+        let (state, tenant, key, owner) = (
+            state.clone(),
+            claim.tenant.clone(),
+            claim.key.clone(),
+            claim.owner.clone(),
+        );
+        Self(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let until = now_ms().saturating_add(lease_ms);
+                match state
+                    .inner
+                    .store
+                    .renew_key(&tenant, &key, &owner, until)
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Finished or released meanwhile, or lapsed while this instance
+                        // stalled longer than the lease: nothing left to keep.
+                        tracing::debug!(%tenant, "an idempotency claim is no longer running");
+                        return;
+                    }
+                    // The database may come back before the claim runs out: try again.
+                    Err(error) => {
+                        tracing::warn!(%error, %tenant, "could not renew an idempotency claim");
+                    }
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A key: 1 to [`MAX_KEY_BYTES`] visible ASCII characters.
@@ -307,9 +360,10 @@ fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
 
 /// Sends `response` on while keeping a bounded copy, read to its end even when the client
 /// leaves; then stores it under the key (or releases the key).
-fn record(state: AppState, claim: KeyClaim, response: Response) -> Response {
+fn record(state: AppState, claim: KeyClaim, beat: Heartbeat, response: Response) -> Response {
     let status = response.status();
     if !stored(status) {
+        drop(beat);
         tokio::spawn(async move { release(&state, &claim).await });
         return response;
     }
@@ -342,6 +396,7 @@ fn record(state: AppState, claim: KeyClaim, response: Response) -> Response {
         }
         // The client's stream stays open until the key is stored or released: a client that
         // saw the whole response and retries at once gets the replay, not a 409.
+        drop(beat);
         if broken || kept.over {
             release(&state, &claim).await;
             drop(client);
@@ -620,6 +675,24 @@ pub(crate) mod sqlite {
         Ok(())
     }
 
+    /// Extends `owner`'s running claim; whether it held one.
+    pub(crate) fn renew(
+        conn: &Connection,
+        tenant: &str,
+        key: &str,
+        owner: &str,
+        running_until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let renewed = conn
+            .execute(
+                "UPDATE idempotency_keys SET expires_at_ms = ?4
+                 WHERE tenant = ?1 AND key = ?2 AND owner = ?3 AND state = 'running'",
+                params![tenant, key, owner, i64_of(running_until_ms)],
+            )
+            .map_err(db)?;
+        Ok(renewed > 0)
+    }
+
     /// Drops `owner`'s claim.
     pub(crate) fn release(
         conn: &Connection,
@@ -767,6 +840,25 @@ pub(crate) mod postgres {
             .await
             .map_err(db)?;
         Ok(())
+    }
+
+    /// Extends `owner`'s running claim; whether it held one.
+    pub(crate) async fn renew(
+        client: &Client,
+        tenant: &str,
+        key: &str,
+        owner: &str,
+        running_until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let renewed = client
+            .execute(
+                "UPDATE agentry_idempotency_keys SET expires_at_ms = $4
+                 WHERE tenant = $1 AND key = $2 AND owner = $3 AND state = 'running'",
+                &[&tenant, &key, &owner, &i64_of(running_until_ms)],
+            )
+            .await
+            .map_err(db)?;
+        Ok(renewed > 0)
     }
 
     /// Drops `owner`'s claim.

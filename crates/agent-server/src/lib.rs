@@ -41,6 +41,7 @@ mod approval;
 mod attachments;
 mod auth;
 mod checkpoint;
+mod checkpoint_retry;
 mod config;
 mod connections;
 pub mod console;

@@ -373,6 +373,14 @@ fn check_caps(state: &AppState, options: &SessionOptions) -> Result<(), ApiError
         return over("max_cost_usd", asked.to_string(), cap.to_string());
     }
     if let Some(asked) = options.tool_result_max_bytes
+        && agent_tools::TruncationPolicy::new(asked).is_err()
+    {
+        return Err(ApiError::bad_request(format!(
+            "options.tool_result_max_bytes = {asked} is invalid: it must be at least {} bytes",
+            agent_tools::TruncationPolicy::MIN_MAX_BYTES
+        )));
+    }
+    if let Some(asked) = options.tool_result_max_bytes
         && asked > caps.tool_result_max_bytes
     {
         return over(

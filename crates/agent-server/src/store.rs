@@ -405,6 +405,20 @@ pub trait SessionStore: Send + Sync + 'static {
         })
     }
 
+    /// Extends `owner`'s running claim on `key` to `running_until_ms` (the heartbeat of a
+    /// request still running); `false` when `owner` holds no running claim on it (finished,
+    /// released, or lapsed and claimed by another): nothing is written then.
+    fn renew_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+        running_until_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        let _ = (tenant, key, owner, running_until_ms);
+        Box::pin(async { Ok(false) })
+    }
+
     /// Drops `owner`'s claim on `key` (its request did not run, or its outcome is not kept).
     fn release_key<'a>(
         &'a self,

@@ -1,146 +1,368 @@
-//! The activities: `model_call` (one model call through the loop) and `tool_call` (one
-//! registry tool), each heartbeating while it runs so that Temporal's cancellation reaches it
-//! and a dead worker is noticed within the heartbeat timeout.
+//! The activities: `run_config` (what the worker's options decide for a run, once),
+//! `model_call` (one backend call) and `tool_call` (one registry tool), the last two
+//! heartbeating while they run so that Temporal's cancellation reaches them and a dead
+//! worker is noticed within the heartbeat timeout. The loop's decisions are not here: the
+//! workflow drives `agent_loop::machine` and asks these for I/O only.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_loop::{CallScreen, Options, SessionStatus};
-use agent_tools::{Registry, Tool};
-use agent_types::{AgentError, Backend, ErrorKind, ToolCall};
+use agent_loop::machine::Screen;
+use agent_loop::{CallScreen, Options};
+use agent_types::{
+    AgentError, AgentEvent, AssistantMessage, Backend, BackendError, BackendErrorKind, ErrorKind,
+    GuardrailDecision, Message, MessageAssembler, Role, StopReason, ToolCall,
+};
+use futures_util::StreamExt;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tokio_util::sync::CancellationToken;
 
-use crate::wire::{ModelCallInput, ModelCallOutput, Refused, ToolCallInput, ToolCallOutput};
+use crate::events::Publisher;
+use crate::publish::EventSink;
+use crate::wire::{
+    ModelCallInput, ModelCallOutput, Retries, RunConfig, RunConfigInput, Screened, ToolCallInput,
+    ToolCallOutput,
+};
 
 /// How often a running activity heartbeats. The workflow's heartbeat timeout is a few times
 /// this, so a killed worker's activity is retried elsewhere within seconds.
 pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
 
-/// The worker's side of a run: the backend, the loop's options (tools included) and, made
-/// once, the same tools as remote specs, which the model call offers so that the loop
-/// suspends after each model call and leaves the tool calls to the workflow.
+/// A model call's start-to-close timeout without `Options::model_call_timeout`.
+const MODEL_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// A tool call's start-to-close timeout without `Options::tool_timeout`.
+const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(3_600);
+/// Added to the loop's own timeouts for the activity's: the loop's cut comes first and
+/// reports itself; Temporal's is the backstop for a worker that stopped answering.
+const TIMEOUT_SLACK: Duration = Duration::from_secs(30);
+
+/// The worker's side of a run: the backend, the loop's options (tools, budgets, caps,
+/// validation, error modes, approval policy, guardrails) and the activities' retry settings.
 pub struct AgentActivities {
     backend: Arc<dyn Backend>,
     options: Options,
-    model_options: Options,
-    /// Where the activities publish the run's live events (crate::events), if anywhere.
-    events: Option<Arc<dyn crate::events::EventLog>>,
+    retries: Retries,
+    pub(crate) events: Option<EventSink>,
+    /// Where the activities publish the runs' live events (crate::events), if anywhere.
+    log: Option<Arc<dyn crate::events::EventLog>>,
 }
 
 impl AgentActivities {
-    /// Activities running `options.tools` against `backend`, with `options`' budgets, caps,
-    /// validation and error modes.
+    /// Activities calling `backend` and running `options.tools`, with `options`' budgets,
+    /// caps, validation and error modes (the workflow reads them through `run_config`), and
+    /// the default [`Retries`].
     ///
     /// # Errors
-    /// A configuration error when a tool's spec cannot be registered again as a remote one.
+    /// A configuration error when the options are unusable (`Options::validate`), so a
+    /// worker refuses them at its start rather than at its first run.
     pub fn new(backend: Arc<dyn Backend>, options: Options) -> Result<Self, AgentError> {
-        let mut remote = Registry::new();
-        for tool in options.tools.iter() {
-            let spec = tool.spec().clone();
-            remote
-                .register(Tool::new(spec, None))
-                .map_err(|error| AgentError::config(error.to_string()))?;
-        }
-        let mut model_options = options.clone();
-        model_options.tools = Arc::new(remote);
-        // Approval is screened by `model_call` against the real registry and decided by the
-        // workflow: the model call's remote copies never wait for it.
-        model_options.approval_policy = None;
-        model_options.approval_tools = None;
+        options.validate()?;
         Ok(Self {
             backend,
             options,
-            model_options,
+            retries: Retries::default(),
             events: None,
+            log: None,
         })
     }
 
     /// Publishes the runs' live events into `log` (docs/durable.md, "Live events").
     #[must_use]
     pub fn with_events(mut self, log: Arc<dyn crate::events::EventLog>) -> Self {
-        self.events = Some(log);
+        self.log = Some(log);
         self
     }
 
     /// The event log the activities publish into.
     pub fn events(&self) -> Option<&Arc<dyn crate::events::EventLog>> {
-        self.events.as_ref()
+        self.log.as_ref()
     }
 
-    /// Whether the worker's registry runs `call` (else the caller does: a remote tool).
-    fn is_local(&self, call: &ToolCall) -> bool {
-        self.options
-            .tools
-            .get(&call.name)
-            .is_some_and(|tool| !tool.is_remote())
+    /// Whether any live event of a run is wanted (a sink or a log): else none is built.
+    pub(crate) fn publishing(&self) -> bool {
+        self.events.is_some() || self.log.is_some()
+    }
+
+    /// The publisher into the event log of the activity `ctx` runs (off without a log).
+    fn publisher(&self, ctx: &ActivityContext) -> Publisher {
+        Publisher::for_activity(self.log.as_ref(), ctx)
+    }
+
+    /// With these retry settings for the `model_call` and `tool_call` activities (the
+    /// worker's retry configuration: attempts, first backoff, longest backoff).
+    #[must_use]
+    pub fn with_retries(mut self, retries: Retries) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// The run's config as the worker's options give it.
+    fn config(&self, session: &agent_loop::Session) -> Result<RunConfig, AgentError> {
+        let setup =
+            agent_loop::machine::setup(&self.options, session, self.backend.capabilities())?;
+        let millis = |limit: Option<Duration>, default: Duration| {
+            let limit = limit.map_or(default, |limit| limit.saturating_add(TIMEOUT_SLACK));
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)
+        };
+        Ok(RunConfig {
+            setup,
+            retries: self.retries,
+            model_call_timeout_ms: millis(self.options.model_call_timeout, MODEL_CALL_TIMEOUT),
+            tool_call_timeout_ms: millis(self.options.tool_timeout, TOOL_CALL_TIMEOUT),
+            events: self.log.is_some(),
+        })
+    }
+
+    /// One backend call: the gate, then the stream assembled into the response, bounded by
+    /// `cancel` and the model-call timeout.
+    async fn call(
+        &self,
+        ctx: &ActivityContext,
+        input: &ModelCallInput,
+        cancel: &CancellationToken,
+        out: &Publisher,
+    ) -> Result<AssistantMessage, AgentError> {
+        let request = &input.request;
+        agent_loop::machine::gate(
+            &self.options,
+            request,
+            input.iteration,
+            input.estimated_input_tokens,
+        )
+        .await?;
+        let publishing = self.publishing();
+        if publishing {
+            self.publish(
+                ctx,
+                out,
+                &[AgentEvent::MessageStart {
+                    role: Role::Assistant,
+                }],
+            );
+        }
+        let mut assembler = MessageAssembler::new(publishing);
+        let pump = async {
+            let mut stream = self.backend.stream(request);
+            while let Some(item) = stream.next().await {
+                assembler.push(item?)?;
+                if publishing {
+                    let events: Vec<_> = assembler.drain_events().collect();
+                    self.publish(ctx, out, &events);
+                }
+            }
+            Ok::<(), BackendError>(())
+        };
+        let timeout = self.options.model_call_timeout;
+        let raced = async {
+            tokio::select! {
+                pumped = pump => Some(pumped),
+                () = cancel.cancelled() => None,
+            }
+        };
+        let ended = match timeout {
+            Some(limit) => tokio::time::timeout(limit, raced).await.map_err(|_| {
+                AgentError::from(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("the model call took longer than its {limit:?} timeout"),
+                ))
+            }),
+            None => Ok(raced.await),
+        };
+        let failure = match ended {
+            Err(timeout) => timeout,
+            Ok(None) => AgentError::new(
+                ErrorKind::Aborted,
+                "the run was cancelled during the model call",
+            ),
+            Ok(Some(Err(error))) => AgentError::from(error),
+            Ok(Some(Ok(()))) if !assembler.is_finished() => AgentError::from(BackendError::new(
+                BackendErrorKind::Protocol,
+                "the model's stream ended before its finish event",
+            )),
+            Ok(Some(Ok(()))) => {
+                let mut message = assembler.finish();
+                if publishing {
+                    let events: Vec<_> = assembler.drain_events().collect();
+                    self.publish(ctx, out, &events);
+                }
+                if message.model.is_none() {
+                    message.model = Some(request.model.clone());
+                }
+                return Ok(message);
+            }
+        };
+        Err(self.failed(ctx, out, assembler, failure))
+    }
+
+    /// A model call's failure, as the in-process loop ends one: when it is final (not one
+    /// Temporal retries), what the model had produced closes with the failure's stop reason,
+    /// its `message_end` is published and the backend error keeps it as its partial.
+    fn failed(
+        &self,
+        ctx: &ActivityContext,
+        out: &Publisher,
+        mut assembler: MessageAssembler,
+        mut error: AgentError,
+    ) -> AgentError {
+        if retryable(&error) {
+            // The next attempt streams the message again.
+            return error;
+        }
+        let reason = if error.is_aborted() {
+            StopReason::Aborted
+        } else {
+            StopReason::Error
+        };
+        let partial = assembler.finish_partial(reason);
+        if let ErrorKind::Backend { error: backend } = &mut error.kind
+            && backend.partial.is_none()
+            && !partial.content.is_empty()
+        {
+            backend.partial = Some(Box::new(partial.clone()));
+        }
+        if self.publishing() {
+            let mut events: Vec<_> = assembler.drain_events().collect();
+            events.push(AgentEvent::MessageEnd {
+                message: Message::Assistant(partial),
+                cost_usd: None,
+            });
+            self.publish(ctx, out, &events);
+        }
+        error
+    }
+
+    /// The response's price: the answering model's, or the requested one's for the same
+    /// model under a path (`openai/gpt-4o`), as the in-process loop prices it.
+    fn price(&self, requested: &str, message: &AssistantMessage) -> Option<f64> {
+        let usage = message.usage.as_ref()?;
+        let model = message.model.as_deref().unwrap_or(requested);
+        let same_model = model
+            .strip_suffix(requested)
+            .is_some_and(|path| path.is_empty() || path.ends_with('/'));
+        let card = &self.options.rate_card;
+        card.cost(model, usage)
+            .or_else(|| same_model.then(|| card.cost(requested, usage)).flatten())
+    }
+
+    /// The response's calls screened as the in-process loop screens a round: a remote tool's
+    /// call with valid arguments waits for the caller; a local one goes through the tool
+    /// guardrails (which may rewrite its arguments) and the approval policy. Calls past the
+    /// cap are left to the machine, unscreened.
+    fn screen(&self, input: &ModelCallInput, message: &AssistantMessage) -> Option<Screened> {
+        if !input.screen {
+            return None;
+        }
+        let mut calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
+        if calls.is_empty() {
+            return None;
+        }
+        let mut guardrails = Vec::new();
+        let screens = calls
+            .iter_mut()
+            .take(input.max_calls)
+            .map(|call| self.screen_call(input, call, &mut guardrails))
+            .collect();
+        Some(Screened {
+            calls,
+            screens,
+            guardrails,
+        })
+    }
+
+    fn screen_call(
+        &self,
+        input: &ModelCallInput,
+        call: &mut ToolCall,
+        guardrails: &mut Vec<GuardrailDecision>,
+    ) -> Screen {
+        if input.remote_tools.contains(&call.name) {
+            return Screen::Remote {
+                arguments: call.arguments.clone(),
+            };
+        }
+        if let Some(tool) = self.options.tools.get(&call.name)
+            && tool.is_remote()
+            && let Ok(validated) =
+                tool.validate(call.arguments.clone(), self.options.tool_arg_validation)
+        {
+            return Screen::Remote {
+                arguments: validated.arguments,
+            };
+        }
+        let (screen, decisions) = agent_loop::screen_tool_call_decided(&self.options, call);
+        guardrails.extend(decisions);
+        match screen {
+            CallScreen::Run => Screen::Run,
+            CallScreen::AwaitApproval => Screen::AwaitApproval,
+            CallScreen::Refuse(reason) => Screen::Refuse { reason },
+        }
     }
 }
 
 #[activities]
 impl AgentActivities {
-    /// One model call: the loop runs the session one step (the user's message or the round's
-    /// results) until the model answers or asks for tools.
+    /// What the worker's options decide for a run: the machine's config, the request
+    /// template, the caps, the retry policy and the timeouts. Once per run (and carried
+    /// across continue-as-new).
+    #[activity(name = "run_config")]
+    pub async fn run_config(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        input: RunConfigInput,
+    ) -> Result<RunConfig, ActivityError> {
+        self.config(&input.session).map_err(failure)
+    }
+
+    /// One model call: the request the machine asked for, sent to the backend and assembled
+    /// into the response, with its price and, when the run screens calls, its calls
+    /// screened. A failure a retry may mend (5xx, timeout, rate limit) is an activity failure
+    /// Temporal retries; any other comes back as `error` for the machine to end the run with.
     #[activity(name = "model_call")]
     pub async fn model_call(
         self: Arc<Self>,
         ctx: ActivityContext,
         input: ModelCallInput,
     ) -> Result<ModelCallOutput, ActivityError> {
-        let ModelCallInput { mut session, step } = input;
         let cancel = CancellationToken::new();
-        let mut options = self.model_options.clone();
-        options.cancellation = cancel.clone();
-        let ran = {
-            let publisher = crate::events::Publisher::for_activity(self.events.as_ref(), &ctx);
-            let run =
-                agent_loop::execute_stream(&mut session, step, self.backend.as_ref(), &options);
-            heartbeating(&ctx, &cancel, crate::events::forward(run, publisher)).await
-        };
-        let result = match ran {
-            Ok(result) => result,
-            Err(error) => return Err(failure(error)),
-        };
-        // The round the calls belong to: the loop counts it up after the model call it records.
-        let iteration = result
-            .model_calls
-            .last()
-            .map_or(1, |call| call.iteration + 1);
-        let (mut local, mut remote) = (Vec::new(), Vec::new());
-        let (mut needs_approval, mut refused) = (Vec::new(), Vec::new());
-        if session.status == SessionStatus::AwaitingToolExecution {
-            for call in &session.pending_tool_calls {
-                if !self.is_local(call) {
-                    remote.push(call.clone());
-                    continue;
-                }
-                // The loop's own screening, with the worker's guardrails (which may rewrite
-                // the arguments) and approval policy.
-                let mut call = call.clone();
-                match agent_loop::screen_tool_call(&self.options, &mut call) {
-                    CallScreen::Run => {}
-                    CallScreen::AwaitApproval => needs_approval.push(call.clone()),
-                    CallScreen::Refuse(reason) => refused.push(Refused {
-                        call_id: call.id.to_string(),
-                        reason,
-                    }),
-                }
-                local.push(call);
-            }
+        let out = self.publisher(&ctx);
+        let called = heartbeating(&ctx, &cancel, self.call(&ctx, &input, &cancel, &out)).await;
+        if cancel.is_cancelled() {
+            // Temporal asked for it: report the cancellation, not the aborted call.
+            return Err(ActivityError::cancelled());
         }
-        Ok(ModelCallOutput {
-            answer: result.message.text_content(),
-            usage: result.usage,
-            cost_usd: result.cost_usd,
-            iteration,
-            local,
-            needs_approval,
-            refused,
-            remote,
-            session,
-        })
+        let output = match called {
+            Ok(message) => {
+                let cost_usd = self.price(&input.request.model, &message);
+                if self.publishing() {
+                    self.publish(
+                        &ctx,
+                        &out,
+                        &[AgentEvent::MessageEnd {
+                            message: Message::Assistant(message.clone()),
+                            cost_usd,
+                        }],
+                    );
+                }
+                Ok(ModelCallOutput {
+                    cost_usd,
+                    screened: self.screen(&input, &message),
+                    response: Some(message),
+                    error: None,
+                })
+            }
+            Err(error) if retryable(&error) => Err(failure(error)),
+            Err(error) => Ok(ModelCallOutput {
+                response: None,
+                cost_usd: None,
+                screened: None,
+                error: Some(error),
+            }),
+        };
+        // In the log before the workflow goes on, so what it publishes next follows.
+        out.finish().await;
+        output
     }
 
     /// One tool call from the worker's registry, run as a round of the loop runs it; the
@@ -154,17 +376,53 @@ impl AgentActivities {
         let cancel = CancellationToken::new();
         let mut options = self.options.clone();
         options.cancellation = cancel.clone();
-        let publisher = crate::events::Publisher::for_activity(self.events.as_ref(), &ctx);
-        let run = crate::events::tool_call(&options, input, publisher);
-        let outcome = heartbeating(&ctx, &cancel, run).await.map_err(failure)?;
+        let ToolCallInput {
+            call,
+            iteration,
+            refused,
+            guardrails,
+        } = input;
+        let outcome = if self.publishing() {
+            // Its `tool_execution_*` events go out as they happen.
+            let out = self.publisher(&ctx);
+            let run = agent_loop::run_tool_call_with_events(
+                &options,
+                call,
+                iteration,
+                refused,
+                guardrails,
+                |event| self.publish(&ctx, &out, std::slice::from_ref(&event)),
+            );
+            let outcome = heartbeating(&ctx, &cancel, run).await;
+            out.finish().await;
+            outcome
+        } else {
+            match guardrails {
+                // Screened in `model_call`: the decisions made there, not the checks again.
+                Some(guardrails) => {
+                    let run = agent_loop::run_screened_tool_call(
+                        &options, call, iteration, refused, guardrails,
+                    );
+                    heartbeating(&ctx, &cancel, run).await
+                }
+                None => {
+                    let run = agent_loop::run_tool_call(&options, call, iteration, refused);
+                    heartbeating(&ctx, &cancel, run).await
+                }
+            }
+        }
+        .map_err(failure)?;
         if cancel.is_cancelled() {
             // Temporal asked for it: report the cancellation, not the tool's cancelled result.
             return Err(ActivityError::cancelled());
         }
+        if self.events.is_some() {
+            self.publish_result(&ctx, &outcome.result);
+        }
         Ok(ToolCallOutput {
             result: outcome.result,
             trace: outcome.trace,
-            stop: outcome.stop.map(|error| error.to_string()),
+            stop: outcome.stop,
         })
     }
 }
@@ -195,7 +453,7 @@ async fn heartbeating<T>(
 /// timeout, a rate limit) is retried by the activity's retry policy; budgets, validation,
 /// configuration, other 4xx and everything else are not, since a retry would fail the same way.
 fn failure(error: AgentError) -> ActivityError {
-    let retryable = matches!(&error.kind, ErrorKind::Backend { error } if error.is_retryable());
+    let retryable = retryable(&error);
     let type_name = kind_name(&error.kind);
     let message = error.to_string();
     let failure = if retryable {
@@ -209,6 +467,11 @@ fn failure(error: AgentError) -> ActivityError {
             .build()
     };
     ActivityError::application(failure)
+}
+
+/// Whether a retry may mend `error`: a backend error the backend calls retryable.
+fn retryable(error: &AgentError) -> bool {
+    matches!(&error.kind, ErrorKind::Backend { error } if error.is_retryable())
 }
 
 /// The error kind's name, Temporal's failure type.

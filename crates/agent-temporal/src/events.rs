@@ -226,47 +226,6 @@ impl Publisher {
     }
 }
 
-/// Runs a loop's event stream to its end, publishing each event, then flushes the publisher:
-/// the events of an activity's loop run reach the log before the activity completes.
-///
-/// # Errors
-/// The run's own error.
-pub async fn forward(
-    mut stream: agent_loop::EventStream<'_>,
-    publisher: Publisher,
-) -> Result<agent_loop::GenerateResult, AgentError> {
-    while let Some(event) = stream.next().await {
-        publisher.send(event);
-    }
-    let result = stream.result().await;
-    publisher.finish().await;
-    result
-}
-
-/// One `tool_call` activity's call, its events (`tool_execution_*`, progress included)
-/// published as they happen; flushed before the activity completes.
-///
-/// # Errors
-/// As [`agent_loop::run_tool_call`].
-pub async fn tool_call(
-    options: &agent_loop::Options,
-    input: crate::wire::ToolCallInput,
-    publisher: Publisher,
-) -> Result<agent_loop::ToolCallOutcome, AgentError> {
-    let crate::wire::ToolCallInput {
-        call,
-        iteration,
-        refused,
-    } = input;
-    let outcome =
-        agent_loop::run_tool_call_with_events(options, call, iteration, refused, |event| {
-            publisher.send(event);
-        })
-        .await;
-    publisher.finish().await;
-    outcome
-}
-
 /// Publishes the workflow's own `events` (in the workflow: a local activity). A failure is
 /// only a viewer's loss: it never fails the run.
 pub(crate) async fn publish<W>(ctx: &WorkflowContext<W>, events: Vec<AgentEvent>) {
@@ -291,27 +250,33 @@ pub(crate) fn session_end(
     }
 }
 
-/// The last events of a run that ended: `error` when it failed, then `session_end` with the
-/// final message's stop reason (or `error`).
+/// The last events of a run that ended, as the in-process loop emits them: a guardrail's trip
+/// and `error` when it failed, then `session_end` with the messages it added since `from`
+/// (after the caller's input) and its finish reason.
 pub(crate) fn run_ended(
-    session: &agent_loop::Session,
+    outcome: &crate::wire::RunOutcome,
     from: usize,
-    error: Option<&str>,
+    error: Option<AgentError>,
 ) -> Vec<AgentEvent> {
+    let session = &outcome.session;
     match error {
-        Some(error) => vec![
-            AgentEvent::Error {
-                error: AgentError::new(
-                    agent_types::ErrorKind::Tool {
-                        tool: String::new(),
-                    },
-                    error,
-                ),
-            },
-            session_end(session, from, StopReason::Error),
-        ],
+        Some(error) => {
+            let reason = if error.is_aborted() {
+                StopReason::Aborted
+            } else {
+                StopReason::Error
+            };
+            let mut events = Vec::with_capacity(3);
+            events.extend(trip_event(&error));
+            events.push(AgentEvent::Error { error });
+            events.push(session_end(session, from, reason));
+            events
+        }
         None => {
             let reason = match session.messages.last() {
+                // A structured answer's final-answer call is the answer, not a request for
+                // tools.
+                _ if outcome.output.is_some() => StopReason::Stop,
                 Some(agent_types::Message::Assistant(message)) => {
                     message.stop_reason.unwrap_or(StopReason::Stop)
                 }
@@ -320,6 +285,25 @@ pub(crate) fn run_ended(
             vec![session_end(session, from, reason)]
         }
     }
+}
+
+/// The `guardrail_tripped` event the in-process loop emits before a guardrail's error.
+fn trip_event(error: &AgentError) -> Option<AgentEvent> {
+    let agent_types::ErrorKind::GuardrailTripped { guardrail, stage } = &error.kind else {
+        return None;
+    };
+    let reason = error
+        .message
+        .split_once(": ")
+        .map_or(error.message.as_str(), |(_, reason)| reason);
+    Some(AgentEvent::GuardrailTripped {
+        decision: agent_types::GuardrailDecision::new(
+            guardrail.as_str(),
+            *stage,
+            agent_types::GuardrailAction::Trip,
+            reason,
+        ),
+    })
 }
 
 /// The events of a run that suspends: the calls it waits for (for a person with `approval`,
@@ -343,31 +327,6 @@ pub(crate) fn suspended(
         }
     };
     vec![waiting, session_end(session, from, StopReason::ToolCalls)]
-}
-
-/// A round's tool messages, in call order, as the loop appends them after the round.
-pub(crate) fn tool_messages(results: &[agent_types::ToolResult]) -> Vec<AgentEvent> {
-    results
-        .iter()
-        .flat_map(|result| {
-            [
-                AgentEvent::MessageStart {
-                    role: agent_types::Role::Tool,
-                },
-                AgentEvent::MessageEnd {
-                    message: agent_types::Message::Tool(result.clone()),
-                    cost_usd: None,
-                },
-            ]
-        })
-        .collect()
-}
-
-/// A run (or its continuation after a suspension) starts.
-pub(crate) fn started(session: &agent_loop::Session) -> Vec<AgentEvent> {
-    vec![AgentEvent::SessionStart {
-        session_id: session.id.clone(),
-    }]
 }
 
 /// A stream of a workflow's events up to and including the first `session_end` (the end of the

@@ -2,21 +2,26 @@
 //! and output. All are JSON (Temporal's default payload converter), so a client in another
 //! language (the Python SDK in the tests) can start `agent_run` and read its result.
 
-use agent_loop::{Session, SessionInput, SessionStatus};
-use agent_types::{ToolCall, ToolResult, TraceEntry, Usage, UserMessage};
+use agent_loop::machine::{Action, Screen, Setup, State};
+use agent_loop::{Session, SessionStatus};
+use agent_types::{
+    AgentError, AssistantMessage, GuardrailDecision, ModelRequest, ToolCall, ToolResult,
+    TraceEntry, Usage,
+};
 use serde::{Deserialize, Serialize};
 
 /// What `agent_run` starts from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRequest {
     /// The session to run (model, system prompt, history, settings).
     pub session: Session,
-    /// The user's message for a new run; `None` when `next` says what to do (continue-as-new).
+    /// The user's message for a new run; `None` continues the session (a suspended one with
+    /// the budgets it kept) or, with `resume`, the run before a continue-as-new.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Set by continue-as-new: the step the previous run of the workflow was about to take.
+    /// Set by continue-as-new: the machine's state and the action it was about to perform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<Step>,
+    pub resume: Option<Box<Resume>>,
     /// What the previous runs of this workflow (before continue-as-new) produced.
     #[serde(default)]
     pub carried: Carried,
@@ -32,11 +37,23 @@ impl RunRequest {
         Self {
             session,
             user: Some(text.into()),
-            next: None,
+            resume: None,
             carried: Carried::default(),
             continue_as_new_after: None,
         }
     }
+}
+
+/// Where a run continued as new picks up: the loop's state machine as it stood, the action
+/// it had asked for and not yet performed, and the run's config (so no second `run_config`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Resume {
+    /// The machine's state.
+    pub state: State,
+    /// The action to perform first.
+    pub action: Action,
+    /// The config the run started with.
+    pub config: RunConfig,
 }
 
 /// What a workflow run hands to the next one when it continues as new.
@@ -45,10 +62,10 @@ pub struct Carried {
     /// The trace so far.
     #[serde(default)]
     pub trace: Vec<TraceEntry>,
-    /// Tokens so far.
+    /// Tokens of the run not in the machine's state (machines before a suspension).
     #[serde(default)]
     pub usage: Usage,
-    /// Dollars so far, once something is priced.
+    /// Dollars of the run not in the machine's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
     /// Model calls so far.
@@ -57,77 +74,117 @@ pub struct Carried {
     /// How many times the workflow continued as new.
     #[serde(default)]
     pub continued: u32,
+    /// Where the messages the run's next live `session_end` lists start in the session's
+    /// history (crate::events).
+    #[serde(default)]
+    pub events_from: usize,
+    /// Where the trace of the run's current part starts (a live `error`'s partial trace).
+    #[serde(default)]
+    pub trace_from: usize,
 }
 
-/// One step of the loop: what the next model call starts from.
+/// The `run_config` activity's input: the session without its history (the config reads
+/// its model, system prompt, settings and remote tools).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Step {
-    /// A new user message.
-    User {
-        /// The message.
-        message: UserMessage,
-    },
-    /// The results of the round's calls, in call order.
-    ToolResults {
-        /// One per call.
-        results: Vec<ToolResult>,
-    },
+pub struct RunConfigInput {
+    /// The session, `messages` left empty.
+    pub session: Session,
 }
 
-impl From<Step> for SessionInput {
-    fn from(step: Step) -> Self {
-        match step {
-            Step::User { message } => SessionInput::User(message),
-            Step::ToolResults { results } => SessionInput::ToolResults(results),
+/// What the worker's options decide for a run, read once by the `run_config` activity and
+/// kept in the history (and across continue-as-new), so the workflow decides by data only.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// The machine's config, the request template and the driver's caps.
+    pub setup: Setup,
+    /// The retry policy of the `model_call` and `tool_call` activities.
+    pub retries: Retries,
+    /// A model call's start-to-close timeout, in milliseconds.
+    pub model_call_timeout_ms: u64,
+    /// A tool call's start-to-close timeout, in milliseconds.
+    pub tool_call_timeout_ms: u64,
+    /// Whether the worker keeps a live event log (crate::events): the workflow publishes its
+    /// own events only then, so a run without one has no `publish_events` markers.
+    #[serde(default)]
+    pub events: bool,
+}
+
+/// How failed activities are retried (Temporal's retry policy, from the worker's settings:
+/// [`AgentActivities::with_retries`](crate::AgentActivities::with_retries)). Only retryable
+/// failures are retried: a backend's 5xx, timeout, rate limit or connection failure, a worker
+/// that died; budgets, validation, configuration, refusals and other 4xx never are.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Retries {
+    /// Attempts in all, the first included (1: never retried).
+    pub max_attempts: u32,
+    /// The wait before the first retry, in milliseconds.
+    pub initial_interval_ms: u64,
+    /// The longest wait between two attempts, in milliseconds.
+    pub max_interval_ms: u64,
+}
+
+impl Default for Retries {
+    /// agent-backends' HTTP retry defaults (`RetryPolicy::default`: 2 retries, 500 ms
+    /// doubling up to 8 s), as attempts: 3.
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            initial_interval_ms: 500,
+            max_interval_ms: 8_000,
         }
     }
 }
 
-/// The `model_call` activity's input.
+/// The `model_call` activity's input: the request the machine asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCallInput {
-    /// The session as the last step left it.
-    pub session: Session,
-    /// What this call starts from.
-    pub step: Step,
+    /// The request, history included, with the output limit the budgets leave.
+    pub request: ModelRequest,
+    /// Tool rounds run so far (the gate and the activity's telemetry name it).
+    pub iteration: u32,
+    /// The request's estimated input tokens (the gate reads it).
+    #[serde(default)]
+    pub estimated_input_tokens: u64,
+    /// Whether to screen the response's calls (the machine's `screen_calls`).
+    #[serde(default)]
+    pub screen: bool,
+    /// The session's remote tools, by name (their calls wait for the caller).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote_tools: Vec<String>,
+    /// The calls of a round past this many are refused unscreened (the machine's cap).
+    #[serde(default)]
+    pub max_calls: usize,
 }
 
-/// The `model_call` activity's output.
+/// The `model_call` activity's output: the response, or the failure that ends the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCallOutput {
-    /// The session after the call: `awaiting_tool_execution` with the calls to run, or ended.
-    pub session: Session,
-    /// The answer's text, when the call ended the run.
-    pub answer: String,
-    /// This call's tokens.
-    pub usage: Usage,
-    /// This call's dollars, when priced.
+    /// The model's message, with its usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<AssistantMessage>,
+    /// Its price, when the worker's rate card has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
-    /// The loop round the call was (1 for the first), which the round's trace entries carry.
-    pub iteration: u32,
-    /// The calls the worker's registry runs (`tool_call` activities), in call order.
-    #[serde(default)]
-    pub local: Vec<ToolCall>,
-    /// Of `local`, the calls the run's approval policy sends to a person first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub needs_approval: Vec<ToolCall>,
-    /// Of `local`, the calls the approval policy refused, with the text the model sees.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub refused: Vec<Refused>,
-    /// The calls nobody on the worker runs: their results arrive as the `tool_results` signal.
-    #[serde(default)]
-    pub remote: Vec<ToolCall>,
+    /// The response's calls screened against the worker's registry, guardrails and approval
+    /// policy, when the run screens calls and the response has some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screened: Option<Screened>,
+    /// A failure no retry mends (a 4xx, a refusal by the gate, a broken stream): the machine
+    /// ends the run with it. (A retryable one is an activity failure Temporal retries.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<AgentError>,
 }
 
-/// A call the run refuses to run, and why (the model sees the text).
+/// A response's calls as the worker screened them (the machine's `screened` input).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Refused {
-    /// The call's id.
-    pub call_id: String,
-    /// The error result's text.
-    pub reason: String,
+pub struct Screened {
+    /// The calls, with the arguments a guardrail rewrote.
+    pub calls: Vec<ToolCall>,
+    /// One screen per call within the round's cap.
+    pub screens: Vec<Screen>,
+    /// What the tool guardrails decided while screening (each names its call).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guardrails: Vec<GuardrailDecision>,
 }
 
 /// The `tool_call` activity's input.
@@ -137,10 +194,15 @@ pub struct ToolCallInput {
     pub call: ToolCall,
     /// The loop round it belongs to.
     pub iteration: u32,
-    /// Set when the call is not to be run (an approval policy's or a person's denial): the
-    /// activity records the refusal as the loop does, without running the tool.
+    /// Set when the call is not to be run (the per-round cap, a policy's or a person's
+    /// denial): the activity records the refusal as the loop does, without running the tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Set when the run screened its calls: what the tool guardrails decided about this call
+    /// while screening (maybe nothing). The before-call checks are then not run again and
+    /// these go into the trace entry, as in a round of the in-process loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guardrails: Option<Vec<GuardrailDecision>>,
 }
 
 /// The `tool_call` activity's output.
@@ -152,7 +214,7 @@ pub struct ToolCallOutput {
     pub trace: TraceEntry,
     /// Set when the call's failure ends the run (the loop's `abort` error mode, a fatal error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop: Option<String>,
+    pub stop: Option<AgentError>,
 }
 
 /// What `agent_run` returns.
@@ -176,6 +238,9 @@ pub struct RunOutcome {
     /// How many times the workflow continued as new on the way.
     #[serde(default)]
     pub continued: u32,
+    /// The validated structured answer, in a run with an output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
     /// Why the run ended early, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -109,7 +109,8 @@ pub use repair::{Repair, RepairKind, repair};
 pub use schema::{json_depth, schema_for};
 pub use tool::Tool;
 pub use tool_search::{
-    Hit, MAX_SEARCH_RESULTS, SEARCH_TOOLS_NAME, ToolIndex, run_search, search_tools_tool,
+    Hit, MAX_SEARCH_RESULTS, SEARCH_TOOLS_NAME, SearchQuery, ToolIndex, run_search,
+    search_tools_tool,
 };
 pub use truncate::{
     Truncated, TruncationPolicy, escaped_len, marker, render_result, truncate, truncate_result,

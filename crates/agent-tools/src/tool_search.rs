@@ -31,6 +31,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_types::ToolSpec;
 use serde::{Deserialize, Serialize};
@@ -84,6 +85,8 @@ pub struct ToolIndex {
     /// Term → (document, weighted term frequency), documents ascending.
     postings: HashMap<String, Vec<(u32, u32)>>,
     avg_len: f32,
+    /// Searches run so far (see [`ToolIndex::searches`]).
+    searches: AtomicU64,
 }
 
 impl ToolIndex {
@@ -145,15 +148,33 @@ impl ToolIndex {
             .map(|doc| doc.description.as_str())
     }
 
+    /// How many searches this index has run ([`search`](Self::search) and
+    /// [`search_query`](Self::search_query) calls), over every run sharing it: what a caller
+    /// caching results (the loop's per-run cache) saves shows here.
+    pub fn searches(&self) -> u64 {
+        self.searches.load(Ordering::Relaxed)
+    }
+
     /// The best `limit` matches for `query` (at most [`MAX_SEARCH_RESULTS`]), best first;
     /// tools matching no word of the query are not returned. A query equal to a tool's name
     /// puts that tool first.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        self.search_normalized(cut(query.trim(), MAX_QUERY_BYTES), limit)
+    }
+
+    /// The matches for a query read by [`SearchQuery::parse`]: the same as
+    /// [`search`](Self::search) with its query and limit.
+    pub fn search_query(&self, query: &SearchQuery) -> Vec<Hit> {
+        self.search_normalized(&query.query, query.limit)
+    }
+
+    /// [`search`](Self::search) for a query already trimmed and cut.
+    fn search_normalized(&self, query: &str, limit: usize) -> Vec<Hit> {
+        self.searches.fetch_add(1, Ordering::Relaxed);
         let limit = limit.min(MAX_SEARCH_RESULTS);
         if limit == 0 || self.docs.is_empty() {
             return Vec::new();
         }
-        let query = cut(query.trim(), MAX_QUERY_BYTES);
         let n = self.docs.len() as f32;
         let mut scores = vec![0f32; self.docs.len()];
         let mut seen: Vec<String> = Vec::new();
@@ -211,6 +232,37 @@ struct SearchArgs {
     limit: Option<usize>,
 }
 
+/// A `search_tools` call's arguments, read and normalized: two calls with equal
+/// `SearchQuery`s find the same tools, so a caller can key a cache by it. Bounded: the query
+/// is at most 1 KiB (a longer one is cut, as [`ToolIndex::search`] cuts it) and the limit at
+/// most [`MAX_SEARCH_RESULTS`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SearchQuery {
+    /// The query, trimmed and cut at a character boundary.
+    pub query: String,
+    /// How many matches, at most [`MAX_SEARCH_RESULTS`].
+    pub limit: usize,
+}
+
+impl SearchQuery {
+    /// Reads a `search_tools` call's arguments; `default_limit` applies when they name none.
+    ///
+    /// # Errors
+    ///
+    /// A [`ToolError`] for the model when the arguments are not `{query, limit?}`.
+    pub fn parse(arguments: &Value, default_limit: usize) -> Result<Self, ToolError> {
+        let args = SearchArgs::deserialize(arguments).map_err(|error| {
+            ToolError::respond_to_model(format!(
+                "search_tools takes {{\"query\": string, \"limit\"?: integer}}: {error}"
+            ))
+        })?;
+        Ok(Self {
+            query: cut(args.query.trim(), MAX_QUERY_BYTES).to_owned(),
+            limit: args.limit.unwrap_or(default_limit).min(MAX_SEARCH_RESULTS),
+        })
+    }
+}
+
 /// Reads a `search_tools` call's arguments and runs the search: what the tool returned to the
 /// model, so a preparation hook can load exactly those tools without keeping state of its own.
 ///
@@ -222,12 +274,7 @@ pub fn run_search(
     arguments: &Value,
     default_limit: usize,
 ) -> Result<Vec<Hit>, ToolError> {
-    let args = SearchArgs::deserialize(arguments).map_err(|error| {
-        ToolError::respond_to_model(format!(
-            "search_tools takes {{\"query\": string, \"limit\"?: integer}}: {error}"
-        ))
-    })?;
-    Ok(index.search(&args.query, args.limit.unwrap_or(default_limit)))
+    Ok(index.search_query(&SearchQuery::parse(arguments, default_limit)?))
 }
 
 /// The `search_tools` tool over `index`: the model sends words describing what it needs and
@@ -449,6 +496,31 @@ mod tests {
         // A huge query is cut, not refused.
         let long = "é".repeat(5000);
         assert!(index.search(&long, 5).is_empty());
+    }
+
+    #[test]
+    fn a_parsed_query_finds_what_the_raw_one_finds_and_searches_are_counted() {
+        let specs: Vec<ToolSpec> = (0..50)
+            .map(|i| spec(&format!("tool_{i}"), "A tool.", json!({})))
+            .collect();
+        let index = ToolIndex::from_specs(&specs);
+        let before = index.searches();
+        for arguments in [
+            json!({"query": "  tool_42 "}),
+            json!({"query": "tool", "limit": 3}),
+            json!({"query": "tool", "limit": 1000}),
+            json!({"query": format!("tool {}", "é".repeat(5000))}),
+        ] {
+            let query = SearchQuery::parse(&arguments, 5).unwrap();
+            assert!(query.query.len() <= MAX_QUERY_BYTES && query.limit <= MAX_SEARCH_RESULTS);
+            let raw = index.search(
+                arguments["query"].as_str().unwrap(),
+                arguments["limit"].as_u64().map_or(5, |l| l as usize),
+            );
+            assert_eq!(index.search_query(&query), raw, "{arguments}");
+        }
+        assert_eq!(index.searches() - before, 8);
+        assert!(SearchQuery::parse(&json!({"q": "x"}), 5).is_err());
     }
 
     #[test]

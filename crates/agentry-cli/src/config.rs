@@ -85,10 +85,28 @@ pub(crate) struct FileConfig {
     /// MCP servers whose tools every run gets (`[[mcp]]`, see docs/mcp.md); honoured only
     /// from files the user vouches for.
     pub(crate) mcp: Option<Vec<crate::mcp::McpEntry>>,
+    /// `[retry]`: how `agentry worker`'s activities are retried on Temporal (docs/durable.md).
+    pub(crate) retry: Option<RetryConfig>,
     /// `agentry serve`'s section, read by the server (`agent_server::ServerConfig`).
     #[serde(default)]
     #[allow(dead_code)]
     pub(crate) server: Option<toml::Table>,
+}
+
+/// `[retry]`: a failed model call (5xx, timeout, rate limit) or a tool call whose worker
+/// died is tried again this many times in all, waiting from the first backoff doubling up to
+/// the longest; other failures never are.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+// Read by the `temporal` feature's worker only.
+#[cfg_attr(not(feature = "temporal"), allow(dead_code))]
+pub(crate) struct RetryConfig {
+    /// Attempts in all, the first included.
+    pub(crate) attempts: Option<u32>,
+    /// The first wait, in milliseconds.
+    pub(crate) initial_backoff_ms: Option<u64>,
+    /// The longest wait, in milliseconds.
+    pub(crate) max_backoff_ms: Option<u64>,
 }
 
 /// The configuration of one command: every layer merged, and the layers the user vouches
@@ -236,6 +254,7 @@ impl FileConfig {
             prices,
             mcp: self.mcp.or(lower.mcp),
             server: self.server.or(lower.server),
+            retry: self.retry.or(lower.retry),
         }
     }
 
@@ -259,6 +278,17 @@ impl FileConfig {
                     "prices.\"{model}\": prices must be finite and not negative"
                 ));
             }
+        }
+        // Values every run would refuse are refused here, naming the file and the key, not
+        // when a run starts (after MCP servers are started and a session opened).
+        if let Some(bytes) = config.tool_result_max_bytes {
+            check_result_cap(bytes)
+                .map_err(|problem| format!("tool_result_max_bytes {problem}"))?;
+        }
+        if let Some(problem) =
+            agent_loop::budget_problem(config.token_budget, config.max_cost_usd, &[])
+        {
+            return Err(problem);
         }
         Ok(config)
     }
@@ -285,12 +315,22 @@ impl LoopSettings {
     pub(crate) fn resolve(flags: &LoopArgs, file: &FileConfig) -> Result<Self, Error> {
         let defaults = Options::auto();
         let max_cost_usd = flags.max_cost_usd.or(file.max_cost_usd);
+        // The file's values were checked when it was read: a bad value here is a flag's.
         if let Some(usd) = max_cost_usd
-            && (!usd.is_finite() || usd < 0.0)
+            && !(usd.is_finite() && usd > 0.0)
         {
             return Err(Error::Usage(format!(
-                "--max-cost-usd must be a dollar amount of zero or more, not {usd}"
+                "--max-cost-usd must be a dollar amount above zero, not {usd}"
             )));
+        }
+        if flags.token_budget == Some(0) {
+            return Err(Error::Usage(
+                "--token-budget must be at least 1 (leave it out for no token budget)".into(),
+            ));
+        }
+        if let Some(bytes) = flags.tool_result_max_bytes {
+            check_result_cap(bytes)
+                .map_err(|problem| Error::Usage(format!("--tool-result-max-bytes {problem}")))?;
         }
         // `try_`: a finite number of seconds can still be too large for a `Duration`, where
         // `from_secs_f64` panics (found by fuzzing: `tool_timeout_secs = 1e30`).
@@ -367,6 +407,20 @@ impl LoopSettings {
     }
 }
 
+/// Whether `bytes` can cap a tool result (room for the truncation marker); the problem,
+/// worded to follow the setting's name.
+fn check_result_cap(bytes: usize) -> Result<(), String> {
+    agent_tools::TruncationPolicy::new(bytes)
+        .map(|_| ())
+        .map_err(|_| {
+            format!(
+                "= {bytes} is invalid: it must be at least {} bytes (room for the truncation \
+                 marker)",
+                agent_tools::TruncationPolicy::MIN_MAX_BYTES
+            )
+        })
+}
+
 /// The built-in prices, then the file's (which win).
 pub(crate) fn rate_card(file: &FileConfig) -> RateCard {
     let mut card = RateCard::list_prices();
@@ -418,6 +472,47 @@ mod tests {
     }
 
     #[test]
+    fn sizes_and_budgets_every_run_would_refuse_are_refused_when_read() {
+        for (text, key) in [
+            ("tool_result_max_bytes = 10\n", "tool_result_max_bytes = 10"),
+            ("tool_result_max_bytes = 0\n", "tool_result_max_bytes = 0"),
+            ("token_budget = 0\n", "token_budget = 0"),
+            ("max_cost_usd = 0.0\n", "max_cost_usd = 0"),
+        ] {
+            let problem = FileConfig::parse(text).unwrap_err();
+            assert!(problem.contains(key), "{text}: {problem}");
+        }
+        assert!(FileConfig::parse("tool_result_max_bytes = 64\n").is_ok());
+        for (flags, flag) in [
+            (
+                LoopArgs {
+                    tool_result_max_bytes: Some(63),
+                    ..LoopArgs::default()
+                },
+                "--tool-result-max-bytes = 63",
+            ),
+            (
+                LoopArgs {
+                    token_budget: Some(0),
+                    ..LoopArgs::default()
+                },
+                "--token-budget",
+            ),
+            (
+                LoopArgs {
+                    max_cost_usd: Some(0.0),
+                    ..LoopArgs::default()
+                },
+                "--max-cost-usd",
+            ),
+        ] {
+            let error = LoopSettings::resolve(&flags, &FileConfig::default()).unwrap_err();
+            assert!(matches!(error, Error::Usage(_)), "{error}");
+            assert!(error.to_string().contains(flag), "{error}");
+        }
+    }
+
+    #[test]
     fn an_untrusted_file_tightens_the_users_budgets_but_never_loosens_them() {
         let user = FileConfig::parse(
             "max_iterations = 5\nmax_cost_usd = 0.5\nmax_repeated_calls = 3\ntoken_budget = 1000\n",
@@ -454,5 +549,17 @@ mod tests {
         let card = rate_card(&file);
         assert_eq!(card.price("gpt-4.1-mini").unwrap().input_per_mtok, 9.0);
         assert!(card.price("claude-sonnet-4-5").is_some());
+    }
+
+    /// `[retry]` parses, a nearer file's section wins whole, and a typo in it is refused.
+    #[test]
+    fn the_retry_section_parses_and_layers() {
+        let user = FileConfig::parse("[retry]\nattempts = 5\nmax_backoff_ms = 30000\n").unwrap();
+        let project = FileConfig::parse("[retry]\ninitial_backoff_ms = 200\n").unwrap();
+        let retry = project.over(user).retry.unwrap();
+        assert_eq!(retry.initial_backoff_ms, Some(200));
+        assert_eq!(retry.attempts, None);
+        let typo = FileConfig::parse("[retry]\nattempt = 5\n").unwrap_err();
+        assert!(typo.contains("attempt"), "{typo}");
     }
 }

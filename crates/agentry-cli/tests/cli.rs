@@ -280,6 +280,32 @@ fn usage_mistakes_exit_2_with_a_message() {
     assert!(stderr.contains("--root"), "{stderr}");
 }
 
+/// A size every run would refuse is a configuration error when the file is read, naming the
+/// file and the key (it was found only when a run started, as "a truncation cap of 10
+/// bytes is too small", naming neither).
+#[test]
+fn a_result_cap_too_small_is_refused_when_the_file_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agentry.toml");
+    std::fs::write(&path, "tool_result_max_bytes = 10\n").unwrap();
+    let (code, stdout, stderr) = run(agentry().env("AGENTRY_CONFIG", &path).args([
+        "run",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "hi",
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("agentry.toml"), "{stderr}");
+    assert!(stderr.contains("tool_result_max_bytes = 10"), "{stderr}");
+    assert!(stderr.contains("at least 64"), "{stderr}");
+
+    let (code, stdout, stderr) = run(agentry().args(["demo", "--tool-result-max-bytes", "10"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("--tool-result-max-bytes = 10"), "{stderr}");
+}
+
 #[test]
 fn an_output_limit_outside_the_models_range_exits_2_before_anything_is_sent() {
     for (provider, model, tokens, limit) in [

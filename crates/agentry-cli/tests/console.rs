@@ -223,6 +223,127 @@ fn browser() -> Option<(String, String)> {
     }
 }
 
+/// The sessions one browser run needs: one whose text is markup, one of another tenant, and
+/// one waiting for the results of two remote calls (the recorded model asks for the weather
+/// in Lisbon and Oslo).
+async fn sessions(url: &str) -> (String, String, String) {
+    let hostile = create(
+        url,
+        "key-acme-console-0001",
+        json!({"model": "demo", "system": HOSTILE, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": HOSTILE}]}]}),
+    )
+    .await;
+    let foreign = create(url, "key-other-console-01", json!({"model": "demo"})).await;
+    let remote = create(
+        url,
+        "key-acme-console-0001",
+        // The clock's result (about 70 bytes) is cut to 64: the console marks it truncated.
+        json!({"model": "demo", "tools": ["calculator", "clock"], "remote_tools": [
+            {"name": "get_weather", "description": "Weather.", "parameters": {"type": "object"}}],
+            "options": {"tool_result_max_bytes": 64}}),
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/sessions/{remote}/execute"))
+        .bearer_auth("key-acme-console-0001")
+        .json(&json!({"message": "Weather in Lisbon and Oslo?"}))
+        .send()
+        .await
+        .unwrap();
+    let events = response.text().await.unwrap();
+    assert!(
+        events.contains("\"status\":\"awaiting_tool_execution\""),
+        "{events}"
+    );
+    (hostile, foreign, remote)
+}
+
+/// The path prefix the reverse proxy serves the server under.
+const PREFIX: &str = "/agentry";
+
+/// A reverse proxy on loopback serving `upstream` under [`PREFIX`], as nginx's
+/// `location /agentry/ { proxy_pass http://upstream/; }` does: the prefix is cut from the
+/// request's path, redirects and bodies (streams too) pass unchanged. Its base URL.
+async fn prefix_proxy(upstream: String) -> String {
+    use axum::body::Body;
+    use axum::extract::{Request, State};
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Response};
+
+    async fn forward(State(upstream): State<String>, request: Request) -> Response {
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let Some(rest) = path.strip_prefix(PREFIX).map(str::to_owned) else {
+            return StatusCode::NOT_FOUND.into_response();
+        };
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let (parts, body) = request.into_parts();
+        let mut outgoing = client.request(parts.method, format!("{upstream}{rest}"));
+        for (name, value) in &parts.headers {
+            if name != "host" {
+                outgoing = outgoing.header(name, value);
+            }
+        }
+        let body = axum::body::to_bytes(body, 16 << 20).await.unwrap();
+        let answer = outgoing.body(body).send().await.unwrap();
+        let mut response = Response::builder().status(answer.status());
+        for (name, value) in answer.headers() {
+            if name != "transfer-encoding" && name != "connection" {
+                response = response.header(name, value);
+            }
+        }
+        response
+            .body(Body::from_stream(answer.bytes_stream()))
+            .unwrap()
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(forward).with_state(upstream);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{address}")
+}
+
+/// Drives the console at `url` (the server's, or the proxy's with its prefix) in Chromium.
+fn browse(
+    (python, chromium): (&str, &str),
+    url: &str,
+    (hostile, foreign, remote): &(String, String, String),
+    out: &Path,
+    report: &Path,
+) {
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console_test.py");
+    let output = Command::new(python)
+        .arg(script)
+        .args([url, "key-acme-console-0001", hostile, foreign])
+        .arg(out)
+        .arg(report)
+        .arg(remote)
+        .env("AGENTRY_TEST_CHROMIUM", chromium)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("console_test: ok"),
+        "{url}: {stdout}\n{stderr}"
+    );
+    for shot in [
+        "console-approval.png",
+        "console-session.png",
+        "console-usage.png",
+        "report.png",
+    ] {
+        let bytes = std::fs::read(out.join(shot)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG"), "{shot}");
+    }
+}
+
 #[test]
 fn the_console_in_a_real_browser() {
     let Some((python, chromium)) = browser() else {
@@ -235,69 +356,9 @@ fn the_console_in_a_real_browser() {
     let served = Served::start(&config);
     let url = served.url.clone();
     let runtime = runtime();
-    // A session whose text is markup, and a session of another tenant.
-    let hostile = runtime.block_on(create(
-        &url,
-        "key-acme-console-0001",
-        json!({"model": "demo", "system": HOSTILE, "messages": [
-            {"role": "user", "content": [{"type": "text", "text": HOSTILE}]}]}),
-    ));
-    let foreign = runtime.block_on(create(
-        &url,
-        "key-other-console-01",
-        json!({"model": "demo"}),
-    ));
-    // A session waiting for the results of two remote calls (the recorded model asks for the
-    // weather in Lisbon and Oslo).
-    let remote = runtime.block_on(async {
-        let id = create(
-            &url,
-            "key-acme-console-0001",
-            // The clock's result (about 70 bytes) is cut to 64: the console marks it truncated.
-            json!({"model": "demo", "tools": ["calculator", "clock"], "remote_tools": [
-                {"name": "get_weather", "description": "Weather.", "parameters": {"type": "object"}}],
-                "options": {"tool_result_max_bytes": 64}}),
-        )
-        .await;
-        let response = reqwest::Client::new()
-            .post(format!("{url}/v1/sessions/{id}/execute"))
-            .bearer_auth("key-acme-console-0001")
-            .json(&json!({"message": "Weather in Lisbon and Oslo?"}))
-            .send()
-            .await
-            .unwrap();
-        let events = response.text().await.unwrap();
-        assert!(events.contains("\"status\":\"awaiting_tool_execution\""), "{events}");
-        id
-    });
+    let first = runtime.block_on(sessions(&url));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console_test.py");
-    let output = Command::new(python)
-        .arg(script)
-        .args([&url, "key-acme-console-0001", &hostile, &foreign])
-        .arg(&out)
-        .arg(&report)
-        .arg(&remote)
-        .env("AGENTRY_TEST_CHROMIUM", chromium)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("console_test: ok"),
-        "{stdout}\n{stderr}"
-    );
-    for shot in [
-        "console-approval.png",
-        "console-session.png",
-        "console-usage.png",
-        "report.png",
-    ] {
-        let bytes = std::fs::read(out.join(shot)).unwrap();
-        assert!(bytes.starts_with(b"\x89PNG"), "{shot}");
-    }
+    browse((&python, &chromium), &url, &first, &out, &report);
     // `AGENTRY_UPDATE_DOCS=1` refreshes the two screenshots docs/console.md shows.
     if std::env::var_os("AGENTRY_UPDATE_DOCS").is_some() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
@@ -305,5 +366,19 @@ fn the_console_in_a_real_browser() {
             std::fs::copy(out.join(shot), docs.join(shot)).unwrap();
         }
     }
+
+    // The same console behind a reverse proxy under a path prefix: every page, asset and API
+    // request must stay under the prefix (the proxy answers 404 to anything else). With
+    // absolute URLs the page loaded no script and no style there.
+    let proxy = runtime.block_on(prefix_proxy(url.clone()));
+    let second = runtime.block_on(sessions(&url));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots-prefixed");
+    browse(
+        (&python, &chromium),
+        &format!("{proxy}{PREFIX}"),
+        &second,
+        &out,
+        &report,
+    );
     drop(served);
 }

@@ -28,17 +28,21 @@ const CALLS: usize = 300;
 const FILE_BYTES: usize = 1024 * 1024;
 
 /// The bound on what the hostile round adds to the server's resident set: its peak minus the
-/// idle server's. Measured at 86–96 MiB (108–115 MiB before the copies below were removed).
-/// 300 results of 64 KiB are ~19 MiB; the heap holds at most three copies of them at once
-/// (61 MiB at its peak, was 97): the history, the `session_end` event's messages and its SSE
-/// frame, then the history, the stored document and SQLite's bound copy and row. The rest of
-/// the growth is glibc keeping freed memory in its per-thread arenas (with
-/// `MALLOC_MMAP_THRESHOLD_=131072` the same round adds 58–63 MiB).
-const GROWTH_LIMIT_BYTES: u64 = 120 * 1024 * 1024;
+/// idle server's. 300 results of 64 KiB are ~19 MiB; the heap holds at most three copies of
+/// them at once (61 MiB at its peak, by valgrind's massif: the history, the `session_end`
+/// event's messages and its SSE frame, then the history, the stored document and SQLite's
+/// bound copy and row). The rest is glibc keeping freed chunks in its arenas, which depends on
+/// how the threads interleave: measured 84–92 MiB on a quiet machine, 101–107 MiB in some runs
+/// on a loaded one and 114 MiB once in CI (with `MALLOC_MMAP_THRESHOLD_=65536` the same round
+/// adds 70–73 MiB).
+const GROWTH_LIMIT_BYTES: u64 = 128 * 1024 * 1024;
 
-/// The bound on the peak itself (the 150 MiB, plus room for this debug binary's own
-/// idle size, which grows with the code linked in: 31 MiB before MCP, 35 MiB after).
-const PEAK_LIMIT_BYTES: u64 = 160 * 1024 * 1024;
+/// The bound on the peak itself, less the pages of the binary's own file the idle server has
+/// mapped (`RssFile`): 40 MiB of the idle 44 MiB of this debug binary are its code and
+/// relocated data, which grow with every feature linked in and say nothing about what a
+/// request makes the server allocate (the whole idle peak was 31 MiB before MCP, 48 MiB in CI
+/// with the console and guardrails).
+const PEAK_LIMIT_BYTES: u64 = 150 * 1024 * 1024;
 
 /// One streamed Chat Completions chunk.
 fn chunk(delta: &Value, finish: Option<&str>) -> String {
@@ -114,6 +118,8 @@ api_keys = ["key-acme-memory-test"]
 struct Measured {
     /// Peak resident set of the server after start-up.
     idle_peak: u64,
+    /// Of the idle resident set, the pages mapped from files (the binary's own, mostly).
+    idle_file: u64,
     /// Peak resident set after the execute.
     peak: u64,
     /// Resident set after the execute.
@@ -139,6 +145,7 @@ async fn hostile_execute(file_body: &[u8]) -> Measured {
 
     let served = Served::start(&path);
     let idle_peak = served.status_bytes("VmHWM");
+    let idle_file = served.status_bytes("RssFile");
     let response = reqwest::Client::new()
         .post(format!("{}/v1/sessions/hostile-1/execute", served.url))
         .bearer_auth("key-acme-memory-test")
@@ -185,6 +192,7 @@ async fn hostile_execute(file_body: &[u8]) -> Measured {
 
     Measured {
         idle_peak,
+        idle_file,
         peak: served.status_bytes("VmHWM"),
         after: served.status_bytes("VmRSS"),
         upstream_request: requests[1].body.len(),
@@ -197,10 +205,12 @@ fn assert_bounded(measured: &Measured) {
         growth < GROWTH_LIMIT_BYTES,
         "the round added {growth} bytes to the resident set, over {GROWTH_LIMIT_BYTES}"
     );
+    let peak = measured.peak.saturating_sub(measured.idle_file);
     assert!(
-        measured.peak < PEAK_LIMIT_BYTES,
-        "peak RSS {} bytes, over {PEAK_LIMIT_BYTES}",
-        measured.peak
+        peak < PEAK_LIMIT_BYTES,
+        "peak RSS {} bytes less {} of the binary's mapped file: {peak}, over {PEAK_LIMIT_BYTES}",
+        measured.peak,
+        measured.idle_file
     );
 }
 
@@ -209,8 +219,9 @@ fn assert_bounded(measured: &Measured) {
 fn report(variant: &str, measured: &Measured) {
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     eprintln!(
-        "{variant}: idle peak {:.1} MiB, peak {:.1} MiB, after {:.1} MiB, upstream request {:.1} MiB",
+        "{variant}: idle peak {:.1} MiB ({:.1} MiB of it file pages), peak {:.1} MiB, after {:.1} MiB, upstream request {:.1} MiB",
         mib(measured.idle_peak),
+        mib(measured.idle_file),
         mib(measured.peak),
         mib(measured.after),
         mib(measured.upstream_request as u64),
@@ -218,7 +229,7 @@ fn report(variant: &str, measured: &Measured) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_hundred_reads_of_a_1_mib_file_add_under_120_mib() {
+async fn three_hundred_reads_of_a_1_mib_file_add_under_128_mib() {
     let text: Vec<u8> = b"All work and no play makes Jack a dull boy.\n"
         .iter()
         .copied()
@@ -231,7 +242,7 @@ async fn three_hundred_reads_of_a_1_mib_file_add_under_120_mib() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_hundred_reads_of_a_nul_filled_file_add_under_120_mib() {
+async fn three_hundred_reads_of_a_nul_filled_file_add_under_128_mib() {
     let measured = hostile_execute(&vec![0u8; FILE_BYTES]).await;
     report("NUL", &measured);
     assert_bounded(&measured);

@@ -243,6 +243,82 @@ fn a_postgresql_restart_mid_run_loses_nothing_and_the_server_reconnects() {
     });
 }
 
+/// PostgreSQL away at the very moment a turn is checkpointed, and back a moment later: the
+/// checkpoint is written once more after the server reconnects, and the run completes (it
+/// failed with "the session checkpoint could not be saved" though the store was back within
+/// a second).
+#[test]
+fn a_checkpoint_that_finds_postgresql_restarting_is_retried_once_it_is_back() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let upstream_runtime = runtime();
+    let upstream = upstream_runtime
+        .block_on(ReplayServer::start([
+            sse(call(1)),
+            // PostgreSQL stops while the second model call streams; its turn's checkpoint
+            // finds it away.
+            sse(call(2))
+                .with_chunking(Chunking::Every(30))
+                .with_chunk_delay(Duration::from_millis(100)),
+            sse(answer_stream("7 and 14")),
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), &cluster.url(), &upstream.url());
+    let served = Served::start(&path);
+    let client = runtime();
+    let (url, id) = (served.url.clone(), "checkpoint-retried");
+    let run = client.spawn(async move {
+        let body = json!({"message": "1 * 7 and 2 * 7?",
+            "context": {"model": "up", "tools": ["calculator"]}});
+        execute(&url, id, &body).await
+    });
+    let started = Instant::now();
+    while upstream.requests().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.ctl(&["-m", "fast", "stop"]);
+    // The checkpoint of call 2's turn fails; PostgreSQL comes back while it waits.
+    let waited = Instant::now();
+    loop {
+        let line = served
+            .stderr
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no checkpoint was retried (the run failed at the first write)");
+        if line.contains("a checkpoint could not be saved; retrying once") {
+            break;
+        }
+    }
+    let down = Instant::now();
+    cluster.ctl(&["start"]);
+    eprintln!(
+        "the checkpoint failed {:.2}s after the stop; PostgreSQL was back {:.2}s later",
+        down.duration_since(waited).as_secs_f64(),
+        down.elapsed().as_secs_f64()
+    );
+    let events = client.block_on(run).unwrap();
+    let complete = events.last().unwrap();
+    assert_eq!(complete["type"], "execute_complete", "{events:?}");
+    assert_eq!(complete["status"], "completed", "{events:?}");
+    client.block_on(async {
+        let stored = session(&served.url, id).await;
+        assert_eq!(stored["status"], "completed", "{stored}");
+        let calls = calls_and_results(&stored);
+        let ids: Vec<&str> = calls.iter().map(|(id, _, _)| id.as_str()).collect();
+        assert_eq!(ids, ["call_1", "call_2"], "{stored}");
+        for (id, results, _) in &calls {
+            assert_eq!(*results, 1, "{id} answered {results} times: {stored}");
+        }
+        assert!(calls[1].2.contains("14"), "{stored}");
+        assert_eq!(calculator_calls(&served.url).await, 2.0);
+    });
+}
+
 #[test]
 fn a_second_process_on_the_cluster_continues_a_run_the_first_was_killed_in() {
     let Some(cluster) = Cluster::start() else {

@@ -228,6 +228,11 @@ fn a_bad_configuration_exits_2_naming_the_problem() {
             config("kind = \"sqlite\"", "listen_on = \"x\""),
             "listen_on",
         ),
+        // Every run would refuse it: refused at start-up, naming the key.
+        (
+            config("kind = \"sqlite\"", "caps = { tool_result_max_bytes = 10 }"),
+            "[server.caps] tool_result_max_bytes = 10",
+        ),
         (
             config("kind = \"sqlite\"", "").replace(
                 "api_keys = [\"key-acme-test-0001\"]",

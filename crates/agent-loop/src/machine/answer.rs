@@ -127,7 +127,7 @@ pub(super) fn retry(
     Ok(match call {
         Some(call) => {
             let feedback = format!(
-                "The answer does not match the schema:{problems}\nCall `{name}` again with                      a corrected answer."
+                "The answer does not match the schema:{problems}\nCall `{name}` again with a corrected answer."
             );
             close_round(calls, Some(&call), Some(feedback))
         }

@@ -428,3 +428,36 @@ async fn the_one_call_path_screens_rewrites_and_redacts_like_a_round() {
     assert!(outcome.result.content.contains("Paris is out of bounds"));
     assert!(outcome.stop.is_none());
 }
+
+/// A call screened by `screen_tool_call_decided` runs with `run_screened_tool_call` as a
+/// screened round's call does: the arguments screening rewrote, the decisions screening made
+/// in the trace entry (with the result's redaction), and no second before-call check, whose
+/// verdict on the already rewritten arguments would lose the rewrite from the trace.
+#[tokio::test]
+async fn a_screened_call_keeps_the_screenings_decisions_in_its_trace() {
+    use agent_loop::{CallScreen, run_screened_tool_call, run_tool_call, screen_tool_call_decided};
+    let options = Options::auto()
+        .with_tools(registry([weather_tool()]))
+        .with_tool_trace(true)
+        .with_guardrails(Guardrails::new().tool(WeatherRules));
+    let mut denver = agent_types::ToolCall::new("c3", "get_weather", json!({"city": "denver"}));
+    let (screen, decisions) = screen_tool_call_decided(&options, &mut denver);
+    assert_eq!(screen, CallScreen::Run);
+    assert_eq!(denver.arguments, json!({"city": "Denver"}));
+    let actions = |trace: &agent_types::TraceEntry| -> Vec<GuardrailAction> {
+        trace.guardrails().iter().map(|d| d.action).collect()
+    };
+
+    let outcome = run_screened_tool_call(&options, denver.clone(), 1, None, decisions)
+        .await
+        .unwrap();
+    assert_eq!(outcome.trace.arguments, json!({"city": "Denver"}));
+    assert!(outcome.result.content.contains("[REDACTED]"));
+    assert_eq!(
+        actions(&outcome.trace),
+        [GuardrailAction::Rewrite, GuardrailAction::Redact]
+    );
+    // Checked again instead, the rewritten call passes unchanged: the rewrite is lost.
+    let again = run_tool_call(&options, denver, 1, None).await.unwrap();
+    assert_eq!(actions(&again.trace), [GuardrailAction::Redact]);
+}

@@ -184,6 +184,12 @@ async fn an_invalid_answer_goes_back_with_the_validation_errors_and_the_retry_su
     assert_eq!(feedback.len(), 1, "{feedback:?}");
     assert!(feedback[0].contains("/temp_c"), "{}", feedback[0]);
     assert!(feedback[0].contains("final_answer"), "{}", feedback[0]);
+    // Once sent with a run of 22 spaces in the middle of its last sentence.
+    assert!(
+        feedback[0].ends_with("Call `final_answer` again with a corrected answer."),
+        "{}",
+        feedback[0]
+    );
 }
 
 #[tokio::test]

@@ -7,7 +7,9 @@
 //! sessions list and sessions, their execute stream, approvals, `/v1/usage` and the
 //! session's timeline (`timeline.rs`). Every string from the server is put in the page as
 //! text, never as markup, and the assets are served with a Content-Security-Policy that
-//! allows no inline script, no other origin and no framing.
+//! allows no inline script, no other origin and no framing. Every URL the page uses is
+//! relative (the assets to the page, `console/`; the API to the directory above the
+//! script), so the console works behind a reverse proxy under a path prefix.
 
 mod timeline;
 
@@ -33,11 +35,22 @@ const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; i
 /// The console's routes: the page, its two assets and the session timeline.
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/console", get(index))
+        .route("/console", get(to_directory))
         .route("/console/", get(index))
         .route("/console/console.js", get(script))
         .route("/console/console.css", get(style))
         .route("/v1/sessions/{id}/timeline", get(timeline::timeline))
+}
+
+/// `/console` → `console/`, relative: the page's asset and API URLs are relative to it, so
+/// behind a reverse proxy under a path prefix (`/agentry/console` → `/agentry/console/`) they
+/// stay under the prefix.
+async fn to_directory() -> Response {
+    (
+        StatusCode::TEMPORARY_REDIRECT,
+        [(header::LOCATION, HeaderValue::from_static("console/"))],
+    )
+        .into_response()
 }
 
 async fn index(headers: HeaderMap) -> Response {

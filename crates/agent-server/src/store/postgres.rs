@@ -787,6 +787,20 @@ impl SessionStore for PostgresStore {
         })
     }
 
+    fn renew_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+        running_until_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            crate::idempotency::postgres::renew(&conn.client, tenant, key, owner, running_until_ms)
+                .await
+        })
+    }
+
     fn release_key<'a>(
         &'a self,
         tenant: &'a str,

@@ -882,6 +882,19 @@ impl SessionStore for SqliteStore {
         }))
     }
 
+    fn renew_key<'a>(
+        &'a self,
+        tenant: &'a str,
+        key: &'a str,
+        owner: &'a str,
+        running_until_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        let (t, k, o) = (tenant.to_owned(), key.to_owned(), owner.to_owned());
+        Box::pin(self.call(tenant, SMALL, move |conn| {
+            crate::idempotency::sqlite::renew(conn, &t, &k, &o, running_until_ms)
+        }))
+    }
+
     fn release_key<'a>(
         &'a self,
         tenant: &'a str,

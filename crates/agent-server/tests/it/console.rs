@@ -24,7 +24,7 @@ async fn asset(server: &TestServer, path: &str) -> String {
 async fn the_console_is_served_embedded_with_a_strict_policy_and_an_etag() {
     let server = TestServer::start().await;
     for (path, kind) in [
-        ("/console", "text/html"),
+        ("/console/", "text/html"),
         ("/console/console.js", "text/javascript"),
         ("/console/console.css", "text/css"),
     ] {
@@ -61,9 +61,9 @@ async fn the_console_is_served_embedded_with_a_strict_policy_and_an_etag() {
         assert!(again.text().await.unwrap().is_empty());
     }
     // The page loads nothing from elsewhere and runs no inline script.
-    let page = asset(&server, "/console").await;
+    let page = asset(&server, "/console/").await;
     assert!(!page.contains("http://") && !page.contains("https://"));
-    assert!(page.contains("<script src=\"/console/console.js\"></script>"));
+    assert!(page.contains("<script src=\"console.js\"></script>"));
     assert_eq!(page.matches("<script").count(), 1);
     // The script never parses server data as markup.
     let script = asset(&server, "/console/console.js").await;
@@ -76,6 +76,48 @@ async fn the_console_is_served_embedded_with_a_strict_policy_and_an_etag() {
     ] {
         assert!(!script.contains(sink), "console.js uses {sink}");
     }
+    server.shutdown().await;
+}
+
+/// Behind a reverse proxy under a path prefix (`/agentry/console` → this server's
+/// `/console`) every URL the console uses must stay under the prefix: `/console` redirects to
+/// the relative `console/`, the page names its assets relative to itself, and the script
+/// names the API relative to its own directory, never from the host's root (the browser run
+/// through such a proxy is in agentry-cli's `tests/console.rs`).
+#[tokio::test]
+async fn every_url_the_console_uses_is_relative_so_a_path_prefix_works() {
+    let server = TestServer::start().await;
+    let response = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("{}/console", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 307);
+    assert_eq!(response.headers()["location"], "console/");
+    let page = asset(&server, "/console/").await;
+    for attribute in ["href=\"/", "src=\"/"] {
+        assert!(!page.contains(attribute), "{attribute} in {page}");
+    }
+    // Resolved against the page as a browser does, under a prefix: both assets exist.
+    let base = "http://proxy.example/agentry/console/";
+    for name in ["console.css", "console.js"] {
+        assert!(page.contains(&format!("\"{name}\"")), "{page}");
+        let resolved = reqwest::Url::parse(base).unwrap().join(name).unwrap();
+        let path = resolved.path().strip_prefix("/agentry").unwrap();
+        let response = server.get_anonymous(path).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let script = asset(&server, "/console/console.js").await;
+    for absolute in ["'/v1", "\"/v1", "`/v1", "'/console", "\"/console"] {
+        assert!(!script.contains(absolute), "console.js names {absolute}…");
+    }
+    assert!(
+        script.contains("new URL('../'"),
+        "the API root is the script's parent"
+    );
     server.shutdown().await;
 }
 

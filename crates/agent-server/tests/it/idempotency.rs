@@ -283,6 +283,91 @@ async fn keys_expire_after_the_ttl_and_are_bounded_per_tenant() {
     server.shutdown().await;
 }
 
+/// A request running longer than its claim's lifetime (`execute_lease_secs` = 1, an upstream
+/// taking about 4 s): its retries keep getting 409, the upstream sees one request, and the
+/// outcome is replayed after. Without renewal the claim lapsed after 1 s, a retry claimed
+/// the key again and ran a second time, and the first run's outcome was never stored.
+async fn a_long_run_keeps_its_claim(store: &str) {
+    let upstream = ReplayServer::start([answer("Very slowly, hello.")
+        .with_chunking(Chunking::Every(16))
+        .with_chunk_delay(Duration::from_millis(100))])
+    .await
+    .unwrap();
+    let config = config(&upstream, store).replace("[server]", "[server]\nexecute_lease_secs = 1");
+    let server = TestServer::with(&config, Vec::new()).await;
+    let key = fresh("long");
+    let body = chat(false);
+    let started = std::time::Instant::now();
+    let first = {
+        let request = server
+            .post("/v1/chat/completions", ACME)
+            .header("Idempotency-Key", &key)
+            .json(&body)
+            .send();
+        tokio::spawn(async move {
+            let response = request.await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        })
+    };
+    while upstream.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Retries past the claim's first lifetime, while the first still runs.
+    let mut retries = 0;
+    while !first.is_finished() {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (status, _, text) = send(&server, "/v1/chat/completions", ACME, &key, &body).await;
+        if first.is_finished() && status == 200 {
+            break;
+        }
+        assert_eq!(
+            status,
+            409,
+            "retry {retries} at {:?}: {text}",
+            started.elapsed()
+        );
+        assert!(text.contains("still running"), "{text}");
+        retries += 1;
+    }
+    let (status, first) = first.await.unwrap();
+    assert_eq!(status, 200, "{first}");
+    assert!(
+        started.elapsed() > Duration::from_millis(2500) && retries >= 4,
+        "the run outlived its claim several times over: {:?}, {retries} retries",
+        started.elapsed()
+    );
+    let (status, replayed, again) = send(&server, "/v1/chat/completions", ACME, &key, &body).await;
+    assert_eq!(
+        (status, replayed.as_deref()),
+        (200, Some("true")),
+        "{again}"
+    );
+    assert_eq!(again, first);
+    assert_eq!(upstream.requests().len(), 1, "one run");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_run_longer_than_the_claim_is_not_claimed_again() {
+    a_long_run_keeps_its_claim("").await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_run_longer_than_the_claim_is_not_claimed_again_on_postgres() {
+    let Ok(url) = std::env::var("AGENTRY_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "AGENTRY_TEST_POSTGRES_URL is not set under CI"
+        );
+        return;
+    };
+    a_long_run_keeps_its_claim(&format!(
+        "[server.store]\nkind = \"postgres\"\nurl = \"{url}\"\n"
+    ))
+    .await;
+}
+
 /// Two instances on one PostgreSQL: the key claimed on one is seen by the other, which
 /// replays the outcome without running the request again.
 #[cfg(feature = "postgres")]
@@ -409,10 +494,35 @@ async fn store_conformance(store: &dyn agent_server::store::SessionStore, tenant
             .unwrap(),
         Claim::Running
     );
+    // Renewed by its owner only, and only while running: past its first expiry (now + 1 s)
+    // the renewed claim still holds the key.
+    assert!(
+        !store
+            .renew_key(tenant, "k1", "intruder", now + 5_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .renew_key(tenant, "k1", "o1", now + 5_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .claim_key(&claim("k1", "f1", "o5", now + 2_000))
+            .await
+            .unwrap(),
+        Claim::Running
+    );
     store
         .finish_key(tenant, "k1", "o1", &outcome, now + 60_000)
         .await
         .unwrap();
+    assert!(
+        !store.renew_key(tenant, "k1", "o1", now + 1).await.unwrap(),
+        "done"
+    );
     assert_eq!(
         store
             .claim_key(&claim("k1", "f1", "o6", now))

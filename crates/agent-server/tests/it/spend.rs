@@ -122,6 +122,10 @@ async fn zero_and_negative_budgets_are_a_400_and_no_model_call() {
             json!({"max_tool_calls_per_round": 0}),
             "options.max_tool_calls_per_round = 0 is invalid",
         ),
+        (
+            json!({"tool_result_max_bytes": 10}),
+            "options.tool_result_max_bytes = 10 is invalid",
+        ),
     ];
     for (options, expected) in cases {
         let body = json!({"model": "up", "options": options});

@@ -80,12 +80,12 @@ fn count(lines: &[String], line: &str) -> usize {
 }
 
 /// The arithmetic question every test asks, in session `id`.
-fn request(id: &str) -> RunRequest {
+pub(crate) fn request(id: &str) -> RunRequest {
     RunRequest::new(Session::with_id(id, "test-model"), "What is (2 + 3) × 4?")
 }
 
 /// Starts [`request`] on `queue`, which is also the workflow id.
-async fn start(client: &temporalio_client::Client, queue: &str, id: &str) -> RunHandle {
+pub(crate) async fn start(client: &temporalio_client::Client, queue: &str, id: &str) -> RunHandle {
     agent_temporal::start_run(client, queue, queue, request(id))
         .await
         .unwrap()

@@ -209,3 +209,145 @@ async fn a_viewer_of_a_temporal_run_sees_the_in_process_event_sequence() {
     assert_eq!(json(&durable), json(&local));
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
 }
+
+/// The in-process events of `input` on `session`, up to and including its `session_end`.
+async fn in_process(
+    session: &mut Session,
+    input: impl Into<agent_loop::SessionInput>,
+    backend: &dyn agent_types::Backend,
+    options: &agent_loop::Options,
+) -> Vec<AgentEvent> {
+    let mut stream = agent_loop::execute_stream(session, input, backend, options);
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event);
+    }
+    let _ = stream.result().await;
+    events
+}
+
+/// The events a viewer of `workflow` reads after `after`, up to its next `session_end`.
+async fn viewed(
+    log: &std::sync::Arc<dyn agent_temporal::events::EventLog>,
+    workflow: &str,
+    after: i64,
+) -> (Vec<AgentEvent>, i64) {
+    let mut viewer = agent_temporal::events::until_session_end(log.subscribe(workflow, after));
+    let mut events = Vec::new();
+    let mut last = after;
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(60), viewer.next())
+        .await
+        .expect("the run's events within a minute")
+    {
+        let item = item.unwrap();
+        assert_eq!(item.seq, last + 1, "no gap, no duplicate");
+        last = item.seq;
+        events.push(item.event);
+    }
+    (events, last)
+}
+
+/// The workflow's own events in the merged driver (the machine's suspension, its resumption
+/// and the run's end) reach the log in the in-process order: a run that waits for approval
+/// shows `approval_requested` and a `session_end` with the part's messages, the approval's
+/// continuation starts with `session_start` and ends as in process; a run whose model call
+/// fails with a 400 ends with the same `error` and `session_end`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspensions_and_failures_reach_the_viewer_as_in_process() {
+    let Some(addr) = temporal_addr() else { return };
+    let Some(url) = postgres_url() else { return };
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let log = PgEventLog::connect(&url, EventLimits::default())
+        .await
+        .unwrap()
+        .shared();
+    let question = "What is (2 + 3) × 4?";
+
+    // Approval: in process, the suspension then the approved continuation.
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let backend = crate::support::RoundModel::new(None);
+    let mut registry = crate::support::registry(None, Duration::ZERO);
+    registry.require_approval(["multiply"]).unwrap();
+    let opts = options(None, Duration::ZERO).with_tools(registry);
+    let mut session = Session::with_id("s-approve", "test-model");
+    let approve = || vec![agent_loop::ApprovalDecision::approve("call_2")];
+    let local_wait = in_process(&mut session, question, &backend, &opts).await;
+    let local_rest = in_process(&mut session, approve(), &backend, &opts).await;
+    assert!(matches!(
+        local_wait.iter().rev().nth(1),
+        Some(AgentEvent::ApprovalRequested { .. })
+    ));
+
+    let queue = unique("events-approve");
+    let _worker = WorkerProcess::spawn_with(
+        &queue,
+        &tool_log,
+        &model_log,
+        Duration::ZERO,
+        &[
+            ("AGENTRY_TEMPORAL_EVENTS", url.as_str()),
+            ("AGENTRY_TEMPORAL_APPROVE", "multiply"),
+        ],
+    );
+    let after = log.last_seq(&queue).await.unwrap();
+    let request = RunRequest::new(Session::with_id("s-approve", "test-model"), question);
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let (durable_wait, after) = viewed(&log, &queue, after).await;
+    assert_eq!(json(&durable_wait), json(&local_wait));
+    handle.approve(approve()).await.unwrap();
+    let (durable_rest, _) = viewed(&log, &queue, after).await;
+    assert_eq!(json(&durable_rest), json(&local_rest));
+    handle.outcome().await.unwrap();
+
+    // A 400 on the second model call ends the run with the backend's error.
+    let mut error = agent_types::BackendError::new(
+        agent_types::BackendErrorKind::InvalidRequest,
+        "scripted 400",
+    );
+    error.status = Some(400);
+    let backend = crate::support::RoundModel::new(None).failing_round_two(error);
+    let opts = options(None, Duration::ZERO);
+    let mut session = Session::with_id("s-fail", "test-model");
+    let local = in_process(&mut session, question, &backend, &opts).await;
+    assert!(matches!(
+        local.iter().rev().nth(1),
+        Some(AgentEvent::Error { .. })
+    ));
+    let queue = unique("events-fail");
+    let _worker = WorkerProcess::spawn_with(
+        &queue,
+        &tool_log,
+        &model_log,
+        Duration::ZERO,
+        &[
+            ("AGENTRY_TEMPORAL_EVENTS", url.as_str()),
+            ("AGENTRY_TEMPORAL_FAIL_ROUND_TWO", "invalid_request"),
+        ],
+    );
+    let after = log.last_seq(&queue).await.unwrap();
+    let request = RunRequest::new(Session::with_id("s-fail", "test-model"), question);
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let (durable, _) = viewed(&log, &queue, after).await;
+    // The partial trace's wall times differ between the two runs.
+    let timeless = |events: &[AgentEvent]| {
+        let mut values = json(events);
+        for value in &mut values {
+            if let Some(trace) = value
+                .pointer_mut("/error/partial_trace")
+                .and_then(|trace| trace.as_array_mut())
+            {
+                for entry in trace {
+                    entry.as_object_mut().unwrap().remove("duration_us");
+                }
+            }
+        }
+        values
+    };
+    assert_eq!(timeless(&durable), timeless(&local));
+    handle.outcome().await.unwrap();
+}

@@ -14,6 +14,7 @@ mod support;
 mod durable;
 #[cfg(feature = "postgres")]
 mod events;
+mod machine;
 
 /// The worker child: serves `AGENTRY_TEMPORAL_WORKER`'s task queue forever when that variable
 /// is set; an ordinary test run passes straight through.

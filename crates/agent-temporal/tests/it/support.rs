@@ -68,13 +68,71 @@ pub(crate) struct RoundModel {
 
 impl RoundModel {
     pub(crate) fn new(log: Option<PathBuf>) -> Self {
+        Self::with_turns(turns(), log)
+    }
+
+    pub(crate) fn with_turns(turns: Vec<ScriptedTurn>, log: Option<PathBuf>) -> Self {
         Self {
-            rounds: turns()
+            rounds: turns
                 .into_iter()
                 .map(|turn| ScriptedBackend::cycle([turn]))
                 .collect(),
             log,
         }
+    }
+}
+
+/// A tool guardrail: `add` with `a = 2` is rewritten to `a = 3` (a check on the rewritten call
+/// passes it, so a second check would lose the rewrite), `multiply` with `a = 5` is denied.
+pub(crate) struct ArithmeticRules;
+
+impl agent_loop::ToolGuardrail for ArithmeticRules {
+    fn name(&self) -> &str {
+        "arithmetic-rules"
+    }
+
+    fn before_call(&self, call: &agent_loop::CallCheck<'_>) -> agent_loop::CallVerdict {
+        match (call.arguments["a"].as_i64(), call.arguments["b"].as_i64()) {
+            (Some(2), Some(b)) => agent_loop::CallVerdict::Rewrite {
+                arguments: json!({"a": 3, "b": b}),
+                reason: "a starts at 3".into(),
+            },
+            (Some(5), _) => agent_loop::CallVerdict::Deny("no fives".into()),
+            _ => agent_loop::CallVerdict::Allow,
+        }
+    }
+}
+
+/// The structured answer the structured runs ask for.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub(crate) struct Total {
+    #[allow(dead_code)]
+    total: i64,
+}
+
+/// A structured run: a tool round, an answer that is not JSON (sent back with the problems),
+/// then the valid answer.
+pub(crate) fn structured_turns() -> Vec<ScriptedTurn> {
+    vec![
+        ScriptedTurn::tool_call("call_1", "add", json!({"a": 2, "b": 3}))
+            .with_usage(usage(100, 20)),
+        ScriptedTurn::text("The total is 5.").with_usage(usage(140, 8)),
+        ScriptedTurn::text(r#"{"total": 5}"#).with_usage(usage(190, 6)),
+    ]
+}
+
+/// Options asking for [`Total`] in the prompt (the `prompted` strategy).
+pub(crate) fn structured(options: Options) -> Options {
+    let mut options = options.with_output::<Total>();
+    options.output_strategy = agent_loop::OutputStrategy::Prompted;
+    options
+}
+
+impl RoundModel {
+    /// With the second round's call failing with `error` (every attempt).
+    pub(crate) fn failing_round_two(mut self, error: agent_types::BackendError) -> Self {
+        self.rounds[1] = ScriptedBackend::cycle([ScriptedTurn::new().fail_with(error)]);
+        self
     }
 }
 
@@ -205,7 +263,13 @@ impl WorkerProcess {
     }
 
     /// With extra settings: `AGENTRY_TEMPORAL_APPROVE=<tool>` makes the tool wait for
-    /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool.
+    /// approval, `AGENTRY_TEMPORAL_REMOTE=<tool>` makes it a remote tool,
+    /// `AGENTRY_TEMPORAL_MAX_ITERATIONS=<n>` sets the tool-round limit,
+    /// `AGENTRY_TEMPORAL_ATTEMPTS=<n>` the activities' retries (250 ms doubling to 4 s),
+    /// `AGENTRY_TEMPORAL_EVENT_LOG=<file>` logs the activities' published events,
+    /// `AGENTRY_TEMPORAL_FAIL_ROUND_TWO=invalid_request|server` fails the second model call
+    /// with a 400 or a 503, `AGENTRY_TEMPORAL_STRUCTURED=1` runs [`structured_turns`] asking
+    /// for [`Total`], `AGENTRY_TEMPORAL_GUARDRAIL=1` adds [`ArithmeticRules`].
     pub(crate) fn spawn_with(
         task_queue: &str,
         tool_log: &Path,
@@ -265,7 +329,23 @@ pub(crate) fn worker_main() {
         .unwrap();
     runtime.block_on(async move {
         let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
-        let backend: Arc<dyn Backend> = Arc::new(RoundModel::new(model_log));
+        let structured_run = std::env::var_os("AGENTRY_TEMPORAL_STRUCTURED").is_some();
+        let mut model = if structured_run {
+            RoundModel::with_turns(structured_turns(), model_log)
+        } else {
+            RoundModel::new(model_log)
+        };
+        if let Ok(kind) = std::env::var("AGENTRY_TEMPORAL_FAIL_ROUND_TWO") {
+            use agent_types::{BackendError, BackendErrorKind};
+            let (kind, status) = match kind.as_str() {
+                "invalid_request" => (BackendErrorKind::InvalidRequest, 400),
+                _ => (BackendErrorKind::Server, 503),
+            };
+            let mut error = BackendError::new(kind, format!("scripted {status}"));
+            error.status = Some(status);
+            model = model.failing_round_two(error);
+        }
+        let backend: Arc<dyn Backend> = Arc::new(model);
         let mut registry = registry(tool_log, slow);
         if let Ok(name) = std::env::var("AGENTRY_TEMPORAL_APPROVE") {
             registry.require_approval([name]).unwrap();
@@ -275,9 +355,37 @@ pub(crate) fn worker_main() {
             registry = registry.filter(|tool| tool.name() != name);
             registry.register(Tool::new(spec, None)).unwrap();
         }
-        let options = Options::auto().with_tools(registry).with_tool_trace(true);
-        #[allow(unused_mut)]
+        let mut options = Options::auto().with_tools(registry).with_tool_trace(true);
+        if structured_run {
+            options = structured(options);
+        }
+        if std::env::var_os("AGENTRY_TEMPORAL_GUARDRAIL").is_some() {
+            options = options.with_guardrails(agent_loop::Guardrails::new().tool(ArithmeticRules));
+        }
+        if let Ok(max) = std::env::var("AGENTRY_TEMPORAL_MAX_ITERATIONS") {
+            options.max_tool_iterations = max.parse().unwrap();
+        }
         let mut activities = agent_temporal::AgentActivities::new(backend, options).unwrap();
+        if let Ok(log) = std::env::var("AGENTRY_TEMPORAL_EVENT_LOG") {
+            // Each event as `<workflow id> <event type>`, one line each.
+            let log = PathBuf::from(log);
+            activities = activities.with_event_sink(Arc::new(move |workflow, events| {
+                for event in events {
+                    let value = serde_json::to_value(event).unwrap();
+                    append(
+                        &log,
+                        &format!("{workflow} {}", value["type"].as_str().unwrap()),
+                    );
+                }
+            }));
+        }
+        if let Ok(attempts) = std::env::var("AGENTRY_TEMPORAL_ATTEMPTS") {
+            activities = activities.with_retries(agent_temporal::Retries {
+                max_attempts: attempts.parse().unwrap(),
+                initial_interval_ms: 250,
+                max_interval_ms: 4_000,
+            });
+        }
         // Live events into PostgreSQL (tests/it/events.rs).
         #[cfg(feature = "postgres")]
         if let Ok(url) = std::env::var("AGENTRY_TEMPORAL_EVENTS") {

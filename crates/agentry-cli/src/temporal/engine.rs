@@ -34,7 +34,8 @@ pub(crate) async fn worker(
 ) -> Result<Exit, Error> {
     let (backend, options, _) = crate::run::durable_parts(model, loop_args)?;
     let mut activities = agent_temporal::AgentActivities::new(Arc::from(backend), options)
-        .map_err(|error| Error::Other(error.to_string()))?;
+        .map_err(|error| Error::Other(error.to_string()))?
+        .with_retries(retries(model)?);
     if let Some(url) = &args.events {
         activities = activities.with_events(super::live::log(url).await?);
     }
@@ -54,6 +55,20 @@ pub(crate) async fn worker(
         .await
         .map_err(temporal_error)?;
     Ok(Exit::Done)
+}
+
+/// The activities' retry settings: agentry.toml's `[retry]` over agent-backends' defaults.
+fn retries(model: &ModelArgs) -> Result<agent_temporal::Retries, Error> {
+    let config = crate::config::Config::load(model.config.as_deref())?;
+    let set = config.merged.retry.unwrap_or_default();
+    let default = agent_temporal::Retries::default();
+    Ok(agent_temporal::Retries {
+        max_attempts: set.attempts.unwrap_or(default.max_attempts),
+        initial_interval_ms: set
+            .initial_backoff_ms
+            .unwrap_or(default.initial_interval_ms),
+        max_interval_ms: set.max_backoff_ms.unwrap_or(default.max_interval_ms),
+    })
 }
 
 /// `agentry run --temporal`: starts `agent_run` and follows it until it ends, printing each

@@ -14,6 +14,7 @@ the reason on the first failure.
 import os
 import sys
 import time
+import urllib.parse
 
 os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download anything
 
@@ -26,6 +27,8 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 URL, KEY, HOSTILE, FOREIGN, OUT, REPORT, REMOTE = sys.argv[1:8]
+# The path prefix a reverse proxy serves the console under ("" when URL is the server's own).
+PREFIX = urllib.parse.urlparse(URL).path.rstrip("/")
 CHROMIUM = os.environ.get("AGENTRY_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("AGENTRY_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
 ANSWER = "Lisbon is 15 °C warmer"
@@ -190,8 +193,10 @@ try:
     # One list request per page: no request for each listed session.
     fetched = driver.execute_script(
         "return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname)")
-    assert "/v1/sessions" in fetched, fetched
-    assert not [path for path in fetched if path.startswith("/v1/sessions/")], fetched
+    assert PREFIX + "/v1/sessions" in fetched, fetched
+    assert not [path for path in fetched if path.startswith(PREFIX + "/v1/sessions/")], fetched
+    # Every request stayed under the prefix (a reverse proxy serves nothing else).
+    assert all(path.startswith(PREFIX + "/") for path in fetched), fetched
 
     say("the filters run on the server: status, then part of an id, from the keyboard")
     status = Select(driver.find_element(By.ID, "filter-status"))

@@ -229,6 +229,10 @@
     return;
   }
   let key = sessionStorage.getItem(KEY);
+  // The API's root is the directory above this script's (`…/console/console.js`): every API
+  // URL is relative to it, so the console works under a reverse proxy's path prefix.
+  const apiRoot = new URL('../', (document.currentScript && document.currentScript.src) || location.href);
+  const endpoint = (path) => new URL(path, apiRoot).href;
 
   class ApiFailure extends Error {
     constructor(status, message) { super(message); this.status = status; }
@@ -238,7 +242,7 @@
     const options = Object.assign({}, init || {});
     options.headers = Object.assign({ authorization: 'Bearer ' + key }, options.headers || {});
     options.cache = 'no-store';
-    const response = await fetch(path, options);
+    const response = await fetch(endpoint(path), options);
     if (response.status === 401) { signOut('That key was refused.'); throw new ApiFailure(401, 'signed out'); }
     if (!response.ok) {
       let message = response.status + ' ' + response.statusText;
@@ -268,7 +272,7 @@
       event.preventDefault();
       key = input.value.trim();
       try {
-        const response = await fetch('/v1/sessions?limit=1', { headers: { authorization: 'Bearer ' + key }, cache: 'no-store' });
+        const response = await fetch(endpoint('v1/sessions?limit=1'), { headers: { authorization: 'Bearer ' + key }, cache: 'no-store' });
         if (!response.ok) { key = null; status.textContent = response.status === 401 ? 'That key was refused.' : 'Sign-in failed: ' + response.status; return; }
         sessionStorage.setItem(KEY, key);
         input.value = '';
@@ -315,7 +319,7 @@
     for (const [name, value] of Object.entries(filter)) if (value) query += '&' + name + '=' + encodeURIComponent(value);
     let list;
     try {
-      [list] = await Promise.all([getJson('/v1/sessions?' + query), modelNames()]);
+      [list] = await Promise.all([getJson('v1/sessions?' + query), modelNames()]);
     } catch (error) { show(heading, failure(error)); return; }
     // A changed filter starts again at the first page.
     const refilter = (name, value) => { sessionStorage.setItem(FILTERS[name], value); pages.after = [null]; refocus = name; sessionsView(); };
@@ -357,7 +361,7 @@
   // The server's models, asked once per page load (the model filter's choices).
   async function modelNames() {
     if (models === null) {
-      try { models = (await getJson('/v1/models')).data.map((m) => m.id); } catch (_) { models = []; }
+      try { models = (await getJson('v1/models')).data.map((m) => m.id); } catch (_) { models = []; }
     }
     return models;
   }
@@ -373,7 +377,7 @@
       const body = { model: model.value, tools: tools.value.split(',').map((t) => t.trim()).filter(Boolean) };
       if (system.value.trim()) body.system = system.value.trim();
       try {
-        const created = await (await api('/v1/sessions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })).json();
+        const created = await (await api('v1/sessions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })).json();
         location.hash = '#/sessions/' + encodeURIComponent(created.id);
       } catch (error) { status.replaceChildren(failure(error)); }
     } },
@@ -394,8 +398,8 @@
     let session; let timeline = null;
     try {
       [session, timeline] = await Promise.all([
-        getJson('/v1/sessions/' + encodeURIComponent(id)),
-        getJson('/v1/sessions/' + encodeURIComponent(id) + '/timeline').catch(() => null),
+        getJson('v1/sessions/' + encodeURIComponent(id)),
+        getJson('v1/sessions/' + encodeURIComponent(id) + '/timeline').catch(() => null),
       ]);
     } catch (error) { show(h('p', null, h('a', { href: '#/sessions' }, '← Sessions')), heading, failure(error)); return; }
     if (viewing !== id) return;
@@ -496,7 +500,7 @@
       }
     };
     try {
-      const response = await api('/v1/sessions/' + encodeURIComponent(id) + '/execute', {
+      const response = await api('v1/sessions/' + encodeURIComponent(id) + '/execute', {
         method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify(body) });
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
@@ -526,7 +530,7 @@
     show(heading, h('p', { class: 'muted' }, 'Loading…'));
     let days; let models;
     try {
-      [days, models] = await Promise.all([getJson('/v1/usage?group_by=day'), getJson('/v1/usage?group_by=model')]);
+      [days, models] = await Promise.all([getJson('v1/usage?group_by=day'), getJson('v1/usage?group_by=model')]);
     } catch (error) { show(heading, failure(error)); return; }
     const byDay = days.data.slice().sort((a, b) => (a.key < b.key ? -1 : 1));
     const tok = (r) => (r.input_tokens || 0) + (r.output_tokens || 0);
