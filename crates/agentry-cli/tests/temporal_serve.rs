@@ -42,7 +42,15 @@ fn cassettes() -> Vec<Cassette> {
     answer.push_str(&chunk(json!({"content": "2 + 3 = 5."}), Value::Null));
     answer.push_str(&chunk(json!({}), json!("stop")));
     answer.push_str("data: [DONE]\n\n");
-    vec![Cassette::body(call), Cassette::body(answer)]
+    let mut again = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    again.push_str(&chunk(json!({"content": "Still 5."}), Value::Null));
+    again.push_str(&chunk(json!({}), json!("stop")));
+    again.push_str("data: [DONE]\n\n");
+    vec![
+        Cassette::body(call),
+        Cassette::body(answer),
+        Cassette::body(again),
+    ]
 }
 
 struct Child(std::process::Child);
@@ -246,5 +254,29 @@ fn execute_on_temporal_streams_the_run_and_an_approval_round_takes_two_executes(
             .unwrap()
             .clone();
         assert_eq!(last["content"][0]["text"], "2 + 3 = 5.", "{stored}");
+
+        // The next turn starts the session's workflow again (same id, the run before it
+        // completed) from the stored session: its history goes with it.
+        let third = execute(&served.url, &id, &json!({"message": "Sure?"})).await;
+        let text: String = third
+            .iter()
+            .filter(|f| f["type"] == "text_delta")
+            .map(|f| f["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "Still 5.", "{third:#?}");
+        assert_eq!(third.last().unwrap()["status"], "completed");
+        let end = third.iter().find(|f| f["type"] == "session_end").unwrap();
+        assert_eq!(end["messages"].as_array().unwrap().len(), 1, "{end}");
+        let stored: Value = reqwest::Client::new()
+            .get(format!("{}/v1/sessions/{id}", served.url))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        // user, call, result, answer; user, answer.
+        assert_eq!(stored["messages"].as_array().unwrap().len(), 6, "{stored}");
     });
 }

@@ -110,6 +110,7 @@ async fn the_event_log_orders_dedupes_and_resumes_after_a_seq() {
     });
     assert_eq!(next(&mut all).await, (4, delta("d")));
     let waited = published_at.elapsed();
+    eprintln!("a waiting viewer got the event {waited:?} after the publish began");
     assert!(
         waited < Duration::from_millis(700),
         "woken by the notification, not the fallback poll: {waited:?}"
