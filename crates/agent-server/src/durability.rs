@@ -227,6 +227,21 @@ mod temporal {
         if let Err(error) = fits(&record, &input) {
             return Err(give_back(error).await);
         }
+        // The history cap, the tenant's byte quota and the model, as in process.
+        let refused = match crate::quota::check_session_size(state, &tenant, &record) {
+            Ok(()) => crate::quota::check_stored_bytes(state, &tenant).await.err(),
+            Err(error) => Some(error),
+        };
+        if let Some(error) = refused {
+            return Err(give_back(error).await);
+        }
+        if !state.inner.models.contains_key(&record.model) {
+            return Err(give_back(ApiError::bad_request(format!(
+                "the session's model `{}` is no longer offered by this server",
+                record.model
+            )))
+            .await);
+        }
         let after = match durable.log.last_seq(&workflow).await {
             Ok(after) => after,
             Err(error) => return Err(give_back(unavailable(error)).await),
