@@ -202,6 +202,9 @@ mod temporal {
         }
     }
 
+    /// How long the events of a workflow that ended may still be on their way.
+    const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
     fn unavailable(error: impl std::fmt::Display) -> ApiError {
         tracing::error!(%error, "temporal");
         ApiError::unavailable("the durable-execution engine is unavailable")
@@ -306,7 +309,22 @@ mod temporal {
             let mut buf = BytesMut::new();
             let mut client = true;
             let mut finish = None;
-            while let Some(item) = events.next().await {
+            // The workflow's end, watched beside the events: a run that failed without its
+            // last events (a non-retryable activity failure) still ends the stream.
+            let outcome = handle.outcome();
+            let mut outcome = std::pin::pin!(outcome);
+            let mut ended = None;
+            loop {
+                let drain = tokio::time::sleep(DRAIN);
+                let item = tokio::select! {
+                    item = events.next() => item,
+                    done = &mut outcome, if ended.is_none() => {
+                        ended = Some(done);
+                        continue;
+                    }
+                    () = drain, if ended.is_some() => None,
+                };
+                let Some(item) = item else { break };
                 let event = match item {
                     Ok(logged) => logged.event,
                     Err(error) => {
@@ -344,7 +362,11 @@ mod temporal {
             }
             let mut error = None;
             if finish != Some(StopReason::ToolCalls) {
-                match handle.outcome().await {
+                let outcome = match ended {
+                    Some(outcome) => outcome,
+                    None => outcome.await,
+                };
+                match outcome {
                     Ok(outcome) => {
                         error = outcome.error.clone();
                         record.session = outcome.session;
