@@ -203,7 +203,7 @@ mod temporal {
     }
 
     /// How long the events of a workflow that ended may still be on their way.
-    const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+    const DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
 
     fn unavailable(error: impl std::fmt::Display) -> ApiError {
         tracing::error!(%error, "temporal");
