@@ -202,6 +202,9 @@ mod temporal {
         }
     }
 
+    /// How long the events of a workflow that ended may still be on their way.
+    const DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
+
     fn unavailable(error: impl std::fmt::Display) -> ApiError {
         tracing::error!(%error, "temporal");
         ApiError::unavailable("the durable-execution engine is unavailable")
@@ -226,6 +229,21 @@ mod temporal {
         let give_back = |error: ApiError| leased.give_back(error);
         if let Err(error) = fits(&record, &input) {
             return Err(give_back(error).await);
+        }
+        // The history cap, the tenant's byte quota and the model, as in process.
+        let refused = match crate::quota::check_session_size(state, &tenant, &record) {
+            Ok(()) => crate::quota::check_stored_bytes(state, &tenant).await.err(),
+            Err(error) => Some(error),
+        };
+        if let Some(error) = refused {
+            return Err(give_back(error).await);
+        }
+        if !state.inner.models.contains_key(&record.model) {
+            return Err(give_back(ApiError::bad_request(format!(
+                "the session's model `{}` is no longer offered by this server",
+                record.model
+            )))
+            .await);
         }
         let after = match durable.log.last_seq(&workflow).await {
             Ok(after) => after,
@@ -291,7 +309,22 @@ mod temporal {
             let mut buf = BytesMut::new();
             let mut client = true;
             let mut finish = None;
-            while let Some(item) = events.next().await {
+            // The workflow's end, watched beside the events: a run that failed without its
+            // last events (a non-retryable activity failure) still ends the stream.
+            let outcome = handle.outcome();
+            let mut outcome = std::pin::pin!(outcome);
+            let mut ended = None;
+            loop {
+                let drain = tokio::time::sleep(DRAIN);
+                let item = tokio::select! {
+                    item = events.next() => item,
+                    done = &mut outcome, if ended.is_none() => {
+                        ended = Some(done);
+                        continue;
+                    }
+                    () = drain, if ended.is_some() => None,
+                };
+                let Some(item) = item else { break };
                 let event = match item {
                     Ok(logged) => logged.event,
                     Err(error) => {
@@ -329,7 +362,11 @@ mod temporal {
             }
             let mut error = None;
             if finish != Some(StopReason::ToolCalls) {
-                match handle.outcome().await {
+                let outcome = match ended {
+                    Some(outcome) => outcome,
+                    None => outcome.await,
+                };
+                match outcome {
                     Ok(outcome) => {
                         error = outcome.error.clone();
                         record.session = outcome.session;

@@ -279,3 +279,101 @@ fn run_with_live_events_prints_what_the_in_process_run_prints() {
         }
     }
 }
+
+/// With `--events`, a run that waits for approval prints its waiting calls and exits 4;
+/// `agentry resume --temporal --events --approve all` signals it and streams the rest (the
+/// call's execution, the answer) as the in-process resume does.
+#[test]
+fn run_and_resume_with_live_events_across_an_approval() {
+    let (Ok(addr), Ok(events)) = (
+        std::env::var("AGENTRY_TEST_TEMPORAL_ADDR"),
+        std::env::var("AGENTRY_TEST_POSTGRES_URL"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the Temporal dev server and PostgreSQL are required under CI"
+        );
+        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR or AGENTRY_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let namespace =
+        std::env::var("AGENTRY_TEST_TEMPORAL_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime.block_on(ReplayServer::start(cassettes())).unwrap();
+    let url = server.url();
+    let home = tempfile::tempdir().unwrap();
+    let queue = format!("tevents-approve-{}", std::process::id());
+    let model = [
+        "--provider",
+        "openai",
+        "--base-url",
+        &url,
+        "--model",
+        "gpt-4.1-mini",
+        "--tool",
+        "calculator",
+    ];
+    let temporal = [
+        "--temporal",
+        &addr,
+        "--namespace",
+        &namespace,
+        "--task-queue",
+        &queue,
+        "--events",
+        &events,
+    ];
+    let _worker = Child(
+        agentry(home.path())
+            .arg("worker")
+            .args(temporal)
+            .args(model)
+            .args(["--require-approval", "calculator"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let workflow = format!("{queue}-run");
+    let run = agentry(home.path())
+        .arg("run")
+        .args(temporal)
+        .args(["--workflow", &workflow, "--json"])
+        .args(model)
+        .arg("What is 2 + 3?")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert_eq!(run.status.code(), Some(4), "{stdout}");
+    let kinds: Vec<String> = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("session_end"),
+        "{stdout}"
+    );
+    assert!(kinds.contains(&"approval_requested".to_owned()), "{stdout}");
+
+    let resumed = agentry(home.path())
+        .arg("resume")
+        .args(temporal)
+        .args(["--workflow", &workflow, "--approve", "all"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(resumed.stdout).unwrap();
+    let stderr = String::from_utf8(resumed.stderr).unwrap();
+    assert!(resumed.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "2 + 3 = 5.");
+    assert!(stderr.contains("calculator"), "{stderr}");
+}

@@ -42,7 +42,15 @@ fn cassettes() -> Vec<Cassette> {
     answer.push_str(&chunk(json!({"content": "2 + 3 = 5."}), Value::Null));
     answer.push_str(&chunk(json!({}), json!("stop")));
     answer.push_str("data: [DONE]\n\n");
-    vec![Cassette::body(call), Cassette::body(answer)]
+    let mut again = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    again.push_str(&chunk(json!({"content": "Still 5."}), Value::Null));
+    again.push_str(&chunk(json!({}), json!("stop")));
+    again.push_str("data: [DONE]\n\n");
+    vec![
+        Cassette::body(call),
+        Cassette::body(answer),
+        Cassette::body(again),
+    ]
 }
 
 struct Child(std::process::Child);
@@ -93,6 +101,40 @@ api_keys = ["{KEY}"]
     )
     .unwrap();
     path
+}
+
+/// `agentry worker` on `queue`, publishing into `store`, the model at `upstream`; with
+/// `approval` the calculator waits for a person.
+fn worker(
+    home: &Path,
+    addr: &str,
+    namespace: &str,
+    queue: &str,
+    store: &str,
+    upstream: &str,
+    approval: bool,
+) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    command
+        .args(["worker", "--temporal", addr, "--namespace", namespace])
+        .args(["--task-queue", queue, "--events", store])
+        .args(["--provider", "openai", "--base-url", upstream])
+        .args(["--model", "gpt-4.1-mini", "--tool", "calculator"]);
+    if approval {
+        command.args(["--require-approval", "calculator"]);
+    }
+    Child(
+        command
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("OPENAI_API_KEY", "test-key")
+            .env_remove("AGENTRY_CONFIG")
+            .current_dir(home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// The SSE frames of one execute.
@@ -150,22 +192,14 @@ fn execute_on_temporal_streams_the_run_and_an_approval_round_takes_two_executes(
     let upstream = runtime.block_on(ReplayServer::start(cassettes())).unwrap();
     let home = tempfile::tempdir().unwrap();
     let queue = format!("tevents-serve-{}", std::process::id());
-    let _worker = Child(
-        Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(["worker", "--temporal", &addr, "--namespace", &namespace])
-            .args(["--task-queue", &queue, "--events", &store])
-            .args(["--provider", "openai", "--base-url", &upstream.url()])
-            .args(["--model", "gpt-4.1-mini", "--tool", "calculator"])
-            .args(["--require-approval", "calculator"])
-            .env("HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path().join(".config"))
-            .env("OPENAI_API_KEY", "test-key")
-            .env_remove("AGENTRY_CONFIG")
-            .current_dir(home.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _worker = worker(
+        home.path(),
+        &addr,
+        &namespace,
+        &queue,
+        &store,
+        &upstream.url(),
+        true,
     );
     let path = config(
         home.path(),
@@ -246,5 +280,107 @@ fn execute_on_temporal_streams_the_run_and_an_approval_round_takes_two_executes(
             .unwrap()
             .clone();
         assert_eq!(last["content"][0]["text"], "2 + 3 = 5.", "{stored}");
+
+        // The next turn starts the session's workflow again (same id, the run before it
+        // completed) from the stored session: its history goes with it.
+        let third = execute(&served.url, &id, &json!({"message": "Sure?"})).await;
+        let text: String = third
+            .iter()
+            .filter(|f| f["type"] == "text_delta")
+            .map(|f| f["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "Still 5.", "{third:#?}");
+        assert_eq!(third.last().unwrap()["status"], "completed");
+        let end = third.iter().find(|f| f["type"] == "session_end").unwrap();
+        assert_eq!(end["messages"].as_array().unwrap().len(), 1, "{end}");
+        let stored: Value = reqwest::Client::new()
+            .get(format!("{}/v1/sessions/{id}", served.url))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        // user, call, result, answer; user, answer.
+        assert_eq!(stored["messages"].as_array().unwrap().len(), 6, "{stored}");
+    });
+}
+
+/// A run the model refuses (a non-retryable 400) ends the execute stream with
+/// `execute_complete` saying `error`, and the session is stored as failed. (Since the workflow
+/// drives the machine, the 400 ends the run in the workflow, which publishes its `error` and
+/// `session_end`; before, it failed the workflow without them and this covered the server's
+/// watch of the workflow's end.)
+#[test]
+fn a_workflow_that_fails_ends_the_execute_stream_with_an_error() {
+    let (Ok(addr), Ok(store)) = (
+        std::env::var("AGENTRY_TEST_TEMPORAL_ADDR"),
+        std::env::var("AGENTRY_TEST_POSTGRES_URL"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the Temporal dev server and PostgreSQL are required under CI"
+        );
+        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR or AGENTRY_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let namespace =
+        std::env::var("AGENTRY_TEST_TEMPORAL_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let refusal = Cassette::new(
+        400,
+        "application/json",
+        r#"{"error":{"message":"bad request","type":"invalid_request_error"}}"#,
+    );
+    let upstream = runtime
+        .block_on(ReplayServer::start(vec![refusal]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let queue = format!("tevents-serve-fail-{}", std::process::id());
+    let _worker = worker(
+        home.path(),
+        &addr,
+        &namespace,
+        &queue,
+        &store,
+        &upstream.url(),
+        false,
+    );
+    let path = config(
+        home.path(),
+        &store,
+        &upstream.url(),
+        &addr,
+        &namespace,
+        &queue,
+    );
+    let served = Served::start(&path);
+    let id = format!("f{}", std::process::id());
+    runtime.block_on(async {
+        let frames = execute(
+            &served.url,
+            &id,
+            &json!({"message": "What is 2 + 3?", "context": {"model": "up"}}),
+        )
+        .await;
+        let complete = frames.last().unwrap();
+        assert_eq!(complete["type"], "execute_complete", "{frames:#?}");
+        assert_eq!(complete["status"], "error", "{complete}");
+        assert!(complete["error"]["message"].is_string(), "{complete}");
+        let stored: Value = reqwest::Client::new()
+            .get(format!("{}/v1/sessions/{id}", served.url))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(stored["status"], "error", "{stored}");
     });
 }

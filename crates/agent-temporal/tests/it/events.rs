@@ -110,6 +110,7 @@ async fn the_event_log_orders_dedupes_and_resumes_after_a_seq() {
     });
     assert_eq!(next(&mut all).await, (4, delta("d")));
     let waited = published_at.elapsed();
+    eprintln!("a waiting viewer got the event {waited:?} after the publish began");
     assert!(
         waited < Duration::from_millis(700),
         "woken by the notification, not the fallback poll: {waited:?}"
@@ -143,6 +144,58 @@ async fn the_event_log_orders_dedupes_and_resumes_after_a_seq() {
     .unwrap();
     let mut big = log.subscribe(&other, 0);
     assert_eq!(next(&mut big).await, (1, delta("y")));
+}
+
+fn end(reason: agent_types::StopReason) -> AgentEvent {
+    AgentEvent::SessionEnd {
+        session_id: SessionId::from("s"),
+        messages: Vec::new(),
+        finish_reason: reason,
+    }
+}
+
+/// A run's events go once it has ended and the retention has passed (the next run's end
+/// sweeps them); a suspension's `session_end` is not an end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_runs_events_go_after_the_retention() {
+    let Some(url) = postgres_url() else { return };
+    let limits = EventLimits {
+        // Long enough that the other tests' viewers (same database, at the same time) have
+        // read their runs' ends before this test's sweep.
+        retention: Duration::from_secs(3),
+        ..EventLimits::default()
+    };
+    let log = PgEventLog::connect(&url, limits).await.unwrap().shared();
+    let (waiting, ended, next) = (unique("kept"), unique("ended"), unique("next"));
+    log.publish(
+        &waiting,
+        &[published("r/l1/0", end(agent_types::StopReason::ToolCalls))],
+    )
+    .await
+    .unwrap();
+    log.publish(
+        &ended,
+        &[
+            published("r/a1/0", delta("a")),
+            published("r/l2/0", end(agent_types::StopReason::Stop)),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(log.last_seq(&ended).await.unwrap(), 2);
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
+    log.publish(
+        &next,
+        &[published("r/l1/0", end(agent_types::StopReason::Stop))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(log.last_seq(&ended).await.unwrap(), 0, "swept");
+    assert_eq!(
+        log.last_seq(&waiting).await.unwrap(),
+        1,
+        "a suspended run stays"
+    );
 }
 
 /// A viewer of the events, as the CLI and the server show them: the JSON of each event.

@@ -16,7 +16,7 @@ use crate::exit::Exit;
 use crate::render::Renderer;
 
 /// How long the events of a workflow that ended may still be on their way to the viewer.
-const DRAIN: Duration = Duration::from_secs(10);
+const DRAIN: Duration = Duration::from_secs(3);
 
 /// The event log at `url`.
 pub(crate) async fn log(url: &str) -> Result<Arc<dyn EventLog>, Error> {
