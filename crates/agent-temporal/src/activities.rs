@@ -143,12 +143,34 @@ impl AgentActivities {
             );
         }
         let mut assembler = MessageAssembler::new(publishing);
+        // A structured run's growing answer, as the in-process loop follows it.
+        let mut partial = match &self.options.output {
+            Some(spec) if publishing => {
+                // The request template carries the final-answer tool only under `Tool`.
+                let tool = request.tools.iter().any(|tool| tool.name == spec.name());
+                let strategy = if tool {
+                    agent_loop::output::OutputStrategy::Tool
+                } else {
+                    agent_loop::output::OutputStrategy::Prompted
+                };
+                Some(agent_loop::output::PartialOutput::new(spec, strategy))
+            }
+            _ => None,
+        };
         let pump = async {
             let mut stream = self.backend.stream(request);
             while let Some(item) = stream.next().await {
                 assembler.push(item?)?;
                 if publishing {
-                    let events: Vec<_> = assembler.drain_events().collect();
+                    let mut events = Vec::new();
+                    for event in assembler.drain_events() {
+                        let grew = partial.as_mut().is_some_and(|p| p.observe(&event));
+                        events.push(event);
+                        // The partial answer goes out with the delta that grew it.
+                        if grew {
+                            events.extend(partial.as_ref().and_then(|p| p.latest()));
+                        }
+                    }
                     self.publish(ctx, out, &events);
                 }
             }

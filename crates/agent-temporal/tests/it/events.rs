@@ -404,3 +404,49 @@ async fn suspensions_and_failures_reach_the_viewer_as_in_process() {
     assert_eq!(timeless(&durable), timeless(&local));
     handle.outcome().await.unwrap();
 }
+
+/// The machine's pushes and emits reach the viewer in place: a structured run (an answer that
+/// is not JSON sent back with the problems as a user message, then the valid answer and its
+/// `output` event) shows the in-process event sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_structured_runs_retry_and_output_reach_the_viewer_as_in_process() {
+    let Some(addr) = temporal_addr() else { return };
+    let Some(url) = postgres_url() else { return };
+    let question = "What is 2 + 3?";
+    let backend = crate::support::RoundModel::with_turns(crate::support::structured_turns(), None);
+    let opts = crate::support::structured(options(None, Duration::ZERO));
+    let mut session = Session::with_id("s-structured", "test-model");
+    let local = in_process(&mut session, question, &backend, &opts).await;
+    assert!(
+        local
+            .iter()
+            .any(|event| matches!(event, AgentEvent::Output { .. }))
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("events-structured");
+    let _worker = WorkerProcess::spawn_with(
+        &queue,
+        &tool_log,
+        &model_log,
+        Duration::ZERO,
+        &[
+            ("AGENTRY_TEMPORAL_EVENTS", url.as_str()),
+            ("AGENTRY_TEMPORAL_STRUCTURED", "1"),
+        ],
+    );
+    let log = PgEventLog::connect(&url, EventLimits::default())
+        .await
+        .unwrap()
+        .shared();
+    let after = log.last_seq(&queue).await.unwrap();
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let request = RunRequest::new(Session::with_id("s-structured", "test-model"), question);
+    let handle = agent_temporal::start_run(&client, &queue, &queue, request)
+        .await
+        .unwrap();
+    let (durable, _) = viewed(&log, &queue, after).await;
+    assert_eq!(json(&durable), json(&local));
+    handle.outcome().await.unwrap();
+}
