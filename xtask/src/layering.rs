@@ -124,11 +124,11 @@ const RULES: &[Rule] = &[
     Rule {
         package: "agent-temporal",
         features: Features::All,
+        // tokio-postgres only behind `postgres`: the live event log (events::PgEventLog).
         forbidden: &[
             "agent-backends",
             "agent-server",
             "rusqlite",
-            "tokio-postgres",
             "openssl-sys",
             "native-tls",
             "aws-lc-sys",

@@ -120,7 +120,7 @@ pub use history::{HistoryPolicy, HistorySummary};
 pub use hooks::{Hooks, ModelCallGate};
 pub use one_call::{
     CallScreen, ToolCallOutcome, decide_tool_call, run_screened_tool_call, run_tool_call,
-    screen_tool_call, screen_tool_call_decided,
+    run_tool_call_with_events, screen_tool_call, screen_tool_call_decided,
 };
 pub use options::{
     ModelCallSink, Options, ToolErrorMode, ToolMode, ToolParallelism, budget_problem,

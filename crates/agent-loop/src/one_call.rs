@@ -3,7 +3,7 @@
 //! that schedules each call on its own (a durable-execution engine's activity).
 
 use agent_tools::{Accounting, BudgetLeft, TruncationPolicy};
-use agent_types::{AgentError, ToolCall, ToolResult, TraceEntry};
+use agent_types::{AgentError, AgentEvent, ToolCall, ToolResult, TraceEntry};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Emitter;
@@ -44,14 +44,37 @@ pub async fn run_tool_call(
 ) -> Result<ToolCallOutcome, AgentError> {
     let mut call = call;
     let mut refused = refused;
-    let mut guardrails = None;
-    if refused.is_none() {
-        // [guardrail call site: tool call, Temporal activity]
-        let gate = crate::guardrail::before_call(options, &options.tools, &mut call);
-        refused = gate.refused;
-        guardrails = (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions));
+    let guardrails = gate(options, &mut call, &mut refused, None);
+    run_job(
+        options,
+        call,
+        iteration,
+        refused,
+        guardrails,
+        &Emitter::off(),
+    )
+    .await
+}
+
+/// The tool guardrails' before-call checks of an unscreened call (a denial refuses it, a
+/// rewrite applies), or the decisions `screened` already made; what goes into its trace.
+#[allow(clippy::box_collection)]
+fn gate(
+    options: &Options,
+    call: &mut ToolCall,
+    refused: &mut Option<String>,
+    screened: Option<Vec<agent_types::GuardrailDecision>>,
+) -> Option<Box<Vec<agent_types::GuardrailDecision>>> {
+    if let Some(decisions) = screened {
+        return (!decisions.is_empty()).then(|| Box::new(decisions));
     }
-    run_job(options, call, iteration, refused, guardrails).await
+    if refused.is_some() {
+        return None;
+    }
+    // [guardrail call site: tool call, Temporal activity]
+    let gate = crate::guardrail::before_call(options, &options.tools, call);
+    *refused = gate.refused;
+    (!gate.decisions.is_empty()).then(|| Box::new(gate.decisions))
 }
 
 /// [`run_tool_call`] for a call already screened by [`screen_tool_call_decided`] (its
@@ -69,7 +92,56 @@ pub async fn run_screened_tool_call(
     guardrails: Vec<agent_types::GuardrailDecision>,
 ) -> Result<ToolCallOutcome, AgentError> {
     let guardrails = (!guardrails.is_empty()).then(|| Box::new(guardrails));
-    run_job(options, call, iteration, refused, guardrails).await
+    run_job(
+        options,
+        call,
+        iteration,
+        refused,
+        guardrails,
+        &Emitter::off(),
+    )
+    .await
+}
+
+/// [`run_tool_call`] (or, with `screened` set, [`run_screened_tool_call`] with those
+/// decisions), handing its events to `on_event` as they happen: the round's
+/// `tool_execution_start`, `tool_execution_delta` (the handler's progress), `sub_agent` and
+/// `tool_execution_end` for the call, as the in-process loop emits them (a durable driver
+/// publishes them for live viewers).
+///
+/// # Errors
+/// As [`run_tool_call`].
+pub async fn run_tool_call_with_events(
+    options: &Options,
+    call: ToolCall,
+    iteration: u32,
+    refused: Option<String>,
+    screened: Option<Vec<agent_types::GuardrailDecision>>,
+    mut on_event: impl FnMut(AgentEvent) + Send,
+) -> Result<ToolCallOutcome, AgentError> {
+    use futures_util::StreamExt;
+    // The loop's event stream carries a run's result; the call's outcome goes beside it.
+    let outcome = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = std::sync::Arc::clone(&outcome);
+    let mut stream = crate::events::EventStream::new(move |emitter| async move {
+        let mut call = call;
+        let mut refused = refused;
+        let guardrails = gate(options, &mut call, &mut refused, screened);
+        let done = run_job(options, call, iteration, refused, guardrails, &emitter).await;
+        *slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(done);
+        Err(AgentError::config("a single tool call has no run result"))
+    });
+    while let Some(event) = stream.next().await {
+        on_event(event);
+    }
+    let _ = stream.result().await;
+    let done = outcome
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    done.unwrap_or_else(|| Err(AgentError::config("the tool call did not finish")))
 }
 
 // The job's own field type (a job keeps one pointer for its rare decisions).
@@ -80,6 +152,7 @@ async fn run_job(
     iteration: u32,
     refused: Option<String>,
     guardrails: Option<Box<Vec<agent_types::GuardrailDecision>>>,
+    emitter: &Emitter,
 ) -> Result<ToolCallOutcome, AgentError> {
     let policy = TruncationPolicy::new(options.tool_result_max_bytes)
         .map_err(|error| AgentError::config(error.to_string()))?;
@@ -100,7 +173,7 @@ async fn run_job(
         &options.tools,
         options,
         &policy,
-        &Emitter::off(),
+        emitter,
         &CancellationToken::new(),
         &Accounting::default(),
         budget,
@@ -177,4 +250,65 @@ pub fn decide_tool_call(
         .rev()
         .find(|d| d.call_id == call.id.as_str() && !d.mismatches(call))?;
     Some((!decision.approved).then(|| decision.denial()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use agent_tools::{Registry, Tool, ToolEvent};
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Args {
+        n: u32,
+    }
+
+    /// The one-call path hands out the call's events as a round emits them: start, each
+    /// progress delta, end; and its outcome is `run_tool_call`'s.
+    #[tokio::test]
+    async fn one_call_with_events_emits_start_progress_and_end() {
+        let mut registry = Registry::new();
+        registry
+            .register(Tool::streaming(
+                "count",
+                "Counts to n.",
+                |args: Args, _ctx| {
+                    futures_util::stream::iter(
+                        (1..=args.n)
+                            .map(|i| ToolEvent::delta(format!("{i}")))
+                            .chain([ToolEvent::ok(args.n)]),
+                    )
+                },
+            ))
+            .unwrap();
+        let options = Options::auto().with_tools(registry).with_tool_trace(true);
+        let call = ToolCall::new("c1", "count", serde_json::json!({"n": 2}));
+        let mut events = Vec::new();
+        let outcome = run_tool_call_with_events(&options, call.clone(), 1, None, None, |event| {
+            events.push(event);
+        })
+        .await
+        .unwrap();
+        let kinds: Vec<String> = events
+            .iter()
+            .map(|e| {
+                serde_json::to_value(e).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "tool_execution_start",
+                "tool_execution_delta",
+                "tool_execution_delta",
+                "tool_execution_end"
+            ]
+        );
+        let plain = run_tool_call(&options, call, 1, None).await.unwrap();
+        assert_eq!(outcome.result, plain.result);
+        assert_eq!(outcome.result.content, "2");
+    }
 }

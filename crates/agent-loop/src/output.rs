@@ -317,7 +317,7 @@ pub(crate) fn parse_text(text: &str) -> Result<Value, String> {
 /// Follows one model call's stream for the answer and turns its growth into
 /// [`AgentEvent::OutputPartial`] events. Built only when a consumer listens and the run has
 /// an output schema, so the text path never pays for it.
-pub(crate) struct PartialOutput<'o> {
+pub struct PartialOutput<'o> {
     /// The final-answer tool's name under `Tool`; `None` reads the text.
     tool: Option<&'o str>,
     /// The index of the final-answer call in this message, once it started.
@@ -334,7 +334,9 @@ pub(crate) struct PartialOutput<'o> {
 const REPARSE_BYTES: usize = 64;
 
 impl<'o> PartialOutput<'o> {
-    pub(crate) fn new(spec: &'o OutputSpec, strategy: OutputStrategy) -> Self {
+    /// Following the answer to `spec` as `strategy` asks for it (the final-answer tool's
+    /// arguments under `Tool`, else the text).
+    pub fn new(spec: &'o OutputSpec, strategy: OutputStrategy) -> Self {
         Self {
             tool: (strategy == OutputStrategy::Tool).then(|| spec.name()),
             call: None,
@@ -346,7 +348,7 @@ impl<'o> PartialOutput<'o> {
 
     /// Follows `event`; `true` when the partial answer changed (then [`latest`](Self::latest)
     /// is the event to send).
-    pub(crate) fn observe(&mut self, event: &AgentEvent) -> bool {
+    pub fn observe(&mut self, event: &AgentEvent) -> bool {
         let delta = match (event, self.tool) {
             (AgentEvent::TextDelta { delta }, None) => delta,
             (AgentEvent::ToolCallStart { index, name, .. }, Some(tool)) => {
@@ -377,7 +379,7 @@ impl<'o> PartialOutput<'o> {
     }
 
     /// The latest partial answer as an event, once there is one.
-    pub(crate) fn latest(&self) -> Option<AgentEvent> {
+    pub fn latest(&self) -> Option<AgentEvent> {
         self.last
             .clone()
             .map(|value| AgentEvent::OutputPartial { value })

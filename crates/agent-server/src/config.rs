@@ -133,6 +133,9 @@ pub struct ServerConfig {
     /// the bounds (`[server.idempotency]`).
     #[serde(default)]
     pub idempotency: crate::idempotency::IdempotencyConfig,
+    /// Where runs execute: in this process, or on Temporal (`[server.durability]`).
+    #[serde(default)]
+    pub durability: crate::durability::DurabilityConfig,
 }
 
 /// The bounds of the MCP endpoint (`/mcp`). Its requests also go through the tenant's
@@ -504,6 +507,7 @@ impl ServerConfig {
     /// [`Error::Config`] naming the first problem.
     pub fn validate(&self) -> Result<(), Error> {
         let fail = |message: String| Err(Error::Config(message));
+        self.durability.validate(&self.store)?;
         if self.models.is_empty() {
             return fail("no models: add at least one [[server.models]]".into());
         }

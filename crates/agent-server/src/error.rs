@@ -25,6 +25,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// `[server.durability]` is unusable, or its engine unreachable.
+    #[error(transparent)]
+    Durability(#[from] crate::durability::DurabilityError),
     /// Listening or serving failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),

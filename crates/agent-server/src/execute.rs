@@ -173,6 +173,18 @@ pub(crate) async fn handler(
         };
         let mut record = take(&leased, body.context).await?;
         // 3. Prepare.
+        #[cfg(feature = "temporal")]
+        if let Some(durable) = &state.inner.durable {
+            return crate::durability::execute(
+                &leased,
+                durable,
+                Arc::clone(&tenant),
+                record,
+                input,
+                permit,
+            )
+            .await;
+        }
         let (input, model) = prepare(&leased, &mut record, true, |_| Ok(input)).await?;
         // 4 and 5: run, save, release.
         Ok(start(
@@ -885,7 +897,11 @@ enum Pumped {
 
 /// One of the loop's events as the tenant may see it: an error without upstream URLs or
 /// credentials (the log has all of it).
-fn redacted<'a>(event: &'a AgentEvent, tenant: &str, session_id: &str) -> Cow<'a, AgentEvent> {
+pub(crate) fn redacted<'a>(
+    event: &'a AgentEvent,
+    tenant: &str,
+    session_id: &str,
+) -> Cow<'a, AgentEvent> {
     match event {
         AgentEvent::Error { error } => {
             tracing::warn!(

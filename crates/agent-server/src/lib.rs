@@ -45,6 +45,7 @@ mod checkpoint_retry;
 mod config;
 mod connections;
 pub mod console;
+mod durability;
 pub mod encode;
 mod error;
 mod exact_json;
@@ -87,6 +88,7 @@ pub use config::{
     AuthConfig, Caps, Limits, McpConfig, ModelConfig, ModelSource, QuotaOverrides, Quotas,
     ServerConfig, StoreConfig, TenantConfig,
 };
+pub use durability::{DurabilityConfig, DurabilityError, Engine as DurabilityEngine};
 pub use error::{ApiError, Error};
 pub use execute::ExecuteComplete;
 pub use guardrails::TenantGuardrails;

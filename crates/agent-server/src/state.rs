@@ -53,6 +53,9 @@ pub(crate) struct Inner {
     pub(crate) accounting: Option<crate::usage::Accounting>,
     /// The `/v1/ui/chat` runs going on, recorded for resuming clients.
     pub(crate) ui_runs: Arc<crate::ui_resume::ActiveRuns>,
+    /// `[server.durability] engine = "temporal"`: execute runs on Temporal.
+    #[cfg(feature = "temporal")]
+    pub(crate) durable: Option<Arc<crate::durability::Durable>>,
 }
 
 /// A tenant: its identity for tools and its limits.
@@ -293,6 +296,8 @@ impl ServerBuilder {
         for (model, price) in &config.prices {
             rate_card.insert(model.clone(), *price);
         }
+        #[cfg(feature = "temporal")]
+        let durable = crate::durability::open(&config).await?;
         let metrics = Metrics::with_tools(tools.iter().map(|tool| tool.name().to_owned()));
         let mcp = crate::mcp::service(&config, &tools)?;
         let tools = Arc::new(tools);
@@ -322,6 +327,8 @@ impl ServerBuilder {
                 spend: Arc::new(spend),
                 accounting,
                 ui_runs: Arc::default(),
+                #[cfg(feature = "temporal")]
+                durable,
             }),
         })
     }

@@ -11,7 +11,7 @@ use agent_loop::machine::Screen;
 use agent_loop::{CallScreen, Options};
 use agent_types::{
     AgentError, AgentEvent, AssistantMessage, Backend, BackendError, BackendErrorKind, ErrorKind,
-    GuardrailDecision, Message, MessageAssembler, Role, ToolCall,
+    GuardrailDecision, Message, MessageAssembler, Role, StopReason, ToolCall,
 };
 use futures_util::StreamExt;
 use temporalio_common::error::ApplicationFailure;
@@ -19,6 +19,7 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tokio_util::sync::CancellationToken;
 
+use crate::events::Publisher;
 use crate::publish::EventSink;
 use crate::wire::{
     ModelCallInput, ModelCallOutput, Retries, RunConfig, RunConfigInput, Screened, ToolCallInput,
@@ -44,6 +45,8 @@ pub struct AgentActivities {
     options: Options,
     retries: Retries,
     pub(crate) events: Option<EventSink>,
+    /// Where the activities publish the runs' live events (crate::events), if anywhere.
+    log: Option<Arc<dyn crate::events::EventLog>>,
 }
 
 impl AgentActivities {
@@ -61,7 +64,30 @@ impl AgentActivities {
             options,
             retries: Retries::default(),
             events: None,
+            log: None,
         })
+    }
+
+    /// Publishes the runs' live events into `log` (docs/durable.md, "Live events").
+    #[must_use]
+    pub fn with_events(mut self, log: Arc<dyn crate::events::EventLog>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// The event log the activities publish into.
+    pub fn events(&self) -> Option<&Arc<dyn crate::events::EventLog>> {
+        self.log.as_ref()
+    }
+
+    /// Whether any live event of a run is wanted (a sink or a log): else none is built.
+    pub(crate) fn publishing(&self) -> bool {
+        self.events.is_some() || self.log.is_some()
+    }
+
+    /// The publisher into the event log of the activity `ctx` runs (off without a log).
+    fn publisher(&self, ctx: &ActivityContext) -> Publisher {
+        Publisher::for_activity(self.log.as_ref(), ctx)
     }
 
     /// With these retry settings for the `model_call` and `tool_call` activities (the
@@ -85,6 +111,7 @@ impl AgentActivities {
             retries: self.retries,
             model_call_timeout_ms: millis(self.options.model_call_timeout, MODEL_CALL_TIMEOUT),
             tool_call_timeout_ms: millis(self.options.tool_timeout, TOOL_CALL_TIMEOUT),
+            events: self.log.is_some(),
         })
     }
 
@@ -95,6 +122,7 @@ impl AgentActivities {
         ctx: &ActivityContext,
         input: &ModelCallInput,
         cancel: &CancellationToken,
+        out: &Publisher,
     ) -> Result<AssistantMessage, AgentError> {
         let request = &input.request;
         agent_loop::machine::gate(
@@ -104,23 +132,46 @@ impl AgentActivities {
             input.estimated_input_tokens,
         )
         .await?;
-        let publishing = self.events.is_some();
+        let publishing = self.publishing();
         if publishing {
             self.publish(
                 ctx,
+                out,
                 &[AgentEvent::MessageStart {
                     role: Role::Assistant,
                 }],
             );
         }
         let mut assembler = MessageAssembler::new(publishing);
+        // A structured run's growing answer, as the in-process loop follows it.
+        let mut partial = match &self.options.output {
+            Some(spec) if publishing => {
+                // The request template carries the final-answer tool only under `Tool`.
+                let tool = request.tools.iter().any(|tool| tool.name == spec.name());
+                let strategy = if tool {
+                    agent_loop::output::OutputStrategy::Tool
+                } else {
+                    agent_loop::output::OutputStrategy::Prompted
+                };
+                Some(agent_loop::output::PartialOutput::new(spec, strategy))
+            }
+            _ => None,
+        };
         let pump = async {
             let mut stream = self.backend.stream(request);
             while let Some(item) = stream.next().await {
                 assembler.push(item?)?;
                 if publishing {
-                    let events: Vec<_> = assembler.drain_events().collect();
-                    self.publish(ctx, &events);
+                    let mut events = Vec::new();
+                    for event in assembler.drain_events() {
+                        let grew = partial.as_mut().is_some_and(|p| p.observe(&event));
+                        events.push(event);
+                        // The partial answer goes out with the delta that grew it.
+                        if grew {
+                            events.extend(partial.as_ref().and_then(|p| p.latest()));
+                        }
+                    }
+                    self.publish(ctx, out, &events);
                 }
             }
             Ok::<(), BackendError>(())
@@ -138,31 +189,70 @@ impl AgentActivities {
                     BackendErrorKind::Timeout,
                     format!("the model call took longer than its {limit:?} timeout"),
                 ))
-            })?,
-            None => raced.await,
+            }),
+            None => Ok(raced.await),
         };
-        match ended {
-            None => Err(AgentError::new(
+        let failure = match ended {
+            Err(timeout) => timeout,
+            Ok(None) => AgentError::new(
                 ErrorKind::Aborted,
                 "the run was cancelled during the model call",
-            )),
-            Some(Err(error)) => Err(AgentError::from(error)),
-            Some(Ok(())) if !assembler.is_finished() => Err(AgentError::from(BackendError::new(
+            ),
+            Ok(Some(Err(error))) => AgentError::from(error),
+            Ok(Some(Ok(()))) if !assembler.is_finished() => AgentError::from(BackendError::new(
                 BackendErrorKind::Protocol,
                 "the model's stream ended before its finish event",
-            ))),
-            Some(Ok(())) => {
+            )),
+            Ok(Some(Ok(()))) => {
                 let mut message = assembler.finish();
                 if publishing {
                     let events: Vec<_> = assembler.drain_events().collect();
-                    self.publish(ctx, &events);
+                    self.publish(ctx, out, &events);
                 }
                 if message.model.is_none() {
                     message.model = Some(request.model.clone());
                 }
-                Ok(message)
+                return Ok(message);
             }
+        };
+        Err(self.failed(ctx, out, assembler, failure))
+    }
+
+    /// A model call's failure, as the in-process loop ends one: when it is final (not one
+    /// Temporal retries), what the model had produced closes with the failure's stop reason,
+    /// its `message_end` is published and the backend error keeps it as its partial.
+    fn failed(
+        &self,
+        ctx: &ActivityContext,
+        out: &Publisher,
+        mut assembler: MessageAssembler,
+        mut error: AgentError,
+    ) -> AgentError {
+        if retryable(&error) {
+            // The next attempt streams the message again.
+            return error;
         }
+        let reason = if error.is_aborted() {
+            StopReason::Aborted
+        } else {
+            StopReason::Error
+        };
+        let partial = assembler.finish_partial(reason);
+        if let ErrorKind::Backend { error: backend } = &mut error.kind
+            && backend.partial.is_none()
+            && !partial.content.is_empty()
+        {
+            backend.partial = Some(Box::new(partial.clone()));
+        }
+        if self.publishing() {
+            let mut events: Vec<_> = assembler.drain_events().collect();
+            events.push(AgentEvent::MessageEnd {
+                message: Message::Assistant(partial),
+                cost_usd: None,
+            });
+            self.publish(ctx, out, &events);
+        }
+        error
     }
 
     /// The response's price: the answering model's, or the requested one's for the same
@@ -258,17 +348,19 @@ impl AgentActivities {
         input: ModelCallInput,
     ) -> Result<ModelCallOutput, ActivityError> {
         let cancel = CancellationToken::new();
-        let called = heartbeating(&ctx, &cancel, self.call(&ctx, &input, &cancel)).await;
+        let out = self.publisher(&ctx);
+        let called = heartbeating(&ctx, &cancel, self.call(&ctx, &input, &cancel, &out)).await;
         if cancel.is_cancelled() {
             // Temporal asked for it: report the cancellation, not the aborted call.
             return Err(ActivityError::cancelled());
         }
-        match called {
+        let output = match called {
             Ok(message) => {
                 let cost_usd = self.price(&input.request.model, &message);
-                if self.events.is_some() {
+                if self.publishing() {
                     self.publish(
                         &ctx,
+                        &out,
                         &[AgentEvent::MessageEnd {
                             message: Message::Assistant(message.clone()),
                             cost_usd,
@@ -289,7 +381,10 @@ impl AgentActivities {
                 screened: None,
                 error: Some(error),
             }),
-        }
+        };
+        // In the log before the workflow goes on, so what it publishes next follows.
+        out.finish().await;
+        output
     }
 
     /// One tool call from the worker's registry, run as a round of the loop runs it; the
@@ -309,17 +404,33 @@ impl AgentActivities {
             refused,
             guardrails,
         } = input;
-        let outcome = match guardrails {
-            // Screened in `model_call`: the decisions made there, not the checks again.
-            Some(guardrails) => {
-                let run = agent_loop::run_screened_tool_call(
-                    &options, call, iteration, refused, guardrails,
-                );
-                heartbeating(&ctx, &cancel, run).await
-            }
-            None => {
-                let run = agent_loop::run_tool_call(&options, call, iteration, refused);
-                heartbeating(&ctx, &cancel, run).await
+        let outcome = if self.publishing() {
+            // Its `tool_execution_*` events go out as they happen.
+            let out = self.publisher(&ctx);
+            let run = agent_loop::run_tool_call_with_events(
+                &options,
+                call,
+                iteration,
+                refused,
+                guardrails,
+                |event| self.publish(&ctx, &out, std::slice::from_ref(&event)),
+            );
+            let outcome = heartbeating(&ctx, &cancel, run).await;
+            out.finish().await;
+            outcome
+        } else {
+            match guardrails {
+                // Screened in `model_call`: the decisions made there, not the checks again.
+                Some(guardrails) => {
+                    let run = agent_loop::run_screened_tool_call(
+                        &options, call, iteration, refused, guardrails,
+                    );
+                    heartbeating(&ctx, &cancel, run).await
+                }
+                None => {
+                    let run = agent_loop::run_tool_call(&options, call, iteration, refused);
+                    heartbeating(&ctx, &cancel, run).await
+                }
             }
         }
         .map_err(failure)?;

@@ -54,10 +54,12 @@ pub fn worker(
     task_queue: &str,
     activities: AgentActivities,
 ) -> Result<Worker, Error> {
+    let events = crate::events::EventActivities::new(activities.events().cloned());
     let options = WorkerOptions::new(task_queue)
         .register_workflow::<AgentRun>()
         .map_err(|error| Error::Worker(error.to_string()))?
         .register_activities(activities)
+        .register_activities(events)
         .build();
     Worker::new(runtime, client, options).map_err(|error| Error::Worker(error.to_string()))
 }

@@ -26,6 +26,9 @@ pub enum Error {
     /// Starting, signalling, querying or waiting for a workflow failed.
     #[error("Temporal workflow: {0}")]
     Workflow(String),
+    /// The live event log (crate::events) cannot be read or written.
+    #[error("event log: {0}")]
+    Events(String),
     /// The agent configuration is unusable.
     #[error(transparent)]
     Agent(#[from] agent_types::AgentError),

@@ -22,6 +22,7 @@
 mod activities;
 mod client;
 mod error;
+pub mod events;
 mod publish;
 mod wire;
 #[allow(missing_docs)]
@@ -31,6 +32,8 @@ pub use activities::AgentActivities;
 pub use client::{RunHandle, connect, run_worker, start_run, worker};
 pub use error::Error;
 pub use publish::EventSink;
+/// The Temporal client [`connect`] returns.
+pub use temporalio_client::Client;
 pub use wire::{
     Carried, ModelCallInput, ModelCallOutput, Resume, Retries, RunConfig, RunConfigInput,
     RunOutcome, RunRequest, RunStatus, Screened, ToolCallInput, ToolCallOutput,

@@ -74,6 +74,13 @@ pub struct Carried {
     /// How many times the workflow continued as new.
     #[serde(default)]
     pub continued: u32,
+    /// Where the messages the run's next live `session_end` lists start in the session's
+    /// history (crate::events).
+    #[serde(default)]
+    pub events_from: usize,
+    /// Where the trace of the run's current part starts (a live `error`'s partial trace).
+    #[serde(default)]
+    pub trace_from: usize,
 }
 
 /// The `run_config` activity's input: the session without its history (the config reads
@@ -96,6 +103,10 @@ pub struct RunConfig {
     pub model_call_timeout_ms: u64,
     /// A tool call's start-to-close timeout, in milliseconds.
     pub tool_call_timeout_ms: u64,
+    /// Whether the worker keeps a live event log (crate::events): the workflow publishes its
+    /// own events only then, so a run without one has no `publish_events` markers.
+    #[serde(default)]
+    pub events: bool,
 }
 
 /// How failed activities are retried (Temporal's retry policy, from the worker's settings:

@@ -72,6 +72,13 @@ struct Drive {
     /// The estimate of the history counted so far: messages only ever join at the end.
     counted: usize,
     history_tokens: u64,
+    /// The live events the workflow made since it last published (crate::events), published
+    /// before the next activity, wait or end so they keep the in-process order; and where the
+    /// messages the next `session_end` lists start.
+    events: Vec<AgentEvent>,
+    events_from: usize,
+    /// Where the trace of the run's current part starts (an error's partial trace).
+    trace_from: usize,
 }
 
 impl Drive {
@@ -92,6 +99,38 @@ impl Drive {
 
     fn step(&mut self, input: Input) -> Action {
         self.state.step(&self.config.setup.config, input)
+    }
+
+    /// Queues a live event of the workflow's own, when the worker keeps an event log.
+    fn note(&mut self, event: impl FnOnce(&Session) -> AgentEvent) {
+        if self.config.events {
+            let event = event(&self.session);
+            self.events.push(event);
+        }
+    }
+
+    /// Queues a message's live events, as the in-process loop emits them when it joins the
+    /// history (an assistant message's `message_start` went out with its model call).
+    fn note_message(&mut self, message: &Message) {
+        if !self.config.events {
+            return;
+        }
+        if message.role() != agent_types::Role::Assistant {
+            self.events.push(AgentEvent::MessageStart {
+                role: message.role(),
+            });
+        }
+        self.events.push(AgentEvent::MessageEnd {
+            message: message.clone(),
+            cost_usd: None,
+        });
+    }
+
+    /// Publishes the queued events (the `publish_events` local activity).
+    async fn flush(&mut self, ctx: &WorkflowContext<AgentRun>) {
+        if !self.events.is_empty() {
+            crate::events::publish(ctx, std::mem::take(&mut self.events)).await;
+        }
     }
 
     /// The next request's estimated input, with the default counter (the same on every
@@ -205,6 +244,11 @@ impl AgentRun {
             }
         };
         session.status = SessionStatus::Running;
+        // The messages a run's `session_end` lists start after the caller's input.
+        let (events_from, trace_from) = match first {
+            Some(_) => (carried.events_from, carried.trace_from),
+            None => (session.messages.len(), ctx.state(|s| s.trace.len())),
+        };
         let mut drive = Drive {
             session,
             config,
@@ -215,7 +259,15 @@ impl AgentRun {
             output: None,
             counted: 0,
             history_tokens: 0,
+            events: Vec::new(),
+            events_from,
+            trace_from,
         };
+        if first.is_none() {
+            drive.note(|session| AgentEvent::SessionStart {
+                session_id: session.id.clone(),
+            });
+        }
         let mut action = match first {
             Some(action) => action,
             // As the in-process loop refuses it: nothing to send.
@@ -248,6 +300,8 @@ impl AgentRun {
                                 cost_usd: drive.cost_before,
                                 model_calls: s.status.model_calls,
                                 continued: s.continued + 1,
+                                events_from: drive.events_from,
+                                trace_from: drive.trace_from,
                             }),
                             session: drive.session,
                             continue_as_new_after,
@@ -290,6 +344,7 @@ impl AgentRun {
                             .collect(),
                         max_calls: drive.config.setup.config.max_tool_calls_per_round,
                     };
+                    drive.flush(ctx).await;
                     let called = ctx
                         .execute_activity(
                             AgentActivities::model_call,
@@ -386,6 +441,7 @@ impl AgentRun {
                     let options =
                         activity_options(&drive.config, drive.config.tool_call_timeout_ms);
                     let mut stop = None;
+                    drive.flush(ctx).await;
                     // At most `max_concurrent` at once, as the loop's parallel dispatch; a
                     // call whose failure stops the run starts no further batch.
                     for batch in inputs.chunks(drive.config.setup.max_concurrent.max(1)) {
@@ -403,7 +459,10 @@ impl AgentRun {
                         for output in outputs {
                             let output = output?;
                             ctx.state_mut(|s| s.trace.push(output.trace));
-                            drive.session.messages.push(Message::Tool(output.result));
+                            let result = Message::Tool(output.result);
+                            // Published after the round's last call, as the loop pushes them.
+                            drive.note_message(&result);
+                            drive.session.messages.push(result);
                             if stop.is_none() {
                                 stop = output.stop.map(Box::new);
                             }
@@ -417,19 +476,43 @@ impl AgentRun {
                     }
                 }
                 Action::Push { messages } => {
+                    for message in &messages {
+                        drive.note_message(message);
+                    }
                     drive.session.messages.extend(messages);
                     Input::Done
                 }
                 Action::Emit { event } => {
+                    if drive.config.events {
+                        drive.events.push((*event).clone());
+                    }
                     if let AgentEvent::Output { value } = *event {
                         drive.output = Some(value);
                     }
                     Input::Done
                 }
                 Action::Suspend { status, calls } => {
+                    // The part of the run before the wait ends for a viewer, as an in-process
+                    // run that suspends; the part after it starts anew.
+                    let approval = status == SessionStatus::AwaitingApproval;
+                    if drive.config.events {
+                        let waiting = crate::events::suspended(
+                            &drive.session,
+                            drive.events_from,
+                            approval,
+                            calls.clone(),
+                        );
+                        drive.events.extend(waiting);
+                    }
+                    drive.flush(ctx).await;
                     match status {
                         SessionStatus::AwaitingApproval => {
                             let decisions = wait_for_approval(ctx, &calls).await?;
+                            drive.events_from = drive.session.messages.len();
+                            drive.trace_from = ctx.state(|s| s.trace.len());
+                            drive.note(|session| AgentEvent::SessionStart {
+                                session_id: session.id.clone(),
+                            });
                             drive.reopen();
                             action = drive.step(Input::Start {
                                 approvals: Some(decisions),
@@ -442,6 +525,9 @@ impl AgentRun {
                                     .map_err(|error| error.to_string());
                             match policy {
                                 Ok(policy) => {
+                                    drive.note(|session| AgentEvent::SessionStart {
+                                        session_id: session.id.clone(),
+                                    });
                                     drive.session.messages.extend(
                                         agent_loop::machine::order_results(
                                             results,
@@ -450,6 +536,9 @@ impl AgentRun {
                                             drive.config.setup.tool_result_max_binary_bytes,
                                         ),
                                     );
+                                    // The caller's results are the continuation's input.
+                                    drive.events_from = drive.session.messages.len();
+                                    drive.trace_from = ctx.state(|s| s.trace.len());
                                     drive.reopen();
                                     action = drive.step(Input::Start { approvals: None });
                                 }
@@ -473,9 +562,9 @@ impl AgentRun {
                     if output.is_some() {
                         drive.output = output;
                     }
-                    return Ok(finish(ctx, drive, None));
+                    return Ok(end(ctx, drive, None).await);
                 }
-                Action::Fail { error } => return Ok(finish(ctx, drive, Some(*error))),
+                Action::Fail { error } => return Ok(end(ctx, drive, Some(*error)).await),
             };
             action = drive.step(input);
         }
@@ -587,6 +676,35 @@ async fn wait_for_results(
         .into_iter()
         .filter(|r| calls.iter().any(|call| r.tool_call_id == call.id))
         .collect())
+}
+
+/// The run's outcome (`finish`), its last live events published first: as the in-process
+/// loop ends a run, `error` when it failed, then `session_end` with the messages it added.
+async fn end(
+    ctx: &WorkflowContext<AgentRun>,
+    mut drive: Drive,
+    error: Option<AgentError>,
+) -> RunOutcome {
+    let publishing = drive.config.events;
+    let mut events = std::mem::take(&mut drive.events);
+    let from = drive.events_from;
+    // The error as the in-process loop ends with it: this part's messages, trace and spend.
+    let spend = (drive.state.usage(), drive.state.cost_usd());
+    let trace_from = drive.trace_from;
+    let failure = publishing.then(|| error.clone()).flatten();
+    let outcome = finish(ctx, drive, error);
+    if publishing {
+        let failure = failure.map(|error| {
+            let trace = outcome.trace.get(trace_from..).unwrap_or_default().to_vec();
+            let messages = outcome.session.messages.get(from..).unwrap_or_default();
+            error
+                .with_partial(trace, messages.to_vec())
+                .with_spend(spend.0, spend.1)
+        });
+        events.extend(crate::events::run_ended(&outcome, from, failure));
+        crate::events::publish(ctx, events).await;
+    }
+    outcome
 }
 
 /// The run's outcome: the session settled as the in-process loop settles it.

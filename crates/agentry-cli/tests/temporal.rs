@@ -125,3 +125,255 @@ fn a_worker_serves_a_run_started_with_temporal() {
     assert!(stderr.contains("tool calculator (call_1)"), "{stderr}");
     assert!(stderr.contains(&format!("workflow {workflow}")), "{stderr}");
 }
+
+/// A recorded three-round run: the calculator twice, then the answer.
+fn three_rounds() -> Vec<Cassette> {
+    let call = |id: &str, expression: &str| {
+        let mut body = chunk(json!({"role": "assistant", "content": null}), Value::Null);
+        body.push_str(&chunk(
+            json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
+                                   "function": {"name": "calculator",
+                                                "arguments": json!({"expression": expression}).to_string()}}]}),
+            Value::Null,
+        ));
+        body.push_str(&chunk(json!({}), json!("tool_calls")));
+        body.push_str("data: [DONE]\n\n");
+        Cassette::body(body)
+    };
+    let mut answer = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    answer.push_str(&chunk(json!({"content": "2 + 3 = 5, "}), Value::Null));
+    answer.push_str(&chunk(json!({"content": "and 5 × 4 = 20."}), Value::Null));
+    answer.push_str(&chunk(json!({}), json!("stop")));
+    answer.push_str("data: [DONE]\n\n");
+    vec![
+        call("call_1", "2+3"),
+        call("call_2", "5*4"),
+        Cassette::body(answer),
+    ]
+}
+
+/// The events of `--json` output, the session's id (new in every run) left out.
+fn events_of(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|line| {
+            let mut event: Value = serde_json::from_str(line).unwrap();
+            event.as_object_mut().unwrap().remove("session_id");
+            event
+        })
+        .collect()
+}
+
+/// `agentry run --temporal --events URL` prints what the in-process `agentry run` prints for
+/// the same recorded 3-round run: with `--json` the same event lines (types, order, text,
+/// calls, messages), without it the same answer on stdout and the same tool lines.
+#[test]
+fn run_with_live_events_prints_what_the_in_process_run_prints() {
+    let Ok(addr) = std::env::var("AGENTRY_TEST_TEMPORAL_ADDR") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "AGENTRY_TEST_TEMPORAL_ADDR is not set: CI must run `eval \"$(bash .ci/temporal.sh start)\"` first"
+        );
+        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR is not set");
+        return;
+    };
+    let Ok(events) = std::env::var("AGENTRY_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "AGENTRY_TEST_POSTGRES_URL is not set under CI"
+        );
+        eprintln!("skipped: AGENTRY_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let namespace =
+        std::env::var("AGENTRY_TEST_TEMPORAL_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let question = "What is (2 + 3) × 4?";
+    let model = |url: &str| {
+        [
+            "--provider",
+            "openai",
+            "--base-url",
+            url,
+            "--model",
+            "gpt-4.1-mini",
+            "--tool",
+            "calculator",
+        ]
+        .map(str::to_string)
+    };
+    let in_process = |json: bool| {
+        let server = runtime
+            .block_on(ReplayServer::start(three_rounds()))
+            .unwrap();
+        let mut command = agentry(home.path());
+        command.arg("run").args(model(&server.url()));
+        if json {
+            command.arg("--json");
+        }
+        let output = command.arg(question).output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        output
+    };
+
+    let queue = format!("tevents-cli-{}", std::process::id());
+    let temporal = [
+        "--temporal",
+        &addr,
+        "--namespace",
+        &namespace,
+        "--task-queue",
+        &queue,
+        "--events",
+        &events,
+    ];
+    for json in [true, false] {
+        let local = in_process(json);
+        // A worker per run, on its own recording of the same model.
+        let server = runtime
+            .block_on(ReplayServer::start(three_rounds()))
+            .unwrap();
+        let _worker = Child(
+            agentry(home.path())
+                .arg("worker")
+                .args(temporal)
+                .args(model(&server.url()))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let workflow = format!("{queue}-{json}");
+        let mut command = agentry(home.path());
+        command
+            .arg("run")
+            .args(temporal)
+            .args(["--workflow", &workflow])
+            .args(model(&server.url()));
+        if json {
+            command.arg("--json");
+        }
+        let durable = command.arg(question).output().unwrap();
+        let stdout = String::from_utf8(durable.stdout).unwrap();
+        let stderr = String::from_utf8(durable.stderr).unwrap();
+        assert!(durable.status.success(), "{stdout}\n{stderr}");
+        let local_stdout = String::from_utf8(local.stdout).unwrap();
+        if json {
+            let (durable, local) = (events_of(&stdout), events_of(&local_stdout));
+            assert_eq!(durable.len(), 26, "{stdout}");
+            assert_eq!(durable, local);
+        } else {
+            assert_eq!(stdout, local_stdout);
+            assert_eq!(stdout.trim(), "2 + 3 = 5, and 5 × 4 = 20.");
+            let local_stderr = String::from_utf8(local.stderr).unwrap();
+            for line in local_stderr.lines().filter(|l| l.contains("calculator {")) {
+                // The tool lines, without their timings.
+                let shown = line.split(" · ").next().unwrap();
+                assert!(stderr.contains(shown), "{shown}\n{stderr}");
+            }
+        }
+    }
+}
+
+/// With `--events`, a run that waits for approval prints its waiting calls and exits 4;
+/// `agentry resume --temporal --events --approve all` signals it and streams the rest (the
+/// call's execution, the answer) as the in-process resume does.
+#[test]
+fn run_and_resume_with_live_events_across_an_approval() {
+    let (Ok(addr), Ok(events)) = (
+        std::env::var("AGENTRY_TEST_TEMPORAL_ADDR"),
+        std::env::var("AGENTRY_TEST_POSTGRES_URL"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the Temporal dev server and PostgreSQL are required under CI"
+        );
+        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR or AGENTRY_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let namespace =
+        std::env::var("AGENTRY_TEST_TEMPORAL_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime.block_on(ReplayServer::start(cassettes())).unwrap();
+    let url = server.url();
+    let home = tempfile::tempdir().unwrap();
+    let queue = format!("tevents-approve-{}", std::process::id());
+    let model = [
+        "--provider",
+        "openai",
+        "--base-url",
+        &url,
+        "--model",
+        "gpt-4.1-mini",
+        "--tool",
+        "calculator",
+    ];
+    let temporal = [
+        "--temporal",
+        &addr,
+        "--namespace",
+        &namespace,
+        "--task-queue",
+        &queue,
+        "--events",
+        &events,
+    ];
+    let _worker = Child(
+        agentry(home.path())
+            .arg("worker")
+            .args(temporal)
+            .args(model)
+            .args(["--require-approval", "calculator"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let workflow = format!("{queue}-run");
+    let run = agentry(home.path())
+        .arg("run")
+        .args(temporal)
+        .args(["--workflow", &workflow, "--json"])
+        .args(model)
+        .arg("What is 2 + 3?")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert_eq!(run.status.code(), Some(4), "{stdout}");
+    let kinds: Vec<String> = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("session_end"),
+        "{stdout}"
+    );
+    assert!(kinds.contains(&"approval_requested".to_owned()), "{stdout}");
+
+    let resumed = agentry(home.path())
+        .arg("resume")
+        .args(temporal)
+        .args(["--workflow", &workflow, "--approve", "all"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(resumed.stdout).unwrap();
+    let stderr = String::from_utf8(resumed.stderr).unwrap();
+    assert!(resumed.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "2 + 3 = 5.");
+    assert!(stderr.contains("calculator"), "{stderr}");
+}

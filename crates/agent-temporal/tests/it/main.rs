@@ -12,6 +12,8 @@
 mod support;
 
 mod durable;
+#[cfg(feature = "postgres")]
+mod events;
 mod machine;
 
 /// The worker child: serves `AGENTRY_TEMPORAL_WORKER`'s task queue forever when that variable

@@ -386,6 +386,14 @@ pub(crate) fn worker_main() {
                 max_interval_ms: 4_000,
             });
         }
+        // Live events into PostgreSQL (tests/it/events.rs).
+        #[cfg(feature = "postgres")]
+        if let Ok(url) = std::env::var("AGENTRY_TEMPORAL_EVENTS") {
+            let log = agent_temporal::events::PgEventLog::connect(&url, Default::default())
+                .await
+                .unwrap();
+            activities = activities.with_events(log.shared());
+        }
         agent_temporal::run_worker(client, &task_queue, activities)
             .await
             .unwrap();

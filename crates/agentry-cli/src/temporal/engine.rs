@@ -33,9 +33,12 @@ pub(crate) async fn worker(
     loop_args: &LoopArgs,
 ) -> Result<Exit, Error> {
     let (backend, options, _) = crate::run::durable_parts(model, loop_args)?;
-    let activities = agent_temporal::AgentActivities::new(Arc::from(backend), options)
+    let mut activities = agent_temporal::AgentActivities::new(Arc::from(backend), options)
         .map_err(|error| Error::Other(error.to_string()))?
         .with_retries(retries(model)?);
+    if let Some(url) = &args.events {
+        activities = activities.with_events(super::live::log(url).await?);
+    }
     let client = agent_temporal::connect(address(args)?, &args.namespace)
         .await
         .map_err(temporal_error)?;
@@ -86,6 +89,15 @@ pub(crate) async fn run(
     let client = agent_temporal::connect(address(args)?, &args.namespace)
         .await
         .map_err(temporal_error)?;
+    // With live events: what the log holds for this id before the run starts is not its own.
+    let events = match &args.events {
+        Some(url) => {
+            let log = super::live::log(url).await?;
+            let after = log.last_seq(&workflow).await.map_err(temporal_error)?;
+            Some((log, after))
+        }
+        None => None,
+    };
     let handle = agent_temporal::start_run(
         &client,
         &args.task_queue,
@@ -100,6 +112,9 @@ pub(crate) async fn run(
         "agentry run · temporal {} · workflow {workflow}",
         address(args)?
     );
+    if let Some((log, after)) = events {
+        return super::live::follow(&handle, log.as_ref(), after, json).await;
+    }
     follow(&handle, json).await
 }
 
@@ -120,6 +135,17 @@ pub(crate) async fn resume(
         .map_err(temporal_error)?;
     let handle = RunHandle::new(client, workflow);
     let status = handle.status().await.map_err(temporal_error)?;
+    let events = match &args.events {
+        Some(url) => {
+            let log = super::live::log(url).await?;
+            let after = log
+                .last_seq(handle.workflow_id())
+                .await
+                .map_err(temporal_error)?;
+            Some((log, after))
+        }
+        None => None,
+    };
     if approvals.any() {
         let decisions = crate::approval::decisions(
             &approvals.approve,
@@ -136,6 +162,9 @@ pub(crate) async fn resume(
         return Err(Error::Usage(
             "--results, --approve or --deny says what to send".to_string(),
         ));
+    }
+    if let Some((log, after)) = events {
+        return super::live::follow(&handle, log.as_ref(), after, json).await;
     }
     follow(&handle, json).await
 }

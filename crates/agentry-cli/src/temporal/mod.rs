@@ -11,6 +11,8 @@ use clap::Args;
 #[cfg(feature = "temporal")]
 mod engine;
 #[cfg(feature = "temporal")]
+mod live;
+#[cfg(feature = "temporal")]
 pub(crate) use engine::{resume, run, worker};
 
 /// Where the Temporal service is.
@@ -29,6 +31,11 @@ pub(crate) struct TemporalArgs {
     /// session's id]
     #[arg(long, value_name = "ID")]
     pub(crate) workflow: Option<String>,
+    /// Live events through PostgreSQL (postgres://…): a worker publishes its runs' events
+    /// there, `run`/`resume --temporal` shows them as the in-process run does; without it
+    /// they follow the run by polling its queries
+    #[arg(long, value_name = "URL")]
+    pub(crate) events: Option<String>,
 }
 
 #[cfg(not(feature = "temporal"))]
