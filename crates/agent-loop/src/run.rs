@@ -859,7 +859,8 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             _ => None,
         };
         let pumped = {
-            let stream = self.backend.stream(&self.request);
+            // The loop assembles the message (and a failure's partial one) itself.
+            let stream = self.backend.stream_unassembled(&self.request);
             // A named future, not an `async` block: it is `Send` without proving it through
             // every caller's future, needs no box, and runs no generator per event.
             let pump = crate::pump::Pump {
