@@ -51,13 +51,6 @@ impl Emitter {
         }
     }
 
-    /// Queues every event of `events` behind the ones already queued, under one lock.
-    pub(crate) fn queue_all(&self, events: impl Iterator<Item = AgentEvent>) {
-        if let Some(queue) = &self.queue {
-            lock(queue).extend(events);
-        }
-    }
-
     /// Queues the event `build` makes, only if events are on.
     pub(crate) fn emit_with(&self, build: impl FnOnce() -> AgentEvent) -> YieldOnce {
         match &self.queue {
@@ -131,9 +124,6 @@ type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<GenerateResult, AgentErr
 pub struct EventStream<'a> {
     run: Option<RunFuture<'a>>,
     queue: Queue,
-    /// The events taken from `queue` in one lock and not handed out yet (older than any
-    /// still in `queue`): the consumer takes a batch's events without a lock each.
-    taken: VecDeque<AgentEvent>,
     outcome: Option<Result<GenerateResult, AgentError>>,
     /// The waker the run is polled with (see [`Relay`]).
     relay: Arc<Relay>,
@@ -243,7 +233,6 @@ impl<'a> EventStream<'a> {
         Self {
             run: Some(Box::pin(start(emitter))),
             queue,
-            taken: VecDeque::new(),
             outcome: None,
             relay_waker: Waker::from(Arc::clone(&relay)),
             relay,
@@ -273,7 +262,6 @@ impl<'a> EventStream<'a> {
             })
             .await;
             lock(&self.queue).clear();
-            self.taken.clear();
             return outcome;
         }
         self.outcome.take().unwrap_or_else(|| {
@@ -284,23 +272,12 @@ impl<'a> EventStream<'a> {
     }
 }
 
-impl EventStream<'_> {
-    /// The oldest event not handed out: from `taken`, refilled with all of `queue` at once.
-    fn next_queued(&mut self) -> Option<AgentEvent> {
-        if self.taken.is_empty() {
-            // Swapped, not drained: both deques keep their room for the next batch.
-            std::mem::swap(&mut self.taken, &mut *lock(&self.queue));
-        }
-        self.taken.pop_front()
-    }
-}
-
 impl Stream for EventStream<'_> {
     type Item = AgentEvent;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
         let this = &mut *self;
-        if let Some(event) = this.next_queued() {
+        if let Some(event) = lock(&this.queue).pop_front() {
             return Poll::Ready(Some(event));
         }
         let Some(run) = this.run.as_mut() else {
@@ -317,7 +294,7 @@ impl Stream for EventStream<'_> {
             this.run = None;
             this.outcome = Some(outcome);
         }
-        match this.next_queued() {
+        match lock(&this.queue).pop_front() {
             Some(event) => Poll::Ready(Some(event)),
             None if this.run.is_none() => Poll::Ready(None),
             None => {
@@ -334,7 +311,7 @@ impl std::fmt::Debug for EventStream<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventStream")
             .field("running", &self.run.is_some())
-            .field("queued", &(self.taken.len() + lock(&self.queue).len()))
+            .field("queued", &lock(&self.queue).len())
             .finish()
     }
 }

@@ -57,9 +57,6 @@ impl Future for Pump<'_, '_> {
             if let Err(error) = item.and_then(|event| this.assembler.push(event)) {
                 return Poll::Ready(Err(error));
             }
-            if this.partial.is_none() {
-                this.emitter.queue_all(this.assembler.drain_events());
-            }
             while let Some(event) = this.assembler.next_event() {
                 let grew = this
                     .partial
