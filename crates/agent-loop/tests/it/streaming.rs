@@ -725,3 +725,42 @@ async fn a_run_waiting_for_its_provider_is_not_polled_again_by_its_consumer() {
         "{polls} polls of the backend's stream for {CHUNKS} chunks"
     );
 }
+
+// The HTTP adapters leave a failed call's partial message to the loop now (the loop asks for
+// `Backend::stream_unassembled`, issue 16): a recorded OpenAI stream cut mid-answer still
+// ends the run with the text received so far on the error, as when the adapter assembled it.
+#[tokio::test]
+async fn an_http_stream_cut_mid_answer_ends_the_run_with_the_partial_message() {
+    use agent_backends::Provider;
+    use agent_backends::replay::{Cassette, ReplayBackend};
+    use agent_types::{BackendErrorKind, ErrorKind};
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/providers/openai-chat/stream-text-usage.sse");
+    let body = std::fs::read(path).unwrap();
+    let cut = body.len() / 2;
+    let whole = Cassette::new(200, "text/event-stream", body.clone());
+    let broken = Cassette::new(200, "text/event-stream", body).cut_after(cut);
+    let backend = ReplayBackend::start(Provider::OpenAiChat, [whole, broken])
+        .await
+        .unwrap();
+    let options = Options::default();
+    let answer = generate(&backend, Input::new("gpt-4o").user("Hi"), &options)
+        .await
+        .unwrap()
+        .text();
+    let error = generate(&backend, Input::new("gpt-4o").user("Hi"), &options)
+        .await
+        .unwrap_err();
+    let ErrorKind::Backend { error: failed } = &error.kind else {
+        panic!("not a backend error: {error:?}");
+    };
+    assert_eq!(failed.kind, BackendErrorKind::Connection, "{failed}");
+    let partial = failed.partial.as_ref().expect("the partial message");
+    let text = partial.text_content();
+    assert!(
+        !text.is_empty() && text.len() < answer.len() && answer.starts_with(&text),
+        "{text:?} is not the start of {answer:?}"
+    );
+    assert_eq!(partial.stop_reason, Some(StopReason::Error));
+}
