@@ -168,6 +168,7 @@ const MODULE_RULES: &[ModuleRule] = &[
             "crates/agent-loop/src/output.rs",
             "crates/agent-loop/src/prepare.rs",
             "crates/agent-loop/src/bounded.rs",
+            "crates/agent-loop/src/pump.rs",
         ],
         forbidden: &["crate::run", "crate::dispatch"],
         why: "agent-loop's data modules and round helpers sit below dispatch and run",

@@ -329,6 +329,10 @@ impl Backend for Bedrock {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         crate::http::driver::stream(self, request)
     }
+
+    fn stream_unassembled<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        crate::http::driver::stream_unassembled(self, request)
+    }
 }
 
 impl Protocol for Bedrock {

@@ -141,6 +141,13 @@ macro_rules! http_builders {
             ) -> agent_types::BackendStream<'a> {
                 $crate::http::driver::stream(self, request)
             }
+
+            fn stream_unassembled<'a>(
+                &'a self,
+                request: &'a agent_types::ModelRequest,
+            ) -> agent_types::BackendStream<'a> {
+                $crate::http::driver::stream_unassembled(self, request)
+            }
         }
 
         impl $type {

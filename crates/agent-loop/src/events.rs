@@ -139,16 +139,32 @@ pub struct EventStream<'a> {
 /// event: under many concurrent runs most of an event's cost. So a wake during the stream's
 /// own poll of the run is only noted, and passed on only if the stream returns `Pending`;
 /// a wake at any other time (I/O, timers) goes straight to the consumer's waker.
-#[derive(Default)]
+///
+/// The relay also remembers whether the run was woken at all since its last poll: a
+/// consumer that drained the queue and polls again finds the run asleep (waiting for the
+/// provider's next chunk) and gets `Pending` without the whole run being polled for
+/// nothing, once per batch of events.
 struct Relay {
     state: Mutex<RelayState>,
 }
 
-#[derive(Default)]
 struct RelayState {
     consumer: Option<Waker>,
     polling: bool,
+    /// Woken since the run's last poll began (so it has something to do); set at the start.
     woken: bool,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(RelayState {
+                consumer: None,
+                polling: false,
+                woken: true,
+            }),
+        }
+    }
 }
 
 impl Relay {
@@ -157,8 +173,10 @@ impl Relay {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Before polling the run for a consumer polling with `waker`.
-    fn enter(&self, waker: &Waker) {
+    /// Before polling the run for a consumer polling with `waker`: `false` when the run was
+    /// not woken since its last poll, so polling it again would only find it waiting (the
+    /// consumer's waker is kept for the wake that ends the wait).
+    fn enter(&self, waker: &Waker) -> bool {
         let mut state = self.state();
         if !state
             .consumer
@@ -167,15 +185,20 @@ impl Relay {
         {
             state.consumer = Some(waker.clone());
         }
+        if !state.woken {
+            return false;
+        }
         state.polling = true;
         state.woken = false;
+        true
     }
 
-    /// After polling the run: whether it was woken meanwhile.
+    /// After polling the run: whether it was woken meanwhile (it stays marked woken, so the
+    /// next poll polls it).
     fn leave(&self) -> bool {
         let mut state = self.state();
         state.polling = false;
-        std::mem::take(&mut state.woken)
+        state.woken
     }
 }
 
@@ -186,9 +209,10 @@ impl Wake for Relay {
 
     fn wake_by_ref(self: &Arc<Self>) {
         let mut state = self.state();
-        if state.polling {
-            state.woken = true;
-        } else if let Some(consumer) = &state.consumer {
+        state.woken = true;
+        if !state.polling
+            && let Some(consumer) = &state.consumer
+        {
             consumer.wake_by_ref();
         }
     }
@@ -227,7 +251,9 @@ impl<'a> EventStream<'a> {
             let relay = Arc::clone(&self.relay);
             let relay_waker = self.relay_waker.clone();
             let outcome = std::future::poll_fn(|cx| {
-                relay.enter(cx.waker());
+                if !relay.enter(cx.waker()) {
+                    return Poll::Pending;
+                }
                 let polled = run.as_mut().poll(&mut Context::from_waker(&relay_waker));
                 if relay.leave() && polled.is_pending() {
                     cx.waker().wake_by_ref();
@@ -257,7 +283,9 @@ impl Stream for EventStream<'_> {
         let Some(run) = this.run.as_mut() else {
             return Poll::Ready(None);
         };
-        this.relay.enter(cx.waker());
+        if !this.relay.enter(cx.waker()) {
+            return Poll::Pending;
+        }
         let polled = run
             .as_mut()
             .poll(&mut Context::from_waker(&this.relay_waker));

@@ -92,6 +92,7 @@ mod one_call;
 mod options;
 pub mod output;
 pub mod prepare;
+mod pump;
 mod result;
 mod run;
 mod run_messages;

@@ -1,17 +1,14 @@
 //! The loop itself: one run of a session, from its input to an answer, a suspension or an error.
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::pin::Pin;
 
 use agent_conversation::Turn;
 use agent_tools::{Accounting, Registry, Tool, TruncationPolicy};
 use agent_types::{
-    AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, BackendError, Capabilities,
-    ErrorKind, GuardrailDecision, Message, MessageAssembler, ModelRequest, Role, StopReason,
-    ToolCall, ToolChoice, TraceEntry,
+    AgentError, AgentEvent, AssistantBlock, AssistantMessage, Backend, Capabilities, ErrorKind,
+    GuardrailDecision, Message, MessageAssembler, ModelRequest, Role, StopReason, ToolCall,
+    ToolChoice, TraceEntry,
 };
-use futures_util::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
@@ -862,46 +859,18 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             _ => None,
         };
         let pumped = {
-            let stream = self.backend.stream(&self.request);
-            let emitter = &self.emitter;
-            let assembler = &mut assembler;
-            let first_event = &mut first_event;
-            let partial = &mut partial;
-            // Boxed with an explicit `Send` so the compiler proves it here, once, instead of
-            // through every caller's future (where higher-ranked lifetimes defeat it).
-            let pump: Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + '_>> =
-                Box::pin(async move {
-                    let mut stream = stream;
-                    // `let … else` and the inner block keep the item and the event out of
-                    // this future (allocated per model call) across the awaits: a `while
-                    // let` scrutinee, or a local once borrowed, would hold its place there.
-                    #[allow(clippy::while_let_loop)]
-                    loop {
-                        let Some(item) = stream.next().await else {
-                            break;
-                        };
-                        first_event.get_or_insert_with(|| started.elapsed());
-                        assembler.push(item?)?;
-                        loop {
-                            let queued = {
-                                let Some(event) = assembler.next_event() else {
-                                    break;
-                                };
-                                let grew = partial.as_mut().is_some_and(|p| p.observe(&event));
-                                let queued = emitter.emit(event);
-                                // The partial answer goes out with the delta that grew it.
-                                if grew
-                                    && let Some(grown) = partial.as_ref().and_then(|p| p.latest())
-                                {
-                                    emitter.queue(grown);
-                                }
-                                queued
-                            };
-                            queued.await;
-                        }
-                    }
-                    Ok::<(), BackendError>(())
-                });
+            // The loop assembles the message (and a failure's partial one) itself.
+            let stream = self.backend.stream_unassembled(&self.request);
+            // A named future, not an `async` block: it is `Send` without proving it through
+            // every caller's future, needs no box, and runs no generator per event.
+            let pump = crate::pump::Pump {
+                stream,
+                emitter: &self.emitter,
+                assembler: &mut assembler,
+                partial: &mut partial,
+                first_event: &mut first_event,
+                started,
+            };
             bounded(
                 pump,
                 &self.options.cancellation,

@@ -56,6 +56,15 @@ pub trait Backend: Send + Sync {
     /// Starts one model call. The request is borrowed for the life of the stream.
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a>;
 
+    /// As [`stream`](Self::stream), for a caller that folds every event into a
+    /// [`MessageAssembler`](crate::MessageAssembler) of its own (the loop does): the backend
+    /// may skip assembling the message itself, and then an error after output carries no
+    /// [`partial`](crate::BackendError::partial) message (the caller has it). The HTTP
+    /// adapters do so; the default is `stream`.
+    fn stream_unassembled<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        self.stream(request)
+    }
+
     /// The request's input tokens as this provider counts them, when the backend can tell
     /// locally and cheaply (a tokenizer it ships, a count it cached). The loop calls it before
     /// every model call to check the request against the run's budgets, so it must not make
@@ -81,6 +90,9 @@ impl<B: Backend + ?Sized> Backend for &B {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         (**self).stream(request)
     }
+    fn stream_unassembled<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        (**self).stream_unassembled(request)
+    }
     fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
         (**self).count_input_tokens(request)
     }
@@ -98,6 +110,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         (**self).stream(request)
     }
+    fn stream_unassembled<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        (**self).stream_unassembled(request)
+    }
     fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
         (**self).count_input_tokens(request)
     }
@@ -114,6 +129,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         (**self).stream(request)
+    }
+    fn stream_unassembled<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        (**self).stream_unassembled(request)
     }
     fn count_input_tokens(&self, request: &ModelRequest) -> Option<u64> {
         (**self).count_input_tokens(request)

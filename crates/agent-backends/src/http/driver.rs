@@ -2,10 +2,11 @@
 //! partial message when the stream breaks. Adapters supply only the wire format ([`Protocol`]
 //! and its [`Decoder`]).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use agent_types::{
     BackendError, BackendErrorKind, BackendStream, Capabilities, MessageAssembler, ModelRequest,
@@ -88,112 +89,299 @@ pub(crate) fn stream<'a, P: Protocol>(
     protocol: &'a P,
     request: &'a ModelRequest,
 ) -> BackendStream<'a> {
-    Box::pin(async_stream::stream! {
-        if !request.tools.is_empty() && !protocol.capabilities().tools {
-            yield Err(BackendError::new(
+    Box::pin(Driver::new(protocol, request, true))
+}
+
+/// As [`stream`], for a caller that assembles the message itself
+/// ([`Backend::stream_unassembled`](agent_types::Backend::stream_unassembled)): no
+/// assembler runs here, and an error after output carries no partial message.
+pub(crate) fn stream_unassembled<'a, P: Protocol>(
+    protocol: &'a P,
+    request: &'a ModelRequest,
+) -> BackendStream<'a> {
+    Box::pin(Driver::new(protocol, request, false))
+}
+
+/// One model call as a hand-written stream: the events decoded from a chunk wait in `ready`
+/// and each `poll_next` hands out the next one, so no generator or future is resumed per
+/// event; the body is polled again only when `ready` is empty.
+struct Driver<'a, P: Protocol> {
+    protocol: &'a P,
+    request: &'a ModelRequest,
+    /// Whether to assemble the message here, for the partial message of a failure.
+    assemble: bool,
+    /// Events decoded and not yet handed out, oldest first.
+    ready: VecDeque<StreamEvent>,
+    /// The error that ends the stream once `ready` is handed out.
+    failed: Option<BackendError>,
+    phase: Phase<'a, P::Decoder>,
+}
+
+/// Where a call stands.
+enum Phase<'a, D> {
+    /// Not polled yet.
+    Start,
+    /// Sending the request (and retrying failures before a response; a retry after a failed
+    /// response waits here first).
+    Opening(Pin<Box<dyn Future<Output = Opened> + Send + 'a>>),
+    /// Reading the response's body.
+    Body(Box<Body<D>>),
+    /// Ended: `ready`, then `failed`, then the end.
+    Done,
+}
+
+/// What an attempt to open the response came to; the prepared request comes back for a
+/// later retry.
+struct Opened {
+    response: Result<reqwest::Response, BackendError>,
+    prepared: Prepared,
+    limits: Limits,
+    retries: u32,
+}
+
+/// The reading of one response body.
+struct Body<D> {
+    body: Pin<Box<dyn futures_core::Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    framer: Framer,
+    decoder: D,
+    out: Vec<StreamEvent>,
+    assembler: MessageAssembler,
+    /// Events that carry no output (message_start, usage) wait here until the first one
+    /// that does: until then a failure can still be retried without the caller having seen
+    /// anything.
+    held: Vec<StreamEvent>,
+    shown: bool,
+    finished: bool,
+    timer: BodyTimer,
+    prepared: Prepared,
+    limits: Limits,
+    retries: u32,
+}
+
+impl<'a, P: Protocol> Driver<'a, P> {
+    fn new(protocol: &'a P, request: &'a ModelRequest, assemble: bool) -> Self {
+        Self {
+            protocol,
+            request,
+            assemble,
+            ready: VecDeque::new(),
+            failed: None,
+            phase: Phase::Start,
+        }
+    }
+
+    /// The checks and the request, at the first poll.
+    fn start(&mut self) -> Result<(), BackendError> {
+        if !self.request.tools.is_empty() && !self.protocol.capabilities().tools {
+            return Err(BackendError::new(
                 BackendErrorKind::Unsupported,
                 "this backend does not support tools; remove them or pick a model that has tool calling",
             ));
-            return;
         }
-        let prepared = match protocol.prepare(request) {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                yield Err(error);
-                return;
-            }
-        };
-        let http = protocol.http();
-        let limits = Limits::start(http);
-        let mut retries = 0u32;
-        'attempt: loop {
-            let response = match open(protocol, http, &prepared, &limits).await {
-                Ok(response) => response,
-                Err(error) => {
-                    if let Some(wait) = retry_wait(http, &error, retries, &limits) {
-                        retry_log(&error, retries, wait);
-                        tokio::time::sleep(wait).await;
-                        retries += 1;
-                        continue 'attempt;
-                    }
-                    yield Err(error);
-                    return;
-                }
-            };
+        let prepared = self.protocol.prepare(self.request)?;
+        let limits = Limits::start(self.protocol.http());
+        self.phase = Phase::Opening(Box::pin(attempt(self.protocol, prepared, limits, 0, None)));
+        Ok(())
+    }
 
-            let content_type = response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_ascii_lowercase);
-            let mut body = response.bytes_stream();
-            let mut framer = Framer::Undecided(content_type);
-            let mut decoder = protocol.decoder(request);
-            let mut out = Vec::new();
+    /// One chunk of the body read (or the body's end, or a failure) and its events moved to
+    /// `ready`; `Pending` while no chunk is there.
+    fn read(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Phase::Body(body) = &mut self.phase else {
+            return Poll::Ready(());
+        };
+        let step = match body.timer.poll(cx, &body.limits, body.body.as_mut()) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(timeout)) => Err(timeout),
+            Poll::Ready(Ok(None)) => body
+                .framer
+                .finish(&mut body.decoder, &mut body.out)
+                .and_then(|()| body.decoder.end(&mut body.out))
+                .map(|()| true),
+            Poll::Ready(Ok(Some(Err(error)))) => Err(broken(error)),
+            Poll::Ready(Ok(Some(Ok(chunk)))) => body
+                .framer
+                .feed(&chunk, &mut body.decoder, &mut body.out)
+                .map(|()| false),
+        };
+        let mut step = step;
+        for event in body.out.drain(..) {
+            if body.finished {
+                tracing::debug!(?event, "ignoring an event after the finish");
+                continue;
+            }
+            if self.assemble
+                && let Err(error) = body.assembler.observe(&event)
+            {
+                step = Err(error);
+                break;
+            }
+            if !body.shown
+                && matches!(
+                    event,
+                    StreamEvent::MessageStart { .. } | StreamEvent::Usage(_)
+                )
+            {
+                body.held.push(event);
+                continue;
+            }
+            self.ready.extend(body.held.drain(..));
+            body.shown = true;
+            body.finished = matches!(event, StreamEvent::Finish { .. });
+            self.ready.push_back(event);
+        }
+        let error = match step {
+            Ok(false) => return Poll::Ready(()),
+            Ok(true) if body.finished => {
+                self.phase = Phase::Done;
+                return Poll::Ready(());
+            }
+            Ok(true) => BackendError::new(
+                BackendErrorKind::Connection,
+                "the response ended before the provider said it was complete (connection closed early?)",
+            ),
+            Err(error) => error,
+        };
+        if body.finished {
+            // Everything was delivered; a hiccup after the finish changes nothing.
+            tracing::debug!(%error, "ignoring an error after the finish");
+            self.phase = Phase::Done;
+            return Poll::Ready(());
+        }
+        let http = self.protocol.http();
+        if !body.shown
+            && let Some(wait) = retry_wait(http, &error, body.retries, &body.limits)
+        {
+            retry_log(&error, body.retries, wait);
+            let Phase::Body(body) = std::mem::replace(&mut self.phase, Phase::Done) else {
+                return Poll::Ready(());
+            };
+            let body = *body;
+            self.phase = Phase::Opening(Box::pin(attempt(
+                self.protocol,
+                body.prepared,
+                body.limits,
+                body.retries + 1,
+                Some(wait),
+            )));
+            return Poll::Ready(());
+        }
+        let error = if self.assemble {
+            with_partial(error, &mut body.assembler)
+        } else if !body.shown {
+            // Nothing went out, so the caller's assembler has nothing: the held events
+            // (a usage report, say) make the partial message, as when assembling here.
             let mut assembler = MessageAssembler::new(false);
-            // Events that carry no output (message_start, usage) wait here until the first
-            // one that does: until then a failure can still be retried without the caller
-            // having seen anything.
-            let mut held: Vec<StreamEvent> = Vec::new();
-            let mut shown = false;
-            let mut finished = false;
-            let mut timer = BodyTimer::default();
-            loop {
-                let step = match timer.within(&limits, body.next()).await {
-                    Err(timeout) => Err(timeout),
-                    Ok(None) => framer
-                        .finish(&mut decoder, &mut out)
-                        .and_then(|()| decoder.end(&mut out))
-                        .map(|()| true),
-                    Ok(Some(Err(error))) => Err(broken(error)),
-                    Ok(Some(Ok(chunk))) => framer.feed(&chunk, &mut decoder, &mut out).map(|()| false),
-                };
-                let mut step = step;
-                for event in out.drain(..) {
-                    if finished {
-                        tracing::debug!(?event, "ignoring an event after the finish");
-                        continue;
+            for event in &body.held {
+                let _ = assembler.observe(event);
+            }
+            with_partial(error, &mut assembler)
+        } else {
+            error
+        };
+        self.failed = Some(error);
+        self.phase = Phase::Done;
+        Poll::Ready(())
+    }
+}
+
+impl<P: Protocol> futures_core::Stream for Driver<'_, P> {
+    type Item = Result<StreamEvent, BackendError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Every field is `Unpin` (the futures it polls are boxed).
+        let this = &mut *self;
+        loop {
+            if let Some(event) = this.ready.pop_front() {
+                return Poll::Ready(Some(Ok(event)));
+            }
+            match &mut this.phase {
+                Phase::Start => {
+                    if let Err(error) = this.start() {
+                        this.phase = Phase::Done;
+                        return Poll::Ready(Some(Err(error)));
                     }
-                    if let Err(error) = assembler.observe(&event) {
-                        step = Err(error);
-                        break;
-                    }
-                    if !shown && matches!(event, StreamEvent::MessageStart { .. } | StreamEvent::Usage(_)) {
-                        held.push(event);
-                        continue;
-                    }
-                    for early in held.drain(..) {
-                        yield Ok(early);
-                    }
-                    shown = true;
-                    finished = matches!(event, StreamEvent::Finish { .. });
-                    yield Ok(event);
                 }
-                let error = match step {
-                    Ok(false) => continue,
-                    Ok(true) if finished => return,
-                    Ok(true) => BackendError::new(
-                        BackendErrorKind::Connection,
-                        "the response ended before the provider said it was complete (connection closed early?)",
-                    ),
-                    Err(error) => error,
-                };
-                if finished {
-                    // Everything was delivered; a hiccup after the finish changes nothing.
-                    tracing::debug!(%error, "ignoring an error after the finish");
-                    return;
+                Phase::Opening(opening) => {
+                    let Poll::Ready(opened) = opening.as_mut().poll(cx) else {
+                        return Poll::Pending;
+                    };
+                    let response = match opened.response {
+                        Ok(response) => response,
+                        Err(error) => {
+                            this.phase = Phase::Done;
+                            return Poll::Ready(Some(Err(error)));
+                        }
+                    };
+                    let content_type = response
+                        .headers()
+                        .get(CONTENT_TYPE)
+                        .and_then(|value| value.to_str().ok())
+                        .map(str::to_ascii_lowercase);
+                    this.phase = Phase::Body(Box::new(Body {
+                        body: Box::pin(response.bytes_stream()),
+                        framer: Framer::Undecided(content_type),
+                        decoder: this.protocol.decoder(this.request),
+                        out: Vec::new(),
+                        assembler: MessageAssembler::new(false),
+                        held: Vec::new(),
+                        shown: false,
+                        finished: false,
+                        timer: BodyTimer::default(),
+                        prepared: opened.prepared,
+                        limits: opened.limits,
+                        retries: opened.retries,
+                    }));
                 }
-                if !shown && let Some(wait) = retry_wait(http, &error, retries, &limits) {
+                Phase::Body(_) => {
+                    if this.read(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                Phase::Done => return Poll::Ready(this.failed.take().map(Err)),
+            }
+        }
+    }
+}
+
+/// Sends `prepared` (after `wait`, for a retry), retrying failures before a response.
+async fn attempt<P: Protocol>(
+    protocol: &P,
+    prepared: Prepared,
+    limits: Limits,
+    mut retries: u32,
+    wait: Option<std::time::Duration>,
+) -> Opened {
+    if let Some(wait) = wait {
+        tokio::time::sleep(wait).await;
+    }
+    let http = protocol.http();
+    loop {
+        match open(protocol, http, &prepared, &limits).await {
+            Ok(response) => {
+                return Opened {
+                    response: Ok(response),
+                    prepared,
+                    limits,
+                    retries,
+                };
+            }
+            Err(error) => {
+                if let Some(wait) = retry_wait(http, &error, retries, &limits) {
                     retry_log(&error, retries, wait);
                     tokio::time::sleep(wait).await;
                     retries += 1;
-                    continue 'attempt;
+                    continue;
                 }
-                yield Err(with_partial(error, &mut assembler));
-                return;
+                return Opened {
+                    response: Err(error),
+                    prepared,
+                    limits,
+                    retries,
+                };
             }
         }
-    })
+    }
 }
 
 /// Sends the request and waits for a success status: a transport failure, a timeout or an
@@ -239,6 +427,7 @@ async fn open<P: Protocol>(
 }
 
 /// The whole-call deadline and the idle limit.
+#[derive(Debug, Clone, Copy)]
 struct Limits {
     deadline: Option<Instant>,
     idle: Option<std::time::Duration>,
@@ -249,6 +438,15 @@ impl Limits {
         Self {
             deadline: http.timeouts.total.map(|total| Instant::now() + total),
             idle: http.timeouts.idle,
+        }
+    }
+
+    /// When a wait that began at `since` must end (with at least one limit set): the idle
+    /// limit from then, or the deadline if sooner.
+    fn end_from(&self, since: Instant) -> Instant {
+        match (self.idle.map(|idle| since + idle), self.deadline) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(since),
         }
     }
 
@@ -289,42 +487,53 @@ impl Limits {
 
 /// The limits over one response body, with one timer for all of its chunks.
 ///
-/// [`Limits::within`] registers a fresh timer per call and cancels it after; per chunk of a
-/// stream (one per token) that was a lock, a wheel insert and a wheel removal each time. Here
-/// one `Sleep` is moved forward instead: tokio's `Sleep::reset` to a later instant only
-/// updates the entry's deadline, and the wheel sees it when the old deadline comes.
+/// A fresh `timeout_at` per chunk (one per token) was a lock, a wheel insert and a wheel
+/// removal each time; moving one `Sleep` forward at every chunk (`Sleep::reset`) still cost
+/// a deadline computation and atomics per chunk. Here the one `Sleep` stays where it was set
+/// while chunks arrive: each chunk only notes the time its wait began, and when the `Sleep`
+/// fires the real end (that time plus the idle limit, or the deadline) is worked out: a
+/// timeout if it passed, else the `Sleep` moves to it. The idle limit counts from when the
+/// driver starts waiting for the next chunk, as before, not while the caller reads events.
 #[derive(Default)]
 struct BodyTimer {
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the wait for the next chunk began; `None` until the next poll of the body after
+    /// a chunk (or at the start).
+    since: Option<Instant>,
 }
 
 impl BodyTimer {
-    /// As [`Limits::within`], re-arming the one timer.
-    async fn within<F: Future + Unpin>(
+    /// Polls `body` for its next chunk within the idle limit and the deadline.
+    fn poll<S: futures_core::Stream + ?Sized>(
         &mut self,
+        cx: &mut Context<'_>,
         limits: &Limits,
-        mut future: F,
-    ) -> Result<F::Output, BackendError> {
-        let Some(end) = limits.end() else {
-            return Ok(future.await);
-        };
+        body: Pin<&mut S>,
+    ) -> Poll<Result<Option<S::Item>, BackendError>> {
+        if limits.idle.is_none() && limits.deadline.is_none() {
+            return body.poll_next(cx).map(Ok);
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if let Poll::Ready(item) = body.poll_next(cx) {
+            // The next wait starts at the next poll.
+            self.since = None;
+            return Poll::Ready(Ok(item));
+        }
+        let end = limits.end_from(since);
         let sleep = match &mut self.sleep {
-            Some(sleep) => {
-                sleep.as_mut().reset(end);
-                sleep
-            }
+            Some(sleep) => sleep,
             None => self.sleep.insert(Box::pin(tokio::time::sleep_until(end))),
         };
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(output) = Pin::new(&mut future).poll(cx) {
-                return Poll::Ready(Ok(output));
+        loop {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
             }
-            match sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(limits.elapsed(end))),
-                Poll::Pending => Poll::Pending,
+            // The `Sleep` fired at the end it was set to, which chunks since have moved.
+            if end <= sleep.deadline() {
+                return Poll::Ready(Err(limits.elapsed(end)));
             }
-        })
-        .await
+            sleep.as_mut().reset(end);
+        }
     }
 }
 

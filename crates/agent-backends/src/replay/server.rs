@@ -186,6 +186,10 @@ impl Backend for ReplayBackend {
         self.adapter.stream(request)
     }
 
+    fn stream_unassembled<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        self.adapter.stream_unassembled(request)
+    }
+
     fn provider_name(&self) -> &str {
         self.adapter.provider_name()
     }

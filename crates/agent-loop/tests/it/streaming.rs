@@ -624,3 +624,143 @@ async fn a_streamed_run_is_polled_once_per_chunk_not_twice() {
         "{polls} polls for {CHUNKS} chunks: a yield woke the task again"
     );
 }
+
+/// A backend whose stream notes, at each of its polls, how many events the consumer had
+/// read by then (`read` is the consumer's count), and how often it was polled.
+struct Watched {
+    inner: ScriptedBackend,
+    read: Arc<AtomicUsize>,
+    seen: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl agent_types::Backend for Watched {
+    fn capabilities(&self) -> agent_types::Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn stream<'a>(
+        &'a self,
+        request: &'a agent_types::ModelRequest,
+    ) -> agent_types::BackendStream<'a> {
+        let mut inner = self.inner.stream(request);
+        let (read, seen) = (Arc::clone(&self.read), Arc::clone(&self.seen));
+        Box::pin(futures_util::stream::poll_fn(move |cx| {
+            seen.lock().unwrap().push(read.load(Ordering::SeqCst));
+            inner.as_mut().poll_next(cx)
+        }))
+    }
+}
+
+// What a chunk of the provider's body carries (here: 20 deltas ready at once) goes to the
+// consumer from one poll of the run, not one poll per event (issue 16): the backend's stream
+// was read to its end before the consumer had read its first delta.
+#[tokio::test]
+async fn the_events_ready_at_once_are_taken_in_one_poll_of_the_run() {
+    let mut turn = ScriptedTurn::new();
+    for index in 0..10 {
+        turn = turn.with_text(format!("{index} "));
+    }
+    let read = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let backend = Watched {
+        inner: ScriptedBackend::new([turn]),
+        read: Arc::clone(&read),
+        seen: Arc::clone(&seen),
+    };
+    let options = Options::default();
+    let mut stream = generate_stream(&backend, Input::new(MODEL).user("Count."), &options);
+    let mut deltas = 0;
+    while let Some(event) = stream.next().await {
+        if matches!(event, AgentEvent::TextDelta { .. }) {
+            deltas += 1;
+        }
+        read.fetch_add(1, Ordering::SeqCst);
+    }
+    assert_eq!(
+        stream.result().await.unwrap().text(),
+        "0 1 2 3 4 5 6 7 8 9 "
+    );
+    assert_eq!(deltas, 10);
+    let seen = seen.lock().unwrap().clone();
+    // message_start, ten deltas, finish, the end: every poll before the first text delta
+    // was read (session_start and message_start went out before the call).
+    assert!(
+        seen.iter().all(|&read| read <= 2),
+        "the stream was polled once per event read: {seen:?}"
+    );
+}
+
+// A consumer that took every queued event and polls again finds the run waiting for its
+// provider: the stream answers `Pending` without polling the whole run again (issue 16), so
+// the backend's stream is polled twice per chunk (the chunk, then the wait for the next),
+// not three times.
+#[tokio::test(start_paused = true)]
+async fn a_run_waiting_for_its_provider_is_not_polled_again_by_its_consumer() {
+    const CHUNKS: usize = 30;
+    let mut turn = ScriptedTurn::new();
+    for index in 0..CHUNKS {
+        turn = turn
+            .with_delay(Duration::from_millis(1))
+            .with_text(format!("{index} "));
+    }
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let backend = Watched {
+        inner: ScriptedBackend::new([turn]),
+        read: Arc::new(AtomicUsize::new(0)),
+        seen: Arc::clone(&seen),
+    };
+    let options = Options::default();
+    let mut stream = generate_stream(&backend, Input::new(MODEL).user("Count."), &options);
+    let mut deltas = 0;
+    while let Some(event) = stream.next().await {
+        if matches!(event, AgentEvent::TextDelta { .. }) {
+            deltas += 1;
+        }
+    }
+    stream.result().await.unwrap();
+    assert_eq!(deltas, CHUNKS);
+    let polls = seen.lock().unwrap().len();
+    assert!(
+        polls <= 2 * CHUNKS + 4,
+        "{polls} polls of the backend's stream for {CHUNKS} chunks"
+    );
+}
+
+// The HTTP adapters leave a failed call's partial message to the loop now (the loop asks for
+// `Backend::stream_unassembled`, issue 16): a recorded OpenAI stream cut mid-answer still
+// ends the run with the text received so far on the error, as when the adapter assembled it.
+#[tokio::test]
+async fn an_http_stream_cut_mid_answer_ends_the_run_with_the_partial_message() {
+    use agent_backends::Provider;
+    use agent_backends::replay::{Cassette, ReplayBackend};
+    use agent_types::{BackendErrorKind, ErrorKind};
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/providers/openai-chat/stream-text-usage.sse");
+    let body = std::fs::read(path).unwrap();
+    let cut = body.len() / 2;
+    let whole = Cassette::new(200, "text/event-stream", body.clone());
+    let broken = Cassette::new(200, "text/event-stream", body).cut_after(cut);
+    let backend = ReplayBackend::start(Provider::OpenAiChat, [whole, broken])
+        .await
+        .unwrap();
+    let options = Options::default();
+    let answer = generate(&backend, Input::new("gpt-4o").user("Hi"), &options)
+        .await
+        .unwrap()
+        .text();
+    let error = generate(&backend, Input::new("gpt-4o").user("Hi"), &options)
+        .await
+        .unwrap_err();
+    let ErrorKind::Backend { error: failed } = &error.kind else {
+        panic!("not a backend error: {error:?}");
+    };
+    assert_eq!(failed.kind, BackendErrorKind::Connection, "{failed}");
+    let partial = failed.partial.as_ref().expect("the partial message");
+    let text = partial.text_content();
+    assert!(
+        !text.is_empty() && text.len() < answer.len() && answer.starts_with(&text),
+        "{text:?} is not the start of {answer:?}"
+    );
+    assert_eq!(partial.stop_reason, Some(StopReason::Error));
+}

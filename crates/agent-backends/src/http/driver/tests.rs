@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::json;
 
-use super::{Decoder, Frame, Prepared, Protocol, stream};
+use super::{Decoder, Frame, Prepared, Protocol, stream, stream_unassembled};
 use crate::http::status::{ProviderError, response_error};
 use crate::http::{HttpOptions, RetryPolicy, Timeouts};
 use crate::replay::{Cassette, Chunking, ReplayServer};
@@ -77,6 +77,12 @@ impl Decoder for ToyDecoder {
             "DONE" => out.push(StreamEvent::Finish {
                 stop_reason: StopReason::Stop,
             }),
+            usage if usage.starts_with("usage:") => {
+                out.push(StreamEvent::Usage(agent_types::Usage {
+                    output_tokens: usage["usage:".len()..].parse().ok(),
+                    ..agent_types::Usage::default()
+                }));
+            }
             "fail:overloaded" => {
                 return Err(BackendError::new(
                     BackendErrorKind::Overloaded,
@@ -118,6 +124,10 @@ impl Backend for Toy {
     fn stream<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
         stream(self, request)
     }
+
+    fn stream_unassembled<'a>(&'a self, request: &'a ModelRequest) -> BackendStream<'a> {
+        stream_unassembled(self, request)
+    }
 }
 
 fn sse(body: &str) -> Cassette {
@@ -148,8 +158,16 @@ fn request() -> ModelRequest {
 }
 
 async fn run(backend: &Toy) -> (Vec<StreamEvent>, Option<BackendError>) {
+    run_with(backend, false).await
+}
+
+async fn run_with(backend: &Toy, unassembled: bool) -> (Vec<StreamEvent>, Option<BackendError>) {
     let request = request();
-    let mut stream = backend.stream(&request);
+    let mut stream = if unassembled {
+        backend.stream_unassembled(&request)
+    } else {
+        backend.stream(&request)
+    };
     let mut events = Vec::new();
     while let Some(item) = stream.next().await {
         match item {
@@ -488,4 +506,84 @@ async fn the_auth_step_runs_for_every_attempt_so_retries_are_signed_again() {
     let (_, error) = run(&backend).await;
     assert_eq!(error.unwrap().kind, BackendErrorKind::Authentication);
     assert!(server.requests().is_empty(), "nothing unsigned is sent");
+}
+
+// The loop folds the events into a message itself and asks for the stream unassembled, so
+// a message is assembled once per call, not twice (issue 16). The events are the same; an
+// error after output leaves the partial message to the caller, and one before any output
+// still carries what was held back (here the usage report), as the assembled stream does.
+#[tokio::test]
+async fn an_unassembled_stream_has_the_same_events_and_leaves_the_partial_to_its_caller() {
+    let server = ReplayServer::start([sse(OK), sse(OK)]).await.unwrap();
+    let backend = toy(&server, RetryPolicy::none(), Timeouts::none());
+    let (assembled, error) = run_with(&backend, false).await;
+    assert!(error.is_none(), "{error:?}");
+    let (unassembled, error) = run_with(&backend, true).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(assembled, unassembled);
+
+    let cut = || sse(OK).with_chunking(Chunking::Every(7)).cut_after(20);
+    let server = ReplayServer::start([cut(), cut()]).await.unwrap();
+    let backend = toy(&server, RetryPolicy::none(), Timeouts::none());
+    let (events, error) = run_with(&backend, true).await;
+    let error = error.unwrap();
+    assert_eq!(error.kind, BackendErrorKind::Connection, "{error}");
+    assert_eq!(text(&events), "Hello");
+    assert!(
+        error.partial.is_none(),
+        "the caller has the partial message"
+    );
+    let (_, error) = run_with(&backend, false).await;
+    assert_eq!(error.unwrap().partial.unwrap().text_content(), "Hello");
+
+    let early = || sse("data: usage:7\n\ndata: fail:overloaded\n\n");
+    let server = ReplayServer::start([early(), early()]).await.unwrap();
+    let backend = toy(&server, RetryPolicy::none(), Timeouts::none());
+    for unassembled in [false, true] {
+        let (events, error) = run_with(&backend, unassembled).await;
+        assert!(events.is_empty(), "{events:?}");
+        let partial = error.unwrap().partial.unwrap();
+        assert_eq!(partial.usage.unwrap().output_tokens, Some(7));
+    }
+}
+
+// The idle timer is moved only when it fires (issue 16), to the end the last chunk set, or
+// to the deadline when that comes first: a steady stream whose chunks each come within the
+// idle limit still ends at its total timeout, to the second.
+#[tokio::test(start_paused = true)]
+async fn a_steady_stream_past_its_total_timeout_ends_at_the_deadline_exactly() {
+    let body = "data: a\n\ndata: b\n\ndata: c\n\ndata: d\n\ndata: DONE\n\n";
+    let steady = sse(body)
+        .with_chunking(Chunking::At(vec![9, 18, 27, 36]))
+        .with_chunk_delay(Duration::from_secs(4));
+    let server = ReplayServer::start([steady]).await.unwrap();
+    let limits = Timeouts::none()
+        .with_idle(Some(Duration::from_secs(5)))
+        .with_total(Some(Duration::from_secs(14)));
+    let backend = toy(&server, RetryPolicy::none(), limits);
+    let started = tokio::time::Instant::now();
+    let (events, error) = run(&backend).await;
+    let error = error.unwrap();
+    assert_eq!(text(&events), "abcd");
+    assert!(error.message.contains("total"), "{error}");
+    assert_eq!(started.elapsed(), Duration::from_secs(14));
+}
+
+// The idle limit counts the provider's silence, not the caller's: the wait for the next
+// chunk starts when the driver is polled for it, so a caller that takes longer than the idle
+// limit over each event does not time the call out.
+#[tokio::test(start_paused = true)]
+async fn a_caller_slow_to_read_is_not_a_silent_provider() {
+    let quick = sse(OK).with_chunking(Chunking::At(vec![13, 27]));
+    let server = ReplayServer::start([quick]).await.unwrap();
+    let idle = Timeouts::none().with_idle(Some(Duration::from_secs(5)));
+    let backend = toy(&server, RetryPolicy::none(), idle);
+    let request = request();
+    let mut stream = backend.stream(&request);
+    let mut events = Vec::new();
+    while let Some(item) = stream.next().await {
+        events.push(item.unwrap());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    assert_eq!(text(&events), "Hello world");
 }
