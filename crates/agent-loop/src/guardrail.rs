@@ -454,6 +454,22 @@ pub(crate) fn input_check<'o>(
     }))
 }
 
+/// Runs the options' input guardrails on the caller's new message (the last of `messages`,
+/// when it is the caller's), in order, as the loop does before a run's first model call: the
+/// first trip is the run's error ([`ErrorKind::GuardrailTripped`]). For a driver that makes
+/// the loop's decisions elsewhere (the Temporal worker checks a run's input once, before its
+/// first model call is scheduled).
+///
+/// # Errors
+///
+/// The trip of the first guardrail that does not pass.
+pub async fn check_input(options: &Options, messages: &[Message]) -> Result<(), AgentError> {
+    match input_check(options, messages) {
+        Some(check) => check.await,
+        None => Ok(()),
+    }
+}
+
 /// Whether input guardrails run beside the first model call.
 pub(crate) fn input_concurrent(options: &Options) -> bool {
     options.guardrails.concurrent_input

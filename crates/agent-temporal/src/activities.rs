@@ -112,6 +112,7 @@ impl AgentActivities {
             model_call_timeout_ms: millis(self.options.model_call_timeout, MODEL_CALL_TIMEOUT),
             tool_call_timeout_ms: millis(self.options.tool_timeout, TOOL_CALL_TIMEOUT),
             events: self.log.is_some(),
+            input_tripped: None,
         })
     }
 
@@ -334,7 +335,14 @@ impl AgentActivities {
         _ctx: ActivityContext,
         input: RunConfigInput,
     ) -> Result<RunConfig, ActivityError> {
-        self.config(&input.session).map_err(failure)
+        let mut config = self.config(&input.session).map_err(failure)?;
+        if let Some(text) = input.user {
+            let messages = [Message::User(agent_types::UserMessage::text(text))];
+            config.input_tripped = agent_loop::guardrail::check_input(&self.options, &messages)
+                .await
+                .err();
+        }
+        Ok(config)
     }
 
     /// One model call: the request the machine asked for, sent to the backend and assembled

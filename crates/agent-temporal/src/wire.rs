@@ -89,6 +89,10 @@ pub struct Carried {
 pub struct RunConfigInput {
     /// The session, `messages` left empty.
     pub session: Session,
+    /// The caller's new message, for the worker's input guardrails (none when the run
+    /// continues the session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// What the worker's options decide for a run, read once by the `run_config` activity and
@@ -107,6 +111,10 @@ pub struct RunConfig {
     /// own events only then, so a run without one has no `publish_events` markers.
     #[serde(default)]
     pub events: bool,
+    /// The trip of the worker's input guardrails on the caller's new message: the run ends
+    /// with it before any model call, as in process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tripped: Option<AgentError>,
 }
 
 /// How failed activities are retried (Temporal's retry policy, from the worker's settings:

@@ -212,7 +212,10 @@ impl AgentRun {
                 let config = ctx
                     .execute_activity(
                         AgentActivities::run_config,
-                        RunConfigInput { session: head },
+                        RunConfigInput {
+                            session: head,
+                            user: user.clone(),
+                        },
                         config_options(),
                     )
                     .await?;
@@ -276,7 +279,13 @@ impl AgentRun {
                     "there is nothing to send: the session has no messages and the input is empty",
                 )),
             }),
-            None => drive.step(Input::Start { approvals: None }),
+            None => match drive.config.input_tripped.take() {
+                // The worker's input guardrails refused the caller's message: no model call.
+                Some(error) => drive.step(Input::Failed {
+                    error: Box::new(error),
+                }),
+                None => drive.step(Input::Start { approvals: None }),
+            },
         };
         // Continue-as-new comes before a model call, once this run made one (so a tiny limit
         // cannot loop on runs that make none).

@@ -365,6 +365,56 @@ async fn a_structured_run_is_judged_and_retried_in_the_workflow_as_in_process() 
     assert_eq!(lines(&model_log), ["round 1", "round 2", "round 3"]);
 }
 
+/// The worker's input guardrails check the caller's new message before any model call, as
+/// the in-process loop does: a trip ends the run with `guardrail_tripped` and the model is
+/// never asked; a message that passes runs as usual. (Seen: once the workflow drove the
+/// machine, nothing ran the input checks on Temporal, and the message went to the model.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_input_guardrails_refuse_a_message_before_any_model_call() {
+    let Some(addr) = temporal_addr() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (tool_log, model_log) = (dir.path().join("tools.log"), dir.path().join("model.log"));
+    let queue = unique("input-guard");
+    let env = [("AGENTRY_TEMPORAL_INPUT_TRIP", "aubergine")];
+    let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
+    let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
+    let run = |id: &str, text: &str| {
+        agent_temporal::RunRequest::new(agent_loop::Session::with_id(id, "test-model"), text)
+    };
+    let handle = agent_temporal::start_run(
+        &client,
+        &queue,
+        &format!("{queue}-tripped"),
+        run("s-input-tripped", "What is (2 + 3) × 4, aubergine?"),
+    )
+    .await
+    .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    let error = outcome.error.expect("the input guardrail trips the run");
+    assert!(error.contains("no-word"), "{error}");
+    assert_eq!(outcome.status, agent_loop::SessionStatus::Error);
+    assert_eq!(outcome.model_calls, 0);
+    assert!(lines(&model_log).is_empty(), "the model was asked");
+
+    let handle = agent_temporal::start_run(
+        &client,
+        &queue,
+        &format!("{queue}-passed"),
+        run("s-input-passed", "What is (2 + 3) × 4?"),
+    )
+    .await
+    .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(outcome.error.is_none(), "{:?}", outcome.error);
+    assert_eq!(outcome.model_calls, 3);
+}
+
 /// A tool guardrail on Temporal decides as in a round of the in-process loop: the call it
 /// rewrote runs with the new arguments and its trace entry keeps the rewrite (the screening's
 /// decision, carried by the machine to `tool_call`), the call it denied never runs; same

@@ -362,6 +362,20 @@ pub(crate) fn worker_main() {
         if std::env::var_os("AGENTRY_TEMPORAL_GUARDRAIL").is_some() {
             options = options.with_guardrails(agent_loop::Guardrails::new().tool(ArithmeticRules));
         }
+        if let Ok(word) = std::env::var("AGENTRY_TEMPORAL_INPUT_TRIP") {
+            // An input guardrail refusing any message with `word` in it.
+            let rules = agent_loop::Guardrails::new().input_fn("no-word", move |check| {
+                let tripped = check.text.contains(&word);
+                async move {
+                    if tripped {
+                        agent_loop::Verdict::Trip("the message names a forbidden word".into())
+                    } else {
+                        agent_loop::Verdict::Pass
+                    }
+                }
+            });
+            options = options.with_guardrails(rules);
+        }
         if let Ok(max) = std::env::var("AGENTRY_TEMPORAL_MAX_ITERATIONS") {
             options.max_tool_iterations = max.parse().unwrap();
         }
