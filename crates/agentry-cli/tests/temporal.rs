@@ -60,61 +60,97 @@ impl Drop for Child {
     }
 }
 
-#[test]
-fn a_worker_serves_a_run_started_with_temporal() {
-    let Ok(addr) = std::env::var("AGENTRY_TEST_TEMPORAL_ADDR") else {
+/// The dev server's address and namespace, and PostgreSQL's URL when `events` asks for the
+/// live event log; `None` (the test skips) when a service is missing outside CI.
+fn services(events: bool) -> Option<(String, String, Option<String>)> {
+    let addr = std::env::var("AGENTRY_TEST_TEMPORAL_ADDR").ok();
+    let url = std::env::var("AGENTRY_TEST_POSTGRES_URL").ok();
+    let (Some(addr), true) = (addr, !events || url.is_some()) else {
         assert!(
             std::env::var_os("CI").is_none(),
-            "AGENTRY_TEST_TEMPORAL_ADDR is not set: CI must run `eval \"$(bash .ci/temporal.sh start)\"` first"
+            "the Temporal dev server (and, for live events, PostgreSQL) are required under CI: \
+             run `eval \"$(bash .ci/temporal.sh start)\"` and `.ci/postgres.sh` first"
         );
-        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR is not set");
-        return;
+        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR or AGENTRY_TEST_POSTGRES_URL is not set");
+        return None;
     };
     let namespace =
         std::env::var("AGENTRY_TEST_TEMPORAL_NAMESPACE").unwrap_or_else(|_| "default".into());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    Some((addr, namespace, url.filter(|_| events)))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
-        .unwrap();
-    let server = runtime.block_on(ReplayServer::start(cassettes())).unwrap();
-    let url = server.url();
-    let home = tempfile::tempdir().unwrap();
-    let queue = format!("cli-{}", std::process::id());
-    let model = [
+        .unwrap()
+}
+
+/// The flags of the recorded model at `url` with the calculator.
+fn model(url: &str) -> Vec<String> {
+    [
         "--provider",
         "openai",
         "--base-url",
-        &url,
+        url,
         "--model",
         "gpt-4.1-mini",
         "--tool",
         "calculator",
-    ];
-    let temporal = [
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The flags naming the dev server, the task queue and, when given, the event log.
+fn temporal(addr: &str, namespace: &str, queue: &str, events: Option<&str>) -> Vec<String> {
+    let mut flags = [
         "--temporal",
-        &addr,
+        addr,
         "--namespace",
-        &namespace,
+        namespace,
         "--task-queue",
-        &queue,
-    ];
-    let _worker = Child(
-        agentry(home.path())
-            .arg("worker")
-            .args(temporal)
-            .args(model)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+        queue,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if let Some(events) = events {
+        flags.extend(["--events".to_owned(), events.to_owned()]);
+    }
+    flags
+}
+
+/// `agentry worker` with `flags`, given half a second to start polling.
+fn worker(home: &Path, flags: &[&[String]], extra: &[&str]) -> Child {
+    let mut command = agentry(home);
+    command.arg("worker");
+    for group in flags {
+        command.args(*group);
+    }
+    let child = Child(command.args(extra).stdout(Stdio::null()).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(500));
+    child
+}
+
+#[test]
+fn a_worker_serves_a_run_started_with_temporal() {
+    let Some((addr, namespace, _)) = services(false) else {
+        return;
+    };
+    let runtime = runtime();
+    let server = runtime.block_on(ReplayServer::start(cassettes())).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let queue = format!("cli-{}", std::process::id());
+    let model = model(&server.url());
+    let temporal = temporal(&addr, &namespace, &queue, None);
+    let _worker = worker(home.path(), &[&temporal, &model], &[]);
     let workflow = format!("{queue}-run");
     let output = agentry(home.path())
         .arg("run")
-        .args(temporal)
+        .args(&temporal)
         .args(["--workflow", &workflow])
-        .args(model)
+        .args(&model)
         .arg("What is 2 + 3?")
         .output()
         .unwrap();
@@ -169,44 +205,12 @@ fn events_of(stdout: &str) -> Vec<Value> {
 /// calls, messages), without it the same answer on stdout and the same tool lines.
 #[test]
 fn run_with_live_events_prints_what_the_in_process_run_prints() {
-    let Ok(addr) = std::env::var("AGENTRY_TEST_TEMPORAL_ADDR") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "AGENTRY_TEST_TEMPORAL_ADDR is not set: CI must run `eval \"$(bash .ci/temporal.sh start)\"` first"
-        );
-        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR is not set");
+    let Some((addr, namespace, Some(events))) = services(true) else {
         return;
     };
-    let Ok(events) = std::env::var("AGENTRY_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "AGENTRY_TEST_POSTGRES_URL is not set under CI"
-        );
-        eprintln!("skipped: AGENTRY_TEST_POSTGRES_URL is not set");
-        return;
-    };
-    let namespace =
-        std::env::var("AGENTRY_TEST_TEMPORAL_NAMESPACE").unwrap_or_else(|_| "default".into());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let home = tempfile::tempdir().unwrap();
     let question = "What is (2 + 3) × 4?";
-    let model = |url: &str| {
-        [
-            "--provider",
-            "openai",
-            "--base-url",
-            url,
-            "--model",
-            "gpt-4.1-mini",
-            "--tool",
-            "calculator",
-        ]
-        .map(str::to_string)
-    };
     let in_process = |json: bool| {
         let server = runtime
             .block_on(ReplayServer::start(three_rounds()))
@@ -222,37 +226,19 @@ fn run_with_live_events_prints_what_the_in_process_run_prints() {
     };
 
     let queue = format!("tevents-cli-{}", std::process::id());
-    let temporal = [
-        "--temporal",
-        &addr,
-        "--namespace",
-        &namespace,
-        "--task-queue",
-        &queue,
-        "--events",
-        &events,
-    ];
+    let temporal = temporal(&addr, &namespace, &queue, Some(&events));
     for json in [true, false] {
         let local = in_process(json);
         // A worker per run, on its own recording of the same model.
         let server = runtime
             .block_on(ReplayServer::start(three_rounds()))
             .unwrap();
-        let _worker = Child(
-            agentry(home.path())
-                .arg("worker")
-                .args(temporal)
-                .args(model(&server.url()))
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        std::thread::sleep(Duration::from_millis(500));
+        let _worker = worker(home.path(), &[&temporal, &model(&server.url())], &[]);
         let workflow = format!("{queue}-{json}");
         let mut command = agentry(home.path());
         command
             .arg("run")
-            .args(temporal)
+            .args(&temporal)
             .args(["--workflow", &workflow])
             .args(model(&server.url()));
         if json {
@@ -285,65 +271,26 @@ fn run_with_live_events_prints_what_the_in_process_run_prints() {
 /// call's execution, the answer) as the in-process resume does.
 #[test]
 fn run_and_resume_with_live_events_across_an_approval() {
-    let (Ok(addr), Ok(events)) = (
-        std::env::var("AGENTRY_TEST_TEMPORAL_ADDR"),
-        std::env::var("AGENTRY_TEST_POSTGRES_URL"),
-    ) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the Temporal dev server and PostgreSQL are required under CI"
-        );
-        eprintln!("skipped: AGENTRY_TEST_TEMPORAL_ADDR or AGENTRY_TEST_POSTGRES_URL is not set");
+    let Some((addr, namespace, Some(events))) = services(true) else {
         return;
     };
-    let namespace =
-        std::env::var("AGENTRY_TEST_TEMPORAL_NAMESPACE").unwrap_or_else(|_| "default".into());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let server = runtime.block_on(ReplayServer::start(cassettes())).unwrap();
-    let url = server.url();
     let home = tempfile::tempdir().unwrap();
     let queue = format!("tevents-approve-{}", std::process::id());
-    let model = [
-        "--provider",
-        "openai",
-        "--base-url",
-        &url,
-        "--model",
-        "gpt-4.1-mini",
-        "--tool",
-        "calculator",
-    ];
-    let temporal = [
-        "--temporal",
-        &addr,
-        "--namespace",
-        &namespace,
-        "--task-queue",
-        &queue,
-        "--events",
-        &events,
-    ];
-    let _worker = Child(
-        agentry(home.path())
-            .arg("worker")
-            .args(temporal)
-            .args(model)
-            .args(["--require-approval", "calculator"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let model = model(&server.url());
+    let temporal = temporal(&addr, &namespace, &queue, Some(&events));
+    let _worker = worker(
+        home.path(),
+        &[&temporal, &model],
+        &["--require-approval", "calculator"],
     );
-    std::thread::sleep(Duration::from_millis(500));
     let workflow = format!("{queue}-run");
     let run = agentry(home.path())
         .arg("run")
-        .args(temporal)
+        .args(&temporal)
         .args(["--workflow", &workflow, "--json"])
-        .args(model)
+        .args(&model)
         .arg("What is 2 + 3?")
         .output()
         .unwrap();
@@ -367,7 +314,7 @@ fn run_and_resume_with_live_events_across_an_approval() {
 
     let resumed = agentry(home.path())
         .arg("resume")
-        .args(temporal)
+        .args(&temporal)
         .args(["--workflow", &workflow, "--approve", "all"])
         .output()
         .unwrap();
