@@ -87,8 +87,13 @@ fn fixture() -> &'static Fixture {
             });
             url
         });
+        // No connection pool for the cases either: a case the server answers before reading
+        // its body (a 401, a 413) has its connection closed, and a pooled client could send
+        // the next case on it before noticing (seen in CI: "no response: error sending
+        // request" for a case that passes on a connection of its own).
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(0)
             .build()
             .unwrap();
         let fresh = reqwest::Client::builder()
