@@ -6,8 +6,8 @@ use agent_loop::Session;
 use agent_temporal::{RunHandle, RunRequest};
 
 use crate::support::{
-    RoundModel, WorkerProcess, lines, namespace, options, temporal_addr, timeless, unique,
-    wait_until,
+    RoundModel, WorkerProcess, lines, namespace, options, outcome_within, temporal_addr, timeless,
+    unique, wait_until,
 };
 
 /// Test 1: a 3-round run on Temporal gives the same answer, trace and usage as the in-process
@@ -120,10 +120,7 @@ async fn a_killed_worker_is_replaced_and_completed_work_is_not_redone() {
     .await;
     first.kill();
     let _second = WorkerProcess::spawn(&queue, &tool_log, &model_log, slow);
-    let outcome = tokio::time::timeout(Duration::from_secs(120), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(120, &handle).await;
 
     assert_eq!(outcome.answer, "2 + 3 = 5, and 5 × 4 = 20.");
     let tools = lines(&tool_log);
@@ -183,10 +180,7 @@ async fn approval_and_remote_results_wait_across_a_worker_restart() {
                 .await
                 .unwrap();
         }
-        let outcome = tokio::time::timeout(Duration::from_secs(120), handle.outcome())
-            .await
-            .unwrap()
-            .unwrap();
+        let outcome = outcome_within(120, &handle).await;
         assert_eq!(outcome.answer, "2 + 3 = 5, and 5 × 4 = 20.");
         assert_eq!(lines(&model_log), ["round 1", "round 2", "round 3"]);
         let tools = lines(&tool_log);
@@ -300,10 +294,7 @@ async fn a_denied_call_is_refused_as_the_loop_refuses_it() {
         )])
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     let denial = "This call was not run: the user denied it: not now";
     assert_eq!(outcome.trace[1].error.as_deref(), Some(denial));
     let agent_types::Message::Tool(result) = &outcome.session.messages[4] else {
@@ -341,10 +332,7 @@ async fn a_run_continues_as_new_past_the_history_size() {
     let handle = agent_temporal::start_run(&client, &queue, &queue, request)
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     assert_eq!(outcome.continued, 2);
     assert_eq!(outcome.answer, local.message.text_content());
     assert_eq!(outcome.usage, local.usage);

@@ -11,8 +11,8 @@ use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOption
 
 use crate::durable::start;
 use crate::support::{
-    ArithmeticRules, RoundModel, WorkerProcess, lines, namespace, options, structured,
-    structured_turns, temporal_addr, timeless, unique,
+    ArithmeticRules, RoundModel, WorkerProcess, lines, namespace, options, outcome_within,
+    structured, structured_turns, temporal_addr, timeless, unique,
 };
 
 /// The activity types the history schedules, in order.
@@ -59,10 +59,7 @@ async fn each_round_is_one_model_call_and_a_budget_trip_is_decided_in_the_workfl
     let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
     let handle = start(&client, &queue, "s-budget").await;
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
 
     assert_eq!(outcome.status, agent_loop::SessionStatus::Error);
     let error = outcome.error.clone().unwrap();
@@ -118,10 +115,7 @@ async fn the_workflow_replays_its_history_deterministically() {
     let _worker = WorkerProcess::spawn(&queue, &tool_log, &model_log, Duration::ZERO);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
     let handle = start(&client, &queue, "s-replay").await;
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     assert_eq!(outcome.model_calls, 3);
     let events = history(&client, &queue).await;
     assert_eq!(
@@ -213,10 +207,7 @@ async fn the_activities_publish_the_runs_events_to_the_sink() {
     let _worker = WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
     let client = agent_temporal::connect(&addr, &namespace()).await.unwrap();
     let handle = start(&client, &queue, "s-events").await;
-    tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    outcome_within(60, &handle).await;
     let events = lines(&event_log);
     assert!(!events.is_empty());
     let prefix = format!("{queue} ");
@@ -253,10 +244,7 @@ async fn a_4xx_ends_the_run_at_once_and_a_5xx_is_retried_by_the_workers_settings
         let _worker =
             WorkerProcess::spawn_with(&queue, &tool_log, &model_log, Duration::ZERO, &env);
         let handle = start(&client, &queue, "s-fail").await;
-        let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-            .await
-            .unwrap()
-            .unwrap();
+        let outcome = outcome_within(60, &handle).await;
         assert_eq!(outcome.status, agent_loop::SessionStatus::Error, "{kind}");
         let error = outcome.error.clone().unwrap();
         let status = if kind == "server" { "503" } else { "400" };
@@ -301,10 +289,7 @@ async fn a_run_with_nothing_to_send_ends_before_any_model_call() {
     let handle = agent_temporal::start_run(&client, &queue, &queue, request)
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     assert_eq!(outcome.status, agent_loop::SessionStatus::Error);
     assert!(
         outcome
@@ -351,10 +336,7 @@ async fn a_structured_run_is_judged_and_retried_in_the_workflow_as_in_process() 
     let handle = agent_temporal::start_run(&client, &queue, &queue, request)
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     assert_eq!(outcome.error, None);
     assert_eq!(outcome.output, local.output);
     assert_eq!(outcome.answer, local.message.text_content());
@@ -389,10 +371,7 @@ async fn the_workers_input_guardrails_refuse_a_message_before_any_model_call() {
     )
     .await
     .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     let error = outcome.error.expect("the input guardrail trips the run");
     assert!(error.contains("no-word"), "{error}");
     assert_eq!(outcome.status, agent_loop::SessionStatus::Error);
@@ -407,10 +386,7 @@ async fn the_workers_input_guardrails_refuse_a_message_before_any_model_call() {
     )
     .await
     .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     assert!(outcome.error.is_none(), "{:?}", outcome.error);
     assert_eq!(outcome.model_calls, 3);
 }
@@ -456,10 +432,7 @@ async fn a_tool_guardrails_decisions_reach_the_trace_as_in_process() {
     let handle = agent_temporal::start_run(&client, &queue, &queue, request)
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     assert_eq!(actions(&outcome.trace), actions(&local.trace));
     assert_eq!(timeless(&outcome.trace), timeless(&local.trace));
     assert_eq!(outcome.session.messages, session.messages);
@@ -485,10 +458,7 @@ async fn continue_as_new_carries_the_machines_budgets() {
     let handle = agent_temporal::start_run(&client, &queue, &queue, request)
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.outcome())
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = outcome_within(60, &handle).await;
     assert_eq!(outcome.continued, 1);
     assert_eq!(outcome.model_calls, 2);
     let error = outcome.error.clone().unwrap();

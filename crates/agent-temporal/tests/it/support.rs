@@ -231,6 +231,17 @@ pub(crate) fn options(log: Option<PathBuf>, slow: Duration) -> Options {
 }
 
 /// The lines of a log file (none when it does not exist yet).
+/// The run's outcome, waited for at most `secs` seconds.
+pub(crate) async fn outcome_within(
+    secs: u64,
+    handle: &agent_temporal::RunHandle,
+) -> agent_temporal::RunOutcome {
+    tokio::time::timeout(Duration::from_secs(secs), handle.outcome())
+        .await
+        .unwrap_or_else(|_| panic!("the run did not end within {secs} s"))
+        .unwrap()
+}
+
 pub(crate) fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .map(|text| text.lines().map(str::to_string).collect())
