@@ -262,35 +262,13 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
     ) -> Result<Self, AgentError> {
         options.validate()?;
         session.check_input(&input)?;
-        let tools = effective_tools(options, session)?;
-        if !tools.is_empty() && !backend.capabilities().tools {
-            return Err(AgentError::config(format!(
-                "{} tool(s) are declared but this backend does not support tools; remove the \
-                 tools or use a backend that supports them",
-                tools.len()
-            )));
-        }
-        let strategy = match &options.output {
-            Some(spec) => Some(resolve_strategy(
-                spec,
-                options.output_strategy,
-                backend.capabilities(),
-                &tools,
-            )?),
-            None => None,
-        };
-        let policy = TruncationPolicy::new(options.tool_result_max_bytes)
-            .map_err(|error| AgentError::config(error.to_string()))?;
-        if options.max_cost_usd.is_some() && options.rate_card.price(&session.model).is_none() {
-            // Without a price every call would count as free and the budget could never trip.
-            return Err(AgentError::config(format!(
-                "a cost budget is set but the rate card has no price for model `{}`; add one \
-                 with `RateCard::with` or drop `max_cost_usd`",
-                session.model
-            )));
-        }
-
-        let approvals_possible = crate::approval::possible(options, &tools)?;
+        let Checked {
+            tools,
+            strategy,
+            policy,
+            approvals_possible,
+            screen_calls,
+        } = check_start(options, session, backend.capabilities())?;
         if session.messages.is_empty() && matches!(input, SessionInput::Continue) {
             return Err(AgentError::config(
                 "there is nothing to send: the session has no messages and the input is empty",
@@ -362,11 +340,6 @@ impl<'s, 'o, B: Backend + ?Sized> Run<'s, 'o, B> {
             })),
             _ => None,
         };
-        // Remote tools, approvals or tool guardrails: the round's calls are screened before
-        // it runs.
-        let screen_calls = approvals_possible
-            || options.guardrails.has_tool_guardrails()
-            || tools.iter().any(|tool| tool.is_remote());
         let config = crate::machine::Config::new(options, &session.model, strategy, screen_calls);
         let preamble_tokens = options
             .token_counter
@@ -1456,6 +1429,68 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// What a run's start decides from its options, session and backend, for the in-process
+/// driver and a durable one alike (`machine::setup`), so both refuse the same things.
+pub(crate) struct Checked<'o> {
+    /// The tools the run offers.
+    pub(crate) tools: Cow<'o, Registry>,
+    /// How a structured answer is asked for, with an output schema.
+    pub(crate) strategy: Option<OutputStrategy>,
+    /// How results are cut.
+    pub(crate) policy: TruncationPolicy,
+    /// Whether any call may wait for a person.
+    pub(crate) approvals_possible: bool,
+    /// Remote tools, approvals or tool guardrails: the round's calls are screened first.
+    pub(crate) screen_calls: bool,
+}
+
+/// The checks every run's start makes: the backend takes the tools, the output strategy
+/// resolves, the result cap is usable, a cost budget has a price, approvals are consistent.
+pub(crate) fn check_start<'o>(
+    options: &'o Options,
+    session: &Session,
+    capabilities: Capabilities,
+) -> Result<Checked<'o>, AgentError> {
+    let tools = effective_tools(options, session)?;
+    if !tools.is_empty() && !capabilities.tools {
+        return Err(AgentError::config(format!(
+            "{} tool(s) are declared but this backend does not support tools; remove the \
+             tools or use a backend that supports them",
+            tools.len()
+        )));
+    }
+    let strategy = match &options.output {
+        Some(spec) => Some(resolve_strategy(
+            spec,
+            options.output_strategy,
+            capabilities,
+            &tools,
+        )?),
+        None => None,
+    };
+    let policy = TruncationPolicy::new(options.tool_result_max_bytes)
+        .map_err(|error| AgentError::config(error.to_string()))?;
+    if options.max_cost_usd.is_some() && options.rate_card.price(&session.model).is_none() {
+        // Without a price every call would count as free and the budget could never trip.
+        return Err(AgentError::config(format!(
+            "a cost budget is set but the rate card has no price for model `{}`; add one \
+             with `RateCard::with` or drop `max_cost_usd`",
+            session.model
+        )));
+    }
+    let approvals_possible = crate::approval::possible(options, &tools)?;
+    let screen_calls = approvals_possible
+        || options.guardrails.has_tool_guardrails()
+        || tools.iter().any(|tool| tool.is_remote());
+    Ok(Checked {
+        tools,
+        strategy,
+        policy,
+        approvals_possible,
+        screen_calls,
+    })
 }
 
 /// The strategy `wanted` comes to on a backend with `capabilities`; an explicit strategy the

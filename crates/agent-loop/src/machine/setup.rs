@@ -2,7 +2,6 @@
 //! [`Config`] and the request every model call starts from, checked as the in-process driver
 //! checks them when a run starts, as plain serde data.
 
-use agent_tools::TruncationPolicy;
 use agent_types::{AgentError, Capabilities, ModelRequest};
 use serde::{Deserialize, Serialize};
 
@@ -63,36 +62,12 @@ pub fn setup(
             )));
         }
     }
-    let tools = crate::run::effective_tools(options, session)?;
-    if !tools.is_empty() && !capabilities.tools {
-        return Err(AgentError::config(format!(
-            "{} tool(s) are declared but this backend does not support tools; remove the \
-             tools or use a backend that supports them",
-            tools.len()
-        )));
-    }
-    let strategy = match &options.output {
-        Some(spec) => Some(crate::run::resolve_strategy(
-            spec,
-            options.output_strategy,
-            capabilities,
-            &tools,
-        )?),
-        None => None,
-    };
-    TruncationPolicy::new(options.tool_result_max_bytes)
-        .map_err(|error| AgentError::config(error.to_string()))?;
-    if options.max_cost_usd.is_some() && options.rate_card.price(&session.model).is_none() {
-        return Err(AgentError::config(format!(
-            "a cost budget is set but the rate card has no price for model `{}`; add one \
-             with `RateCard::with` or drop `max_cost_usd`",
-            session.model
-        )));
-    }
-    let approvals_possible = crate::approval::possible(options, &tools)?;
-    let screen_calls = approvals_possible
-        || options.guardrails.has_tool_guardrails()
-        || tools.iter().any(|tool| tool.is_remote());
+    let crate::run::Checked {
+        tools,
+        strategy,
+        screen_calls,
+        ..
+    } = crate::run::check_start(options, session, capabilities)?;
     let config = Config::new(options, &session.model, strategy, screen_calls);
     let mut request = ModelRequest {
         model: session.model.clone(),
