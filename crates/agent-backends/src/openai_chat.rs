@@ -78,6 +78,7 @@
 
 #[cfg(feature = "azure")]
 mod azure;
+mod chunk;
 mod decode;
 mod request;
 #[cfg(feature = "azure")]

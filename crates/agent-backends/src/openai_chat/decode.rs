@@ -7,6 +7,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use super::chunk::{self, ChunkParts};
 use crate::content::unrepresentable_output;
 use crate::http::driver::{Decoder, Frame};
 use crate::http::status::{ProviderError, clip, kind_for_status, str_field};
@@ -303,24 +304,26 @@ impl ChatDecoder {
     }
 
     fn chunk(&mut self, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
-        let chunk: Chunk<'_> = serde_json::from_str(data)
+        let mut chunk = ChunkParts::default();
+        chunk::parse(data, &mut chunk)
             .map_err(|error| malformed("a chat completion chunk", &error, data))?;
-        if let Some(error) = chunk.error.filter(|error| !error.is_null()) {
+        if let Some(error) = chunk.error.take().filter(|error| !error.is_null()) {
             return Err(in_band_error(&error, data));
         }
         if !self.started {
             self.start(
-                chunk.id.map(Cow::into_owned),
-                chunk.model.map(Cow::into_owned),
+                chunk.id.take().map(Cow::into_owned),
+                chunk.model.take().map(Cow::into_owned),
                 out,
             );
         }
-        for choice in chunk.choices.into_iter() {
-            if let Some(mut delta) = choice.delta {
+        for choice in chunk.choices() {
+            if choice.has_delta {
+                let delta = &mut choice.delta;
                 self.reasoning(delta.reasoning_content.take(), delta.reasoning.take(), out);
-                self.content(&mut delta, out)?;
-                self.refusal(delta.refusal, out);
-                for fragment in delta.tool_calls.into_iter().flatten() {
+                self.content(delta, out)?;
+                self.refusal(delta.refusal.take(), out);
+                for fragment in delta.tool_calls.take().into_iter().flatten() {
                     self.fragment(fragment, out);
                 }
             }
@@ -336,8 +339,9 @@ impl ChatDecoder {
         // Groq reported usage under `x_groq` before it supported `stream_options`.
         let usage = chunk
             .usage
+            .take()
             .map(|usage| *usage)
-            .or_else(|| chunk.x_groq.and_then(|x| x.usage));
+            .or_else(|| chunk.x_groq.take().and_then(|x| x.usage));
         self.usage(usage, out);
         Ok(())
     }
@@ -552,109 +556,18 @@ fn arguments_text(arguments: Value) -> String {
 
 /// A string field some servers fill with something else; anything but a string reads as
 /// absent rather than failing the whole chunk.
-fn lenient_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+pub(super) fn lenient_string<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
     Ok(match Option::<Value>::deserialize(deserializer)? {
         Some(Value::String(text)) => Some(text),
         _ => None,
     })
 }
 
-// Every chunk repeats the id and model, needed only from the first: borrowed, not copied.
 #[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    model: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    choices: Choices<'a>,
-    // Boxed: present in one chunk of a stream (or none), and serde moves the whole chunk
-    // several times per chunk while building it; inline they made it 456 bytes, boxed 288 (the
-    // `memmove` under the decoder in issue 16's profile).
-    usage: Option<Box<WireUsage>>,
-    x_groq: Option<Box<XGroq>>,
-    error: Option<Box<Value>>,
-}
-
-/// A chunk's choices with index 0 (the only ones read; the adapter never asks for `n > 1`),
-/// the first kept inline: a chunk has one choice, and a `Vec` for it was an allocation per
-/// chunk (issue 16).
-#[derive(Default)]
-struct Choices<'a> {
-    first: Option<ChunkChoice<'a>>,
-    more: Vec<ChunkChoice<'a>>,
-}
-
-impl<'a> IntoIterator for Choices<'a> {
-    type Item = ChunkChoice<'a>;
-    type IntoIter = std::iter::Chain<
-        std::option::IntoIter<ChunkChoice<'a>>,
-        std::vec::IntoIter<ChunkChoice<'a>>,
-    >;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.first.into_iter().chain(self.more)
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
-
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
-            type Value = Choices<'a>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a list of choices")
-            }
-
-            // `"choices": null` reads as no choices, as `Option<Vec<_>>` did.
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Choices<'a>, E> {
-                Ok(Choices::default())
-            }
-
-            fn visit_none<E: serde::de::Error>(self) -> Result<Choices<'a>, E> {
-                Ok(Choices::default())
-            }
-
-            fn visit_some<D: Deserializer<'de>>(self, inner: D) -> Result<Choices<'a>, D::Error> {
-                inner.deserialize_any(self)
-            }
-
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Choices<'a>, A::Error> {
-                let mut choices = Choices::default();
-                while let Some(choice) = seq.next_element::<ChunkChoice<'a>>()? {
-                    if choice.index.unwrap_or(0) != 0 {
-                        continue;
-                    }
-                    if choices.first.is_none() {
-                        choices.first = Some(choice);
-                    } else {
-                        choices.more.push(choice);
-                    }
-                }
-                Ok(choices)
-            }
-        }
-
-        deserializer.deserialize_option(Visit(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize)]
-struct XGroq {
-    usage: Option<WireUsage>,
-}
-
-#[derive(Deserialize)]
-struct ChunkChoice<'a> {
-    index: Option<u32>,
-    delta: Option<WireMessage>,
-    #[serde(borrow)]
-    finish_reason: Option<Cow<'a, str>>,
+pub(super) struct XGroq {
+    pub(super) usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
@@ -674,27 +587,27 @@ struct ResponseChoice {
 }
 
 /// A whole message or a streamed delta: the same fields.
-#[derive(Deserialize)]
-struct WireMessage {
-    content: Option<Content>,
+#[derive(Deserialize, Default)]
+pub(super) struct WireMessage {
+    pub(super) content: Option<Content>,
     #[serde(default, deserialize_with = "lenient_string")]
-    refusal: Option<String>,
+    pub(super) refusal: Option<String>,
     /// DeepSeek, vLLM (older versions), llama.cpp.
     #[serde(default, deserialize_with = "lenient_string")]
-    reasoning_content: Option<String>,
+    pub(super) reasoning_content: Option<String>,
     /// Groq, OpenRouter, vLLM (newer versions).
     #[serde(default, deserialize_with = "lenient_string")]
-    reasoning: Option<String>,
-    tool_calls: Option<Vec<ToolCallFragment>>,
+    pub(super) reasoning: Option<String>,
+    pub(super) tool_calls: Option<Vec<ToolCallFragment>>,
     /// Audio output (`modalities: ["audio"]`): refused, an assistant message has no audio.
-    audio: Option<IgnoredAny>,
+    pub(super) audio: Option<IgnoredAny>,
     /// Generated images (OpenRouter's image models): refused likewise.
-    images: Option<Vec<IgnoredAny>>,
+    pub(super) images: Option<Vec<IgnoredAny>>,
 }
 
 /// Message content: a string, or (some compatible servers) a list of typed parts; anything
 /// else is `Other`.
-enum Content {
+pub(super) enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
     Other(serde::de::IgnoredAny),
@@ -762,7 +675,7 @@ impl<'de> Deserialize<'de> for Content {
 }
 
 #[derive(Deserialize)]
-struct ContentPart {
+pub(super) struct ContentPart {
     #[serde(rename = "type")]
     kind: Option<String>,
     #[serde(default, deserialize_with = "lenient_string")]
@@ -773,7 +686,7 @@ struct ContentPart {
 }
 
 #[derive(Deserialize)]
-struct ToolCallFragment {
+pub(super) struct ToolCallFragment {
     index: Option<u32>,
     id: Option<String>,
     function: Option<FunctionFragment>,
@@ -786,7 +699,7 @@ struct FunctionFragment {
 }
 
 #[derive(Deserialize)]
-struct WireUsage {
+pub(super) struct WireUsage {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
     prompt_tokens_details: Option<PromptDetails>,
@@ -854,46 +767,12 @@ mod content_tests {
             assert!(matches!(read(other), Content::Other(_)), "{other}");
         }
         // A chunk around it still parses whole after an `Other`.
-        let chunk: Chunk<'_> = serde_json::from_str(
+        let mut chunk = ChunkParts::default();
+        chunk::parse(
             r#"{"id": "c", "choices": [{"index": 0, "delta": {"content": [1, {"b": 2}]}}], "model": "m"}"#,
+            &mut chunk,
         )
         .unwrap();
         assert_eq!(chunk.model.as_deref(), Some("m"));
-    }
-
-    // The choices are kept inline, not in a `Vec` per chunk (issue 16); what is read is what
-    // `Option<Vec<_>>` filtered to index 0 read.
-    #[test]
-    fn only_choices_with_index_zero_are_kept_and_null_is_none() {
-        let indexes = |json: &str| {
-            let chunk: Chunk<'_> = serde_json::from_str(json).unwrap();
-            chunk
-                .choices
-                .into_iter()
-                .map(|choice| choice.finish_reason.map(Cow::into_owned))
-                .collect::<Vec<_>>()
-        };
-        assert!(indexes(r#"{"choices": null}"#).is_empty());
-        assert!(indexes(r#"{"id": "c"}"#).is_empty());
-        assert!(indexes(r#"{"choices": []}"#).is_empty());
-        assert_eq!(
-            indexes(
-                r#"{"choices": [{"index": 1, "finish_reason": "a"}, {"index": 0, "finish_reason": "b"},
-                {"finish_reason": "c"}, {"index": 2}]}"#
-            ),
-            [Some("b".to_owned()), Some("c".to_owned())]
-        );
-        assert!(serde_json::from_str::<Chunk<'_>>(r#"{"choices": {"index": 0}}"#).is_err());
-    }
-}
-
-#[cfg(test)]
-mod size {
-    // Serde builds a chunk field by field and moves it whole several times per chunk (one
-    // per token): its rarely-present parts are boxed to keep it small (issue 16).
-    #[test]
-    fn a_chunk_stays_small_to_move() {
-        let size = std::mem::size_of::<super::Chunk<'_>>();
-        assert!(size <= 300, "a Chunk is {size} bytes");
     }
 }
