@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use agent_types::BackendError;
 
-use super::{OnEvent, find_eol};
+use super::find_eol;
 
 /// One dispatched event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,14 +43,16 @@ impl SseParser {
 
     /// Parses the next chunk of the body, calling `on_event` for every event it completes.
     ///
+    /// `on_event` is generic (an [`OnEvent`](super::OnEvent) trait object still fits) so that a decoder's
+    /// callback is inlined into the loop: it runs for every event of every stream (issue 16).
+    ///
     /// # Errors
     ///
     /// Whatever `on_event` returns; parsing stops there.
-    pub fn feed(
-        &mut self,
-        mut chunk: &[u8],
-        on_event: &mut OnEvent<'_>,
-    ) -> Result<(), BackendError> {
+    pub fn feed<F>(&mut self, mut chunk: &[u8], on_event: &mut F) -> Result<(), BackendError>
+    where
+        F: for<'x> FnMut(SseEvent<'x>) -> Result<(), BackendError> + ?Sized,
+    {
         if !self.started && !chunk.is_empty() {
             self.started = true;
             chunk = chunk.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(chunk);
@@ -105,7 +107,10 @@ impl SseParser {
     /// # Errors
     ///
     /// Whatever `on_event` returns.
-    pub fn finish(&mut self, on_event: &mut OnEvent<'_>) -> Result<(), BackendError> {
+    pub fn finish<F>(&mut self, on_event: &mut F) -> Result<(), BackendError>
+    where
+        F: for<'x> FnMut(SseEvent<'x>) -> Result<(), BackendError> + ?Sized,
+    {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.line_complete(&line, on_event)?;
@@ -113,11 +118,10 @@ impl SseParser {
         self.dispatch(on_event)
     }
 
-    fn line_complete(
-        &mut self,
-        line: &[u8],
-        on_event: &mut OnEvent<'_>,
-    ) -> Result<(), BackendError> {
+    fn line_complete<F>(&mut self, line: &[u8], on_event: &mut F) -> Result<(), BackendError>
+    where
+        F: for<'x> FnMut(SseEvent<'x>) -> Result<(), BackendError> + ?Sized,
+    {
         if line.is_empty() {
             return self.dispatch(on_event);
         }
@@ -149,7 +153,10 @@ impl SseParser {
         Ok(())
     }
 
-    fn dispatch(&mut self, on_event: &mut OnEvent<'_>) -> Result<(), BackendError> {
+    fn dispatch<F>(&mut self, on_event: &mut F) -> Result<(), BackendError>
+    where
+        F: for<'x> FnMut(SseEvent<'x>) -> Result<(), BackendError> + ?Sized,
+    {
         let result = if self.has_data {
             on_event(SseEvent {
                 event: &self.event,
