@@ -182,7 +182,7 @@ impl Decoder for WireDecoder {
         if !matches!(frame.event, "" | "message") {
             return Ok(());
         }
-        let data = frame.data.trim();
+        let data = crate::framing::trim_data(frame.data);
         if data.is_empty() || self.done {
             return Ok(());
         }

@@ -352,7 +352,7 @@ impl Decoder for ChatDecoder {
         if self.done {
             return Ok(());
         }
-        let data = frame.data.trim();
+        let data = crate::framing::trim_data(frame.data);
         match frame.event {
             // Groq (and proxies) report a failure as `event: error`.
             "error" => return Err(in_band_error_text(data)),

@@ -389,7 +389,7 @@ impl WireDecoder {
 
 impl Decoder for WireDecoder {
     fn frame(&mut self, frame: Frame<'_>, out: &mut Vec<StreamEvent>) -> Result<(), BackendError> {
-        let data = frame.data.trim();
+        let data = crate::framing::trim_data(frame.data);
         if self.finished || data.is_empty() || data == "[DONE]" {
             return Ok(());
         }
