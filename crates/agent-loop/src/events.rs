@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -128,6 +129,8 @@ pub struct EventStream<'a> {
     /// The waker the run is polled with (see [`Relay`]).
     relay: Arc<Relay>,
     relay_waker: Waker,
+    /// The consumer's waker as last handed to the relay.
+    consumer: Option<Waker>,
 }
 
 /// The waker the stream polls the run with, standing between the run and the consumer's
@@ -145,60 +148,49 @@ pub struct EventStream<'a> {
 /// provider's next chunk) and gets `Pending` without the whole run being polled for
 /// nothing, once per batch of events.
 struct Relay {
-    state: Mutex<RelayState>,
+    /// [`WOKEN`] and [`POLLING`]: the relay's state, without a lock, so that entering and
+    /// leaving a poll of the run and a wake during it are an atomic operation each.
+    flags: AtomicU8,
+    /// The consumer's waker, for a wake while the stream is not polling the run. Locked only
+    /// for such a wake and when the consumer's waker changes.
+    consumer: Mutex<Option<Waker>>,
 }
 
-struct RelayState {
-    consumer: Option<Waker>,
-    polling: bool,
-    /// Woken since the run's last poll began (so it has something to do); set at the start.
-    woken: bool,
-}
+/// Woken since the run's last poll began (so it has something to do); set at the start.
+const WOKEN: u8 = 1;
+/// The stream is polling the run: a wake is only noted.
+const POLLING: u8 = 2;
 
 impl Default for Relay {
     fn default() -> Self {
         Self {
-            state: Mutex::new(RelayState {
-                consumer: None,
-                polling: false,
-                woken: true,
-            }),
+            flags: AtomicU8::new(WOKEN),
+            consumer: Mutex::new(None),
         }
     }
 }
 
 impl Relay {
-    fn state(&self) -> MutexGuard<'_, RelayState> {
-        // Only flags and a waker behind it: a panic cannot leave it inconsistent.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Before polling the run for a consumer polling with `waker`: `false` when the run was
-    /// not woken since its last poll, so polling it again would only find it waiting (the
-    /// consumer's waker is kept for the wake that ends the wait).
-    fn enter(&self, waker: &Waker) -> bool {
-        let mut state = self.state();
-        if !state
-            .consumer
-            .as_ref()
-            .is_some_and(|consumer| consumer.will_wake(waker))
-        {
-            state.consumer = Some(waker.clone());
+    /// Before polling the run for a consumer polling with `waker` (`known` is the waker last
+    /// handed to the relay, kept by the stream so an unchanged one costs no lock): `false`
+    /// when the run was not woken since its last poll, so polling it again would only find
+    /// it waiting (the consumer's waker is kept for the wake that ends the wait).
+    fn enter(&self, known: &mut Option<Waker>, waker: &Waker) -> bool {
+        if !known.as_ref().is_some_and(|known| known.will_wake(waker)) {
+            *known = Some(waker.clone());
+            // Only a waker behind it: a panic cannot leave it inconsistent.
+            *self.consumer.lock().unwrap_or_else(PoisonError::into_inner) = Some(waker.clone());
         }
-        if !state.woken {
-            return false;
-        }
-        state.polling = true;
-        state.woken = false;
-        true
+        // Outside a poll the flags are `WOKEN` or nothing.
+        self.flags
+            .compare_exchange(WOKEN, POLLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// After polling the run: whether it was woken meanwhile (it stays marked woken, so the
     /// next poll polls it).
     fn leave(&self) -> bool {
-        let mut state = self.state();
-        state.polling = false;
-        state.woken
+        self.flags.fetch_and(!POLLING, Ordering::AcqRel) & WOKEN != 0
     }
 }
 
@@ -208,10 +200,8 @@ impl Wake for Relay {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let mut state = self.state();
-        state.woken = true;
-        if !state.polling
-            && let Some(consumer) = &state.consumer
+        if self.flags.fetch_or(WOKEN, Ordering::AcqRel) & POLLING == 0
+            && let Some(consumer) = &*self.consumer.lock().unwrap_or_else(PoisonError::into_inner)
         {
             consumer.wake_by_ref();
         }
@@ -236,6 +226,7 @@ impl<'a> EventStream<'a> {
             outcome: None,
             relay_waker: Waker::from(Arc::clone(&relay)),
             relay,
+            consumer: None,
         }
     }
 
@@ -250,8 +241,9 @@ impl<'a> EventStream<'a> {
             // must reach this task (which may not be the one that read the events).
             let relay = Arc::clone(&self.relay);
             let relay_waker = self.relay_waker.clone();
+            let mut known = self.consumer.take();
             let outcome = std::future::poll_fn(|cx| {
-                if !relay.enter(cx.waker()) {
+                if !relay.enter(&mut known, cx.waker()) {
                     return Poll::Pending;
                 }
                 let polled = run.as_mut().poll(&mut Context::from_waker(&relay_waker));
@@ -283,7 +275,7 @@ impl Stream for EventStream<'_> {
         let Some(run) = this.run.as_mut() else {
             return Poll::Ready(None);
         };
-        if !this.relay.enter(cx.waker()) {
+        if !this.relay.enter(&mut this.consumer, cx.waker()) {
             return Poll::Pending;
         }
         let polled = run
@@ -313,5 +305,53 @@ impl std::fmt::Debug for EventStream<'_> {
             .field("running", &self.run.is_some())
             .field("queued", &lock(&self.queue).len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    // The stream hands the relay the consumer's waker only when it changes (issue 16): a
+    // consumer that polls with a new waker is woken at that one when the run can go on.
+    #[test]
+    fn a_consumer_that_changes_its_waker_is_woken_at_the_new_one() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let opened = Arc::clone(&gate);
+        let mut stream = EventStream::new(move |emitter| async move {
+            emitter.queue(AgentEvent::TextDelta { delta: "a".into() });
+            opened.notified().await;
+            Err(AgentError::config("done"))
+        });
+        let first = Arc::new(Flag(AtomicBool::new(false)));
+        let second = Arc::new(Flag(AtomicBool::new(false)));
+        let first_waker = Waker::from(Arc::clone(&first));
+        let second_waker = Waker::from(Arc::clone(&second));
+        let mut stream = Pin::new(&mut stream);
+        let mut first_cx = Context::from_waker(&first_waker);
+        assert!(matches!(
+            stream.as_mut().poll_next(&mut first_cx),
+            Poll::Ready(Some(AgentEvent::TextDelta { .. }))
+        ));
+        assert!(stream.as_mut().poll_next(&mut first_cx).is_pending());
+        let mut second_cx = Context::from_waker(&second_waker);
+        assert!(stream.as_mut().poll_next(&mut second_cx).is_pending());
+        gate.notify_one();
+        assert!(second.0.load(Ordering::SeqCst));
+        assert!(!first.0.load(Ordering::SeqCst));
+        assert!(matches!(
+            stream.as_mut().poll_next(&mut second_cx),
+            Poll::Ready(None)
+        ));
     }
 }
