@@ -43,7 +43,7 @@ pub(crate) async fn bounded<F: Future>(
 /// re-registered its waker per chunk for a token that almost never fires. Here `cancelled`
 /// is polled with a waker of its own ([`Watch`]) that notes the wake and passes it on to the
 /// task: it is polled at the first poll and again only after that waker was woken. The
-/// task's waker is handed to the watch when it changes (`will_wake`), not at every poll.
+/// task's waker is handed to the watch when it changes (`same_waker`), not at every poll.
 struct Race<'a, F, C> {
     future: Pin<&'a mut F>,
     cancelled: Pin<&'a mut C>,
@@ -99,7 +99,7 @@ impl<F: Future, C: Future<Output = ()>> Future for Race<'_, F, C> {
         if !this
             .task
             .as_ref()
-            .is_some_and(|task| task.will_wake(cx.waker()))
+            .is_some_and(|task| crate::events::same_waker(task, cx.waker()))
         {
             this.watch.task.register(cx.waker());
             this.task = Some(cx.waker().clone());

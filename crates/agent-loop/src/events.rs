@@ -64,6 +64,16 @@ impl Emitter {
     }
 }
 
+/// Whether `a` and `b` wake the same task: [`Waker::will_wake`], or the same data and the
+/// same functions behind different vtable addresses. `will_wake` compares the vtables'
+/// addresses, and a waker's clone may carry a copy of its vtable at another address
+/// (tokio's `block_on` waker does in a release build: a clone never `will_wake` the
+/// original), so a waker kept to save its clone at every poll would be cloned at every poll
+/// all the same.
+pub(crate) fn same_waker(a: &Waker, b: &Waker) -> bool {
+    a.will_wake(b) || (a.data() == b.data() && a.vtable() == b.vtable())
+}
+
 fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<AgentEvent>> {
     // Only ever locked for a push or a pop; a panic cannot leave the deque inconsistent.
     queue.lock().unwrap_or_else(PoisonError::into_inner)
@@ -176,7 +186,7 @@ impl Relay {
     /// when the run was not woken since its last poll, so polling it again would only find
     /// it waiting (the consumer's waker is kept for the wake that ends the wait).
     fn enter(&self, known: &mut Option<Waker>, waker: &Waker) -> bool {
-        if !known.as_ref().is_some_and(|known| known.will_wake(waker)) {
+        if !known.as_ref().is_some_and(|known| same_waker(known, waker)) {
             *known = Some(waker.clone());
             // Only a waker behind it: a panic cannot leave it inconsistent.
             *self.consumer.lock().unwrap_or_else(PoisonError::into_inner) = Some(waker.clone());
@@ -320,6 +330,27 @@ mod tests {
         fn wake(self: Arc<Self>) {
             self.0.store(true, Ordering::SeqCst);
         }
+    }
+
+    // tokio's `block_on` waker and its clone are the same waker, which `will_wake` does not
+    // see (issue 16: the stream, the model call's race and the HTTP driver's timer keep a
+    // clone and compare it with the waker of each poll).
+    #[test]
+    fn a_clone_of_the_block_on_waker_is_the_same_waker() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (will_wake, same) = runtime.block_on(std::future::poll_fn(|cx| {
+            let clone = cx.waker().clone();
+            Poll::Ready((clone.will_wake(cx.waker()), same_waker(&clone, cx.waker())))
+        }));
+        assert!(same);
+        // In a release build (rustc 1.95, tokio 1.54) `will_wake` is false here: a clone
+        // carries a copy of the vtable at another address. A debug build may share one.
+        let _ = will_wake;
+        let other = Waker::from(Arc::new(Flag(AtomicBool::new(false))));
+        assert!(!same_waker(&other, &Waker::noop().clone()));
+        assert!(same_waker(&other, &other.clone()));
     }
 
     // The stream hands the relay the consumer's waker only when it changes (issue 16): a

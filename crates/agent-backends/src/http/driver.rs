@@ -532,7 +532,7 @@ impl BodyTimer {
             && self
                 .armed
                 .as_ref()
-                .is_some_and(|armed| armed.will_wake(cx.waker()))
+                .is_some_and(|armed| same_waker(armed, cx.waker()))
         {
             // Set, not fired, and it wakes this task: nothing to do until it fires.
             return Poll::Pending;
@@ -547,7 +547,7 @@ impl BodyTimer {
                 if !self
                     .armed
                     .as_ref()
-                    .is_some_and(|armed| armed.will_wake(cx.waker()))
+                    .is_some_and(|armed| same_waker(armed, cx.waker()))
                 {
                     self.armed = Some(cx.waker().clone());
                 }
@@ -560,6 +560,14 @@ impl BodyTimer {
             sleep.as_mut().reset(end);
         }
     }
+}
+
+/// Whether `a` and `b` wake the same task: [`Waker::will_wake`], or the same data and the
+/// same functions behind different vtable addresses (a clone of tokio's `block_on` waker
+/// carries a copy of its vtable, so `will_wake` alone would have the timer polled, and the
+/// waker cloned, at every wait of a call driven by `block_on`).
+fn same_waker(a: &Waker, b: &Waker) -> bool {
+    a.will_wake(b) || (a.data() == b.data() && a.vtable() == b.vtable())
 }
 
 /// How long to wait before retrying `error`, or `None` to give up.
