@@ -225,8 +225,11 @@ impl<'a, P: Protocol> Driver<'a, P> {
                 body.held.push(event);
                 continue;
             }
-            self.ready.extend(body.held.drain(..));
-            body.shown = true;
+            if !body.shown {
+                // Only ever filled before the first event shown: no drain per event after.
+                self.ready.extend(body.held.drain(..));
+                body.shown = true;
+            }
             body.finished = matches!(event, StreamEvent::Finish { .. });
             self.ready.push_back(event);
         }
