@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -61,6 +62,16 @@ impl Emitter {
             None => YieldOnce(true),
         }
     }
+}
+
+/// Whether `a` and `b` wake the same task: [`Waker::will_wake`], or the same data and the
+/// same functions behind different vtable addresses. `will_wake` compares the vtables'
+/// addresses, and a waker's clone may carry a copy of its vtable at another address
+/// (tokio's `block_on` waker does in a release build: a clone never `will_wake` the
+/// original), so a waker kept to save its clone at every poll would be cloned at every poll
+/// all the same.
+pub(crate) fn same_waker(a: &Waker, b: &Waker) -> bool {
+    a.will_wake(b) || (a.data() == b.data() && a.vtable() == b.vtable())
 }
 
 fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<AgentEvent>> {
@@ -128,6 +139,8 @@ pub struct EventStream<'a> {
     /// The waker the run is polled with (see [`Relay`]).
     relay: Arc<Relay>,
     relay_waker: Waker,
+    /// The consumer's waker as last handed to the relay.
+    consumer: Option<Waker>,
 }
 
 /// The waker the stream polls the run with, standing between the run and the consumer's
@@ -145,60 +158,49 @@ pub struct EventStream<'a> {
 /// provider's next chunk) and gets `Pending` without the whole run being polled for
 /// nothing, once per batch of events.
 struct Relay {
-    state: Mutex<RelayState>,
+    /// [`WOKEN`] and [`POLLING`]: the relay's state, without a lock, so that entering and
+    /// leaving a poll of the run and a wake during it are an atomic operation each.
+    flags: AtomicU8,
+    /// The consumer's waker, for a wake while the stream is not polling the run. Locked only
+    /// for such a wake and when the consumer's waker changes.
+    consumer: Mutex<Option<Waker>>,
 }
 
-struct RelayState {
-    consumer: Option<Waker>,
-    polling: bool,
-    /// Woken since the run's last poll began (so it has something to do); set at the start.
-    woken: bool,
-}
+/// Woken since the run's last poll began (so it has something to do); set at the start.
+const WOKEN: u8 = 1;
+/// The stream is polling the run: a wake is only noted.
+const POLLING: u8 = 2;
 
 impl Default for Relay {
     fn default() -> Self {
         Self {
-            state: Mutex::new(RelayState {
-                consumer: None,
-                polling: false,
-                woken: true,
-            }),
+            flags: AtomicU8::new(WOKEN),
+            consumer: Mutex::new(None),
         }
     }
 }
 
 impl Relay {
-    fn state(&self) -> MutexGuard<'_, RelayState> {
-        // Only flags and a waker behind it: a panic cannot leave it inconsistent.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Before polling the run for a consumer polling with `waker`: `false` when the run was
-    /// not woken since its last poll, so polling it again would only find it waiting (the
-    /// consumer's waker is kept for the wake that ends the wait).
-    fn enter(&self, waker: &Waker) -> bool {
-        let mut state = self.state();
-        if !state
-            .consumer
-            .as_ref()
-            .is_some_and(|consumer| consumer.will_wake(waker))
-        {
-            state.consumer = Some(waker.clone());
+    /// Before polling the run for a consumer polling with `waker` (`known` is the waker last
+    /// handed to the relay, kept by the stream so an unchanged one costs no lock): `false`
+    /// when the run was not woken since its last poll, so polling it again would only find
+    /// it waiting (the consumer's waker is kept for the wake that ends the wait).
+    fn enter(&self, known: &mut Option<Waker>, waker: &Waker) -> bool {
+        if !known.as_ref().is_some_and(|known| same_waker(known, waker)) {
+            *known = Some(waker.clone());
+            // Only a waker behind it: a panic cannot leave it inconsistent.
+            *self.consumer.lock().unwrap_or_else(PoisonError::into_inner) = Some(waker.clone());
         }
-        if !state.woken {
-            return false;
-        }
-        state.polling = true;
-        state.woken = false;
-        true
+        // Outside a poll the flags are `WOKEN` or nothing.
+        self.flags
+            .compare_exchange(WOKEN, POLLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// After polling the run: whether it was woken meanwhile (it stays marked woken, so the
     /// next poll polls it).
     fn leave(&self) -> bool {
-        let mut state = self.state();
-        state.polling = false;
-        state.woken
+        self.flags.fetch_and(!POLLING, Ordering::AcqRel) & WOKEN != 0
     }
 }
 
@@ -208,10 +210,8 @@ impl Wake for Relay {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let mut state = self.state();
-        state.woken = true;
-        if !state.polling
-            && let Some(consumer) = &state.consumer
+        if self.flags.fetch_or(WOKEN, Ordering::AcqRel) & POLLING == 0
+            && let Some(consumer) = &*self.consumer.lock().unwrap_or_else(PoisonError::into_inner)
         {
             consumer.wake_by_ref();
         }
@@ -236,6 +236,7 @@ impl<'a> EventStream<'a> {
             outcome: None,
             relay_waker: Waker::from(Arc::clone(&relay)),
             relay,
+            consumer: None,
         }
     }
 
@@ -250,8 +251,9 @@ impl<'a> EventStream<'a> {
             // must reach this task (which may not be the one that read the events).
             let relay = Arc::clone(&self.relay);
             let relay_waker = self.relay_waker.clone();
+            let mut known = self.consumer.take();
             let outcome = std::future::poll_fn(|cx| {
-                if !relay.enter(cx.waker()) {
+                if !relay.enter(&mut known, cx.waker()) {
                     return Poll::Pending;
                 }
                 let polled = run.as_mut().poll(&mut Context::from_waker(&relay_waker));
@@ -283,7 +285,7 @@ impl Stream for EventStream<'_> {
         let Some(run) = this.run.as_mut() else {
             return Poll::Ready(None);
         };
-        if !this.relay.enter(cx.waker()) {
+        if !this.relay.enter(&mut this.consumer, cx.waker()) {
             return Poll::Pending;
         }
         let polled = run
@@ -313,5 +315,74 @@ impl std::fmt::Debug for EventStream<'_> {
             .field("running", &self.run.is_some())
             .field("queued", &lock(&self.queue).len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    // tokio's `block_on` waker and its clone are the same waker, which `will_wake` does not
+    // see (issue 16: the stream, the model call's race and the HTTP driver's timer keep a
+    // clone and compare it with the waker of each poll).
+    #[test]
+    fn a_clone_of_the_block_on_waker_is_the_same_waker() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (will_wake, same) = runtime.block_on(std::future::poll_fn(|cx| {
+            let clone = cx.waker().clone();
+            Poll::Ready((clone.will_wake(cx.waker()), same_waker(&clone, cx.waker())))
+        }));
+        assert!(same);
+        // In a release build (rustc 1.95, tokio 1.54) `will_wake` is false here: a clone
+        // carries a copy of the vtable at another address. A debug build may share one.
+        let _ = will_wake;
+        let other = Waker::from(Arc::new(Flag(AtomicBool::new(false))));
+        assert!(!same_waker(&other, &Waker::noop().clone()));
+        assert!(same_waker(&other, &other.clone()));
+    }
+
+    // The stream hands the relay the consumer's waker only when it changes (issue 16): a
+    // consumer that polls with a new waker is woken at that one when the run can go on.
+    #[test]
+    fn a_consumer_that_changes_its_waker_is_woken_at_the_new_one() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let opened = Arc::clone(&gate);
+        let mut stream = EventStream::new(move |emitter| async move {
+            emitter.queue(AgentEvent::TextDelta { delta: "a".into() });
+            opened.notified().await;
+            Err(AgentError::config("done"))
+        });
+        let first = Arc::new(Flag(AtomicBool::new(false)));
+        let second = Arc::new(Flag(AtomicBool::new(false)));
+        let first_waker = Waker::from(Arc::clone(&first));
+        let second_waker = Waker::from(Arc::clone(&second));
+        let mut stream = Pin::new(&mut stream);
+        let mut first_cx = Context::from_waker(&first_waker);
+        assert!(matches!(
+            stream.as_mut().poll_next(&mut first_cx),
+            Poll::Ready(Some(AgentEvent::TextDelta { .. }))
+        ));
+        assert!(stream.as_mut().poll_next(&mut first_cx).is_pending());
+        let mut second_cx = Context::from_waker(&second_waker);
+        assert!(stream.as_mut().poll_next(&mut second_cx).is_pending());
+        gate.notify_one();
+        assert!(second.0.load(Ordering::SeqCst));
+        assert!(!first.0.load(Ordering::SeqCst));
+        assert!(matches!(
+            stream.as_mut().poll_next(&mut second_cx),
+            Poll::Ready(None)
+        ));
     }
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use agent_types::{
     BackendError, BackendErrorKind, BackendStream, Capabilities, MessageAssembler, ModelRequest,
@@ -225,8 +225,11 @@ impl<'a, P: Protocol> Driver<'a, P> {
                 body.held.push(event);
                 continue;
             }
-            self.ready.extend(body.held.drain(..));
-            body.shown = true;
+            if !body.shown {
+                // Only ever filled before the first event shown: no drain per event after.
+                self.ready.extend(body.held.drain(..));
+                body.shown = true;
+            }
             body.finished = matches!(event, StreamEvent::Finish { .. });
             self.ready.push_back(event);
         }
@@ -490,15 +493,23 @@ impl Limits {
 /// A fresh `timeout_at` per chunk (one per token) was a lock, a wheel insert and a wheel
 /// removal each time; moving one `Sleep` forward at every chunk (`Sleep::reset`) still cost
 /// a deadline computation and atomics per chunk. Here the one `Sleep` stays where it was set
-/// while chunks arrive: each chunk only notes the time its wait began, and when the `Sleep`
-/// fires the real end (that time plus the idle limit, or the deadline) is worked out: a
-/// timeout if it passed, else the `Sleep` moves to it. The idle limit counts from when the
-/// driver starts waiting for the next chunk, as before, not while the caller reads events.
+/// while chunks arrive: a wait notes the time it began, and when the `Sleep` fires the real
+/// end (that time plus the idle limit, or the deadline) is worked out: a timeout if it
+/// passed, else the `Sleep` moves to it. The idle limit counts from when the driver finds
+/// the body waiting for its next chunk, not while the caller reads events.
+///
+/// Nothing of the timer runs while the body has data: the clock is read when the body
+/// first returns `Pending` after a chunk (once per batch of chunks, not per chunk), and the
+/// `Sleep` is polled only when it may have fired or the task's waker changed: its
+/// registration stands until it fires, so polling it at every wait only re-registered the
+/// same waker.
 #[derive(Default)]
 struct BodyTimer {
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// When the wait for the next chunk began; `None` until the next poll of the body after
-    /// a chunk (or at the start).
+    /// The waker the `Sleep` was last polled with (and will wake when it fires).
+    armed: Option<Waker>,
+    /// When the wait for the next chunk began; `None` from a chunk until the body is next
+    /// found waiting.
     since: Option<Instant>,
 }
 
@@ -510,14 +521,24 @@ impl BodyTimer {
         limits: &Limits,
         body: Pin<&mut S>,
     ) -> Poll<Result<Option<S::Item>, BackendError>> {
-        if limits.idle.is_none() && limits.deadline.is_none() {
-            return body.poll_next(cx).map(Ok);
-        }
-        let since = *self.since.get_or_insert_with(Instant::now);
         if let Poll::Ready(item) = body.poll_next(cx) {
-            // The next wait starts at the next poll.
+            // The next wait starts when the body is next found waiting.
             self.since = None;
             return Poll::Ready(Ok(item));
+        }
+        if limits.idle.is_none() && limits.deadline.is_none() {
+            return Poll::Pending;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if let Some(sleep) = &self.sleep
+            && !sleep.is_elapsed()
+            && self
+                .armed
+                .as_ref()
+                .is_some_and(|armed| same_waker(armed, cx.waker()))
+        {
+            // Set, not fired, and it wakes this task: nothing to do until it fires.
+            return Poll::Pending;
         }
         let end = limits.end_from(since);
         let sleep = match &mut self.sleep {
@@ -526,6 +547,13 @@ impl BodyTimer {
         };
         loop {
             if sleep.as_mut().poll(cx).is_pending() {
+                if !self
+                    .armed
+                    .as_ref()
+                    .is_some_and(|armed| same_waker(armed, cx.waker()))
+                {
+                    self.armed = Some(cx.waker().clone());
+                }
                 return Poll::Pending;
             }
             // The `Sleep` fired at the end it was set to, which chunks since have moved.
@@ -535,6 +563,14 @@ impl BodyTimer {
             sleep.as_mut().reset(end);
         }
     }
+}
+
+/// Whether `a` and `b` wake the same task: [`Waker::will_wake`], or the same data and the
+/// same functions behind different vtable addresses (a clone of tokio's `block_on` waker
+/// carries a copy of its vtable, so `will_wake` alone would have the timer polled, and the
+/// waker cloned, at every wait of a call driven by `block_on`).
+fn same_waker(a: &Waker, b: &Waker) -> bool {
+    a.will_wake(b) || (a.data() == b.data() && a.vtable() == b.vtable())
 }
 
 /// How long to wait before retrying `error`, or `None` to give up.

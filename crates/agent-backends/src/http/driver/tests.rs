@@ -587,3 +587,51 @@ async fn a_caller_slow_to_read_is_not_a_silent_provider() {
     }
     assert_eq!(text(&events), "Hello world");
 }
+
+// The idle `Sleep` is polled only when it may have fired or the task's waker changed (issue
+// 16): a body polled by a new waker (the call moved to another task, say) still has its idle
+// timeout wake that waker, not only the one it first registered.
+#[tokio::test(start_paused = true)]
+async fn the_idle_timer_wakes_the_waker_the_body_was_last_polled_with() {
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let limits = super::Limits {
+        deadline: None,
+        idle: Some(Duration::from_secs(5)),
+    };
+    let mut timer = super::BodyTimer::default();
+    let mut body = futures_util::stream::pending::<()>();
+    let first = Arc::new(Flag(AtomicBool::new(false)));
+    let second = Arc::new(Flag(AtomicBool::new(false)));
+    let first_waker = Waker::from(Arc::clone(&first));
+    let second_waker = Waker::from(Arc::clone(&second));
+    for _ in 0..3 {
+        let mut cx = Context::from_waker(&first_waker);
+        assert!(
+            timer
+                .poll(&mut cx, &limits, Pin::new(&mut body))
+                .is_pending()
+        );
+    }
+    let mut cx = Context::from_waker(&second_waker);
+    assert!(
+        timer
+            .poll(&mut cx, &limits, Pin::new(&mut body))
+            .is_pending()
+    );
+    tokio::time::advance(Duration::from_secs(6)).await;
+    assert!(second.0.load(Ordering::SeqCst));
+    let Poll::Ready(Err(error)) = timer.poll(&mut cx, &limits, Pin::new(&mut body)) else {
+        panic!("the idle limit passed");
+    };
+    assert!(error.message.contains("idle"), "{error}");
+}
