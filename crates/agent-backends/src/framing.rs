@@ -38,6 +38,36 @@ mod sse;
 
 use agent_types::{BackendError, BackendErrorKind};
 
+/// The most bytes one frame may hold (an SSE event's data, an NDJSON line, a JSON array's
+/// element) before the parser refuses the stream: 64 MiB, the most the driver reads of a
+/// whole (non-streamed) body. A frame is buffered only while it is unfinished, so without a
+/// bound an upstream that never ends its line would grow the buffer without end.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+
+/// A parser's bound on one frame (see [`MAX_FRAME_BYTES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FrameLimit(usize);
+
+impl Default for FrameLimit {
+    fn default() -> Self {
+        Self(MAX_FRAME_BYTES)
+    }
+}
+
+impl FrameLimit {
+    /// Refuses a frame that would hold more than the limit once `more` bytes join the
+    /// `held` ones.
+    fn check(self, held: usize, more: usize, what: &str) -> Result<(), BackendError> {
+        if held.saturating_add(more) > self.0 {
+            return Err(malformed(format!(
+                "{what} is larger than {} bytes: the stream is refused rather than buffered",
+                self.0
+            )));
+        }
+        Ok(())
+    }
+}
+
 pub use eventstream::{
     EventStreamError, EventStreamMessage, EventStreamParser, HeaderValue, Headers, MAX_HEADERS,
     MAX_MESSAGE, OnMessage, decode_message, encode_message,

@@ -3,7 +3,7 @@
 
 use agent_types::BackendError;
 
-use super::{OnText, malformed};
+use super::{FrameLimit, OnText, malformed};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -34,6 +34,8 @@ pub struct JsonArrayParser {
     state: State,
     /// The unfinished element carried over from the previous chunk.
     element: Vec<u8>,
+    /// The most one element may hold.
+    limit: FrameLimit,
 }
 
 impl JsonArrayParser {
@@ -42,12 +44,21 @@ impl JsonArrayParser {
         Self::default()
     }
 
+    /// The most bytes one element may hold before [`feed`](Self::feed) refuses the stream;
+    /// [`MAX_FRAME_BYTES`](super::MAX_FRAME_BYTES) unless set.
+    #[must_use]
+    pub fn with_max_frame_bytes(mut self, max: usize) -> Self {
+        self.limit = FrameLimit(max);
+        self
+    }
+
     /// Parses the next chunk, calling `on_element` with the text of every complete element.
     ///
     /// # Errors
     ///
     /// A protocol error for text outside the elements that is not `[`, `,`, `]` or
-    /// whitespace, an element that is not UTF-8, or whatever `on_element` returns.
+    /// whitespace, an element that is not UTF-8 or larger than the frame limit, or whatever
+    /// `on_element` returns.
     pub fn feed(&mut self, chunk: &[u8], on_element: &mut OnText<'_>) -> Result<(), BackendError> {
         // Start of the element within this chunk, when it began here.
         let mut begin: Option<usize> = None;
@@ -98,6 +109,11 @@ impl JsonArrayParser {
                         let text = match begin.take() {
                             Some(start) => &chunk[start..=at],
                             None => {
+                                self.limit.check(
+                                    self.element.len(),
+                                    at + 1,
+                                    "a JSON array element",
+                                )?;
                                 self.element.extend_from_slice(&chunk[..=at]);
                                 &self.element[..]
                             }
@@ -122,6 +138,11 @@ impl JsonArrayParser {
         }
         if let State::Value { .. } = self.state {
             let start = begin.unwrap_or(0);
+            self.limit.check(
+                self.element.len(),
+                chunk.len() - start,
+                "a JSON array element",
+            )?;
             self.element.extend_from_slice(&chunk[start..]);
         }
         Ok(())
@@ -194,5 +215,30 @@ mod tests {
         assert!(cut.message.contains("cut off"), "{cut}");
         let scalar = parse(&[b"[1]"]).unwrap_err();
         assert!(scalar.message.contains("object or array"), "{scalar}");
+    }
+
+    #[test]
+    fn an_element_larger_than_the_frame_limit_is_refused() {
+        let feed = |chunks: &[&[u8]]| {
+            let mut parser = JsonArrayParser::new().with_max_frame_bytes(8);
+            let mut seen = 0;
+            let mut on = |_: &str| {
+                seen += 1;
+                Ok(())
+            };
+            for chunk in chunks {
+                parser.feed(chunk, &mut on)?;
+            }
+            parser.finish().map(|()| seen)
+        };
+        assert_eq!(feed(&[b"[{\"a\":1", b"}, {\"b\":1}]"]).unwrap(), 2);
+        let error = feed(&[b"[{\"a\":\"12", b"345678\"}]"]).unwrap_err();
+        assert_eq!(error.kind, agent_types::BackendErrorKind::Protocol);
+        assert!(
+            error.message.contains("element is larger than 8"),
+            "{}",
+            error.message
+        );
+        assert!(feed(&[b"[{\"a\":\"123456789"]).is_err());
     }
 }

@@ -2,7 +2,7 @@
 
 use agent_types::BackendError;
 
-use super::{OnText, malformed};
+use super::{FrameLimit, OnText, malformed};
 
 /// An incremental NDJSON line splitter.
 ///
@@ -11,6 +11,8 @@ use super::{OnText, malformed};
 #[derive(Debug, Default)]
 pub struct NdjsonParser {
     line: Vec<u8>,
+    /// The most one line may hold.
+    limit: FrameLimit,
 }
 
 impl NdjsonParser {
@@ -19,16 +21,26 @@ impl NdjsonParser {
         Self::default()
     }
 
+    /// The most bytes one line may hold before [`feed`](Self::feed) refuses the stream;
+    /// [`MAX_FRAME_BYTES`](super::MAX_FRAME_BYTES) unless set.
+    #[must_use]
+    pub fn with_max_frame_bytes(mut self, max: usize) -> Self {
+        self.limit = FrameLimit(max);
+        self
+    }
+
     /// Parses the next chunk, calling `on_line` for every complete, non-blank line.
     ///
     /// # Errors
     ///
-    /// A protocol error for a line that is not UTF-8, or whatever `on_line` returns.
+    /// A protocol error for a line that is not UTF-8 or larger than the frame limit, or
+    /// whatever `on_line` returns.
     pub fn feed(&mut self, mut chunk: &[u8], on_line: &mut OnText<'_>) -> Result<(), BackendError> {
         while let Some(eol) = memchr::memchr(b'\n', chunk) {
             if self.line.is_empty() {
                 emit(&chunk[..eol], on_line)?;
             } else {
+                self.limit.check(self.line.len(), eol, "an NDJSON line")?;
                 self.line.extend_from_slice(&chunk[..eol]);
                 let result = emit(&self.line, on_line);
                 self.line.clear();
@@ -36,6 +48,8 @@ impl NdjsonParser {
             }
             chunk = &chunk[eol + 1..];
         }
+        self.limit
+            .check(self.line.len(), chunk.len(), "an NDJSON line")?;
         self.line.extend_from_slice(chunk);
         Ok(())
     }
@@ -96,5 +110,30 @@ mod tests {
     fn a_line_that_is_not_utf8_is_an_error() {
         let error = parse(&[b"{\"a\":\"\xFF\"}\n"]).unwrap_err();
         assert!(error.message.contains("UTF-8"), "{error}");
+    }
+
+    #[test]
+    fn a_line_larger_than_the_frame_limit_is_refused() {
+        let feed = |chunks: &[&[u8]]| {
+            let mut parser = NdjsonParser::new().with_max_frame_bytes(8);
+            let mut seen = 0;
+            let mut on = |_: &str| {
+                seen += 1;
+                Ok(())
+            };
+            for chunk in chunks {
+                parser.feed(chunk, &mut on)?;
+            }
+            parser.finish(&mut on).map(|()| seen)
+        };
+        assert_eq!(feed(&[b"{\"a\":12}\n{\"b\"", b":1}\n"]).unwrap(), 2);
+        let error = feed(&[b"{\"a\":", b"123456789"]).unwrap_err();
+        assert_eq!(error.kind, agent_types::BackendErrorKind::Protocol);
+        assert!(
+            error.message.contains("NDJSON line is larger than 8"),
+            "{}",
+            error.message
+        );
+        assert!(feed(&[b"{\"a\":", b"1234}\n"]).is_err());
     }
 }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use agent_types::BackendError;
 
-use super::find_eol;
+use super::{FrameLimit, find_eol};
 
 /// One dispatched event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +33,23 @@ pub struct SseParser {
     skip_lf: bool,
     /// Bytes seen so far, to skip a BOM only at the very start.
     started: bool,
+    /// The most one event's lines and data may hold.
+    limit: FrameLimit,
 }
 
 impl SseParser {
     /// An empty parser.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The most bytes one event may hold (its unfinished line, or its data lines together)
+    /// before [`feed`](Self::feed) refuses the stream; [`MAX_FRAME_BYTES`](super::MAX_FRAME_BYTES)
+    /// unless set.
+    #[must_use]
+    pub fn with_max_frame_bytes(mut self, max: usize) -> Self {
+        self.limit = FrameLimit(max);
+        self
     }
 
     /// Parses the next chunk of the body, calling `on_event` for every event it completes.
@@ -48,7 +59,8 @@ impl SseParser {
     ///
     /// # Errors
     ///
-    /// Whatever `on_event` returns; parsing stops there.
+    /// A protocol error for an event larger than the frame limit, or whatever `on_event`
+    /// returns; parsing stops there.
     pub fn feed<F>(&mut self, mut chunk: &[u8], on_event: &mut F) -> Result<(), BackendError>
     where
         F: for<'x> FnMut(SseEvent<'x>) -> Result<(), BackendError> + ?Sized,
@@ -79,6 +91,8 @@ impl SseParser {
             } else if self.line.is_empty() {
                 self.line_complete(&chunk[..eol], on_event)?;
             } else {
+                self.limit
+                    .check(self.line.len(), eol, "a server-sent event's line")?;
                 self.line.extend_from_slice(&chunk[..eol]);
                 let line = std::mem::take(&mut self.line);
                 let result = self.line_complete(&line, on_event);
@@ -96,6 +110,8 @@ impl SseParser {
             }
             chunk = &chunk[next..];
         }
+        self.limit
+            .check(self.line.len(), chunk.len(), "a server-sent event's line")?;
         self.line.extend_from_slice(chunk);
         Ok(())
     }
@@ -138,6 +154,11 @@ impl SseParser {
         };
         match field {
             "data" => {
+                self.limit.check(
+                    self.data.len() + 1,
+                    value.len(),
+                    "a server-sent event's data",
+                )?;
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -278,5 +299,45 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(error.message, "stop");
+    }
+
+    // An event is buffered only while unfinished; one that outgrows the frame limit (a line
+    // that never ends, data lines piling up) stops the stream instead of growing the buffer.
+    #[test]
+    fn an_event_larger_than_the_frame_limit_is_refused() {
+        let feed = |chunks: &[&[u8]]| {
+            let mut parser = SseParser::new().with_max_frame_bytes(24);
+            let mut seen = 0;
+            let mut on = |_: SseEvent<'_>| {
+                seen += 1;
+                Ok(())
+            };
+            for chunk in chunks {
+                parser.feed(chunk, &mut on)?;
+            }
+            parser.finish(&mut on).map(|()| seen)
+        };
+        // Within the limit, split or whole: fine.
+        assert_eq!(feed(&[b"data: 0123456789abcdef\n\n"]).unwrap(), 1);
+        assert_eq!(feed(&[b"data: 01234567", b"89abcdef\n\n"]).unwrap(), 1);
+        // A line that goes on past it, across chunks.
+        for chunks in [
+            &[&b"data: 0123456789"[..], b"abcdefghij"][..],
+            &[&b"data: 0123456789abcdefghij"[..]][..],
+        ] {
+            let error = feed(chunks).unwrap_err();
+            assert_eq!(error.kind, agent_types::BackendErrorKind::Protocol);
+            assert!(
+                error.message.contains("line is larger than 24 bytes"),
+                "{}",
+                error.message
+            );
+        }
+        // Data lines that together pass it.
+        let error = feed(&[b"data: 0123456789\ndata: abcdefghijklmn\n\n"]).unwrap_err();
+        assert!(error.message.contains("event's data"), "{}", error.message);
+        // The limit is per event: many events at the limit pass.
+        let many = b"data: 0123456789abcdef\n\n".repeat(100);
+        assert_eq!(feed(&[&many[..7], &many[7..]]).unwrap(), 100);
     }
 }
