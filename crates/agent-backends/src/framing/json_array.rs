@@ -178,7 +178,13 @@ mod tests {
     use super::*;
 
     fn parse(chunks: &[&[u8]]) -> Result<Vec<String>, BackendError> {
-        let mut parser = JsonArrayParser::new();
+        parse_with(JsonArrayParser::new(), chunks)
+    }
+
+    fn parse_with(
+        mut parser: JsonArrayParser,
+        chunks: &[&[u8]],
+    ) -> Result<Vec<String>, BackendError> {
         let mut seen = Vec::new();
         for chunk in chunks {
             parser.feed(chunk, &mut |element| {
@@ -220,16 +226,8 @@ mod tests {
     #[test]
     fn an_element_larger_than_the_frame_limit_is_refused() {
         let feed = |chunks: &[&[u8]]| {
-            let mut parser = JsonArrayParser::new().with_max_frame_bytes(8);
-            let mut seen = 0;
-            let mut on = |_: &str| {
-                seen += 1;
-                Ok(())
-            };
-            for chunk in chunks {
-                parser.feed(chunk, &mut on)?;
-            }
-            parser.finish().map(|()| seen)
+            parse_with(JsonArrayParser::new().with_max_frame_bytes(8), chunks)
+                .map(|elements| elements.len())
         };
         assert_eq!(feed(&[b"[{\"a\":1", b"}, {\"b\":1}]"]).unwrap(), 2);
         let error = feed(&[b"[{\"a\":\"12", b"345678\"}]"]).unwrap_err();

@@ -80,7 +80,10 @@ mod tests {
     use super::*;
 
     fn parse(chunks: &[&[u8]]) -> Result<Vec<String>, BackendError> {
-        let mut parser = NdjsonParser::new();
+        parse_with(NdjsonParser::new(), chunks)
+    }
+
+    fn parse_with(mut parser: NdjsonParser, chunks: &[&[u8]]) -> Result<Vec<String>, BackendError> {
         let mut seen = Vec::new();
         let mut on = |line: &str| {
             seen.push(line.to_owned());
@@ -115,16 +118,7 @@ mod tests {
     #[test]
     fn a_line_larger_than_the_frame_limit_is_refused() {
         let feed = |chunks: &[&[u8]]| {
-            let mut parser = NdjsonParser::new().with_max_frame_bytes(8);
-            let mut seen = 0;
-            let mut on = |_: &str| {
-                seen += 1;
-                Ok(())
-            };
-            for chunk in chunks {
-                parser.feed(chunk, &mut on)?;
-            }
-            parser.finish(&mut on).map(|()| seen)
+            parse_with(NdjsonParser::new().with_max_frame_bytes(8), chunks).map(|lines| lines.len())
         };
         assert_eq!(feed(&[b"{\"a\":12}\n{\"b\"", b":1}\n"]).unwrap(), 2);
         let error = feed(&[b"{\"a\":", b"123456789"]).unwrap_err();

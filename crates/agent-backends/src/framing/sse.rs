@@ -213,17 +213,23 @@ mod tests {
     use super::*;
 
     fn parse(chunks: &[&[u8]]) -> Vec<(String, String)> {
-        let mut parser = SseParser::new();
+        parse_with(SseParser::new(), chunks).unwrap()
+    }
+
+    fn parse_with(
+        mut parser: SseParser,
+        chunks: &[&[u8]],
+    ) -> Result<Vec<(String, String)>, BackendError> {
         let mut seen = Vec::new();
         let mut on = |event: SseEvent<'_>| {
             seen.push((event.event.to_owned(), event.data.to_owned()));
             Ok(())
         };
         for chunk in chunks {
-            parser.feed(chunk, &mut on).unwrap();
+            parser.feed(chunk, &mut on)?;
         }
-        parser.finish(&mut on).unwrap();
-        seen
+        parser.finish(&mut on)?;
+        Ok(seen)
     }
 
     fn pair(event: &str, data: &str) -> (String, String) {
@@ -306,16 +312,7 @@ mod tests {
     #[test]
     fn an_event_larger_than_the_frame_limit_is_refused() {
         let feed = |chunks: &[&[u8]]| {
-            let mut parser = SseParser::new().with_max_frame_bytes(24);
-            let mut seen = 0;
-            let mut on = |_: SseEvent<'_>| {
-                seen += 1;
-                Ok(())
-            };
-            for chunk in chunks {
-                parser.feed(chunk, &mut on)?;
-            }
-            parser.finish(&mut on).map(|()| seen)
+            parse_with(SseParser::new().with_max_frame_bytes(24), chunks).map(|events| events.len())
         };
         // Within the limit, split or whole: fine.
         assert_eq!(feed(&[b"data: 0123456789abcdef\n\n"]).unwrap(), 1);
