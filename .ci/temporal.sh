@@ -17,7 +17,8 @@
 #
 # Settings (environment):
 #   AGENTRY_CI_TEMPORAL_VENV  the venv (default: $HOME/.cache/agentry-ci/venv-temporal)
-#   AGENTRY_CI_TEMPORAL_PORT  the frontend port (default: a free port from 57233 up)
+#   AGENTRY_CI_TEMPORAL_PORT  the frontend port (default: a free port from 57233 up; the next
+#                             one is tried when the server cannot bind it)
 #   AGENTRY_CI_RUN_ID         names the run's directory (default: the process id and the time)
 set -euo pipefail
 
@@ -46,19 +47,24 @@ port_taken() {
     (exec 9<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# A free port from 57233 up, offset by the run id so that parallel runs try different ones.
-# The dev server also opens an HTTP port and a metrics port: those are taken from above.
-free_port() {
+# The ports to try: the one asked for, else free ones from 57233 up, offset by the run id so
+# that parallel runs try different ones. The dev server also opens an HTTP port and a metrics
+# port: those are taken from above. "Free" means nothing listens there; a port can still be in
+# use as the local end of a connection (the range is inside Linux's ephemeral ports), which
+# only the server's bind finds out: `start` then moves on to the next one.
+candidate_ports() {
+    if [ -n "$PORT" ]; then
+        echo "$PORT"
+        return 0
+    fi
     local offset n port
     offset=$(($(printf '%s' "$RUN_ID" | cksum | cut -d' ' -f1) % 200))
     for n in $(seq 0 199); do
         port=$((57233 + 3 * ((offset + n) % 200)))
         if ! port_taken "$port" && ! port_taken $((port + 1)) && ! port_taken $((port + 2)); then
             echo "$port"
-            return 0
         fi
     done
-    return 1
 }
 
 install() {
@@ -112,38 +118,50 @@ install_protoc() {
 start() {
     install_protoc
     install
-    local dir="${HOME:-/root}/.cache/agentry-ci/temporal/$RUN_ID" port pid waited=0
+    local dir="${HOME:-/root}/.cache/agentry-ci/temporal/$RUN_ID" port pid waited tries=0
     rm -rf "$dir"
     mkdir -p "$dir"
-    port="${PORT:-$(free_port)}" || die "no free port found; set AGENTRY_CI_TEMPORAL_PORT"
-    log "starting the Temporal dev server on 127.0.0.1:$port (namespace $NAMESPACE, $dir)"
-    (
-        close_inherited_fds
-        exec setsid "$VENV/bin/temporal" server start-dev --headless --ip 127.0.0.1 \
-            --port "$port" --http-port $((port + 1)) --metrics-port $((port + 2)) \
-            --namespace "$NAMESPACE" --db-filename "$dir/temporal.db" \
-            --log-level warn </dev/null >"$dir/server.log" 2>&1
-    ) &
-    pid=$!
-    echo "$pid" >"$dir/pid"
-    # Ready when the namespace is served, not merely when the port is open.
-    until "$VENV/bin/temporal" operator namespace describe --address "127.0.0.1:$port" \
-        --namespace "$NAMESPACE" >/dev/null 2>&1; do
-        kill -0 "$pid" 2>/dev/null || {
-            tail -n 20 "$dir/server.log" >&2 || true
-            die "the dev server exited while starting"
-        }
-        waited=$((waited + 1))
-        [ "$waited" -le 120 ] || die "the dev server did not serve $NAMESPACE within 60 s"
-        sleep 0.5
-    done
-    log "the dev server is ready after $((waited / 2)) s"
-    {
-        echo "export AGENTRY_TEST_TEMPORAL_ADDR=127.0.0.1:$port"
-        echo "export AGENTRY_TEST_TEMPORAL_NAMESPACE=$NAMESPACE"
-        echo "export AGENTRY_TEST_TEMPORAL_PYTHON=$(printf '%q' "$VENV/bin/python")"
-        echo "export AGENTRY_CI_TEMPORAL_DIR=$(printf '%q' "$dir")"
-    } >&3
+    while read -r port; do
+        tries=$((tries + 1))
+        [ "$tries" -le 5 ] || break
+        rm -f "$dir"/temporal.db*
+        log "starting the Temporal dev server on 127.0.0.1:$port (namespace $NAMESPACE, $dir)"
+        (
+            close_inherited_fds
+            exec setsid "$VENV/bin/temporal" server start-dev --headless --ip 127.0.0.1 \
+                --port "$port" --http-port $((port + 1)) --metrics-port $((port + 2)) \
+                --namespace "$NAMESPACE" --db-filename "$dir/temporal.db" \
+                --log-level warn </dev/null >"$dir/server.log" 2>&1
+        ) &
+        pid=$!
+        echo "$pid" >"$dir/pid"
+        waited=0
+        # Ready when the namespace is served, not merely when the port is open.
+        until "$VENV/bin/temporal" operator namespace describe --address "127.0.0.1:$port" \
+            --namespace "$NAMESPACE" >/dev/null 2>&1; do
+            if ! kill -0 "$pid" 2>/dev/null; then
+                tail -n 20 "$dir/server.log" >&2 || true
+                # Seen in CI: a port nothing listened on was the local end of a connection.
+                if [ -z "$PORT" ] && grep -q "address already in use" "$dir/server.log"; then
+                    log "port $port or one above it is in use after all; trying the next"
+                    continue 2
+                fi
+                die "the dev server exited while starting"
+            fi
+            waited=$((waited + 1))
+            [ "$waited" -le 120 ] || die "the dev server did not serve $NAMESPACE within 60 s"
+            sleep 0.5
+        done
+        log "the dev server is ready after $((waited / 2)) s"
+        {
+            echo "export AGENTRY_TEST_TEMPORAL_ADDR=127.0.0.1:$port"
+            echo "export AGENTRY_TEST_TEMPORAL_NAMESPACE=$NAMESPACE"
+            echo "export AGENTRY_TEST_TEMPORAL_PYTHON=$(printf '%q' "$VENV/bin/python")"
+            echo "export AGENTRY_CI_TEMPORAL_DIR=$(printf '%q' "$dir")"
+        } >&3
+        return 0
+    done < <(candidate_ports)
+    die "no port the dev server could bind (tried $((tries > 5 ? 5 : tries))); set AGENTRY_CI_TEMPORAL_PORT"
 }
 
 stop() {
