@@ -99,7 +99,7 @@ impl<F: Future, C: Future<Output = ()>> Future for Race<'_, F, C> {
         if !this
             .task
             .as_ref()
-            .is_some_and(|task| crate::events::same_waker(task, cx.waker()))
+            .is_some_and(|task| agent_types::same_waker(task, cx.waker()))
         {
             this.watch.task.register(cx.waker());
             this.task = Some(cx.waker().clone());

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
-use agent_types::{AgentError, AgentEvent};
+use agent_types::{AgentError, AgentEvent, same_waker};
 use futures_core::Stream;
 
 use crate::result::GenerateResult;
@@ -62,16 +62,6 @@ impl Emitter {
             None => YieldOnce(true),
         }
     }
-}
-
-/// Whether `a` and `b` wake the same task: [`Waker::will_wake`], or the same data and the
-/// same functions behind different vtable addresses. `will_wake` compares the vtables'
-/// addresses, and a waker's clone may carry a copy of its vtable at another address
-/// (tokio's `block_on` waker does in a release build: a clone never `will_wake` the
-/// original), so a waker kept to save its clone at every poll would be cloned at every poll
-/// all the same.
-pub(crate) fn same_waker(a: &Waker, b: &Waker) -> bool {
-    a.will_wake(b) || (a.data() == b.data() && a.vtable() == b.vtable())
 }
 
 fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<AgentEvent>> {

@@ -67,6 +67,7 @@ mod stop;
 mod stream;
 mod trace;
 mod usage;
+mod waker;
 
 pub use assemble::MessageAssembler;
 pub use backend::{Backend, BackendStream, Capabilities};
@@ -90,3 +91,4 @@ pub use stop::StopReason;
 pub use stream::StreamEvent;
 pub use trace::TraceEntry;
 pub use usage::Usage;
+pub use waker::same_waker;

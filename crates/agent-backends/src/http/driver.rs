@@ -530,13 +530,11 @@ impl BodyTimer {
             return Poll::Pending;
         }
         let since = *self.since.get_or_insert_with(Instant::now);
-        if let Some(sleep) = &self.sleep
-            && !sleep.is_elapsed()
-            && self
-                .armed
-                .as_ref()
-                .is_some_and(|armed| same_waker(armed, cx.waker()))
-        {
+        let armed_here = self
+            .armed
+            .as_ref()
+            .is_some_and(|armed| agent_types::same_waker(armed, cx.waker()));
+        if armed_here && self.sleep.as_ref().is_some_and(|sleep| !sleep.is_elapsed()) {
             // Set, not fired, and it wakes this task: nothing to do until it fires.
             return Poll::Pending;
         }
@@ -547,11 +545,7 @@ impl BodyTimer {
         };
         loop {
             if sleep.as_mut().poll(cx).is_pending() {
-                if !self
-                    .armed
-                    .as_ref()
-                    .is_some_and(|armed| same_waker(armed, cx.waker()))
-                {
+                if !armed_here {
                     self.armed = Some(cx.waker().clone());
                 }
                 return Poll::Pending;
@@ -563,14 +557,6 @@ impl BodyTimer {
             sleep.as_mut().reset(end);
         }
     }
-}
-
-/// Whether `a` and `b` wake the same task: [`Waker::will_wake`], or the same data and the
-/// same functions behind different vtable addresses (a clone of tokio's `block_on` waker
-/// carries a copy of its vtable, so `will_wake` alone would have the timer polled, and the
-/// waker cloned, at every wait of a call driven by `block_on`).
-fn same_waker(a: &Waker, b: &Waker) -> bool {
-    a.will_wake(b) || (a.data() == b.data() && a.vtable() == b.vtable())
 }
 
 /// How long to wait before retrying `error`, or `None` to give up.
