@@ -72,7 +72,7 @@ const DELTA_FIELDS: &[&str] = &[
     "images",
 ];
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum ChunkField {
     Id,
@@ -85,7 +85,7 @@ enum ChunkField {
     Other,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum ChoiceField {
     Index,
@@ -95,7 +95,7 @@ enum ChoiceField {
     Other,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum DeltaField {
     Content,
@@ -110,14 +110,20 @@ enum DeltaField {
 }
 
 /// Fields seen so far in one object, to refuse a repeated one as the derived structs did.
+/// A field is its enum variant's position, which is its name's position in the object's
+/// `*_FIELDS` list (`field_lists_follow_the_enums` holds them together).
 #[derive(Default)]
 struct Seen(u16);
 
 impl Seen {
-    fn first<E: de::Error>(&mut self, bit: u8, name: &'static str) -> Result<(), E> {
-        let mask = 1 << bit;
+    fn first<E: de::Error>(
+        &mut self,
+        field: usize,
+        names: &'static [&'static str],
+    ) -> Result<(), E> {
+        let mask = 1 << field;
         if self.0 & mask != 0 {
-            return Err(E::duplicate_field(name));
+            return Err(E::duplicate_field(names[field]));
         }
         self.0 |= mask;
         Ok(())
@@ -137,29 +143,26 @@ impl<'de: 'a, 'a> Visitor<'de> for ChunkVisitor<'_, 'a> {
         let parts = self.0;
         let mut seen = Seen::default();
         while let Some(field) = map.next_key::<ChunkField>()? {
+            if field != ChunkField::Other {
+                seen.first(field as usize, CHUNK_FIELDS)?;
+            }
             match field {
                 ChunkField::Id => {
-                    seen.first(0, "id")?;
                     parts.id = map.next_value_seed(BorrowedText)?;
                 }
                 ChunkField::Model => {
-                    seen.first(1, "model")?;
                     parts.model = map.next_value_seed(BorrowedText)?;
                 }
                 ChunkField::Choices => {
-                    seen.first(2, "choices")?;
                     map.next_value_seed(ChoicesSeed(&mut *parts))?;
                 }
                 ChunkField::Usage => {
-                    seen.first(3, "usage")?;
                     parts.usage = map.next_value()?;
                 }
                 ChunkField::XGroq => {
-                    seen.first(4, "x_groq")?;
                     parts.x_groq = map.next_value()?;
                 }
                 ChunkField::Error => {
-                    seen.first(5, "error")?;
                     parts.error = map.next_value()?;
                 }
                 ChunkField::Other => {
@@ -294,17 +297,17 @@ impl<'de: 'a, 'a> Visitor<'de> for ChoiceSeed<'_, 'a> {
         let choice = self.0;
         let mut seen = Seen::default();
         while let Some(field) = map.next_key::<ChoiceField>()? {
+            if field != ChoiceField::Other {
+                seen.first(field as usize, CHOICE_FIELDS)?;
+            }
             match field {
                 ChoiceField::Index => {
-                    seen.first(0, "index")?;
                     choice.index = map.next_value()?;
                 }
                 ChoiceField::Delta => {
-                    seen.first(1, "delta")?;
                     choice.has_delta = map.next_value_seed(DeltaSeed(&mut choice.delta))?;
                 }
                 ChoiceField::FinishReason => {
-                    seen.first(2, "finish_reason")?;
                     choice.finish_reason = map.next_value_seed(BorrowedText)?;
                 }
                 ChoiceField::Other => {
@@ -351,33 +354,29 @@ impl<'de> Visitor<'de> for DeltaSeed<'_> {
         let delta = self.0;
         let mut seen = Seen::default();
         while let Some(field) = map.next_key::<DeltaField>()? {
+            if field != DeltaField::Other {
+                seen.first(field as usize, DELTA_FIELDS)?;
+            }
             match field {
                 DeltaField::Content => {
-                    seen.first(0, "content")?;
                     delta.content = map.next_value()?;
                 }
                 DeltaField::Refusal => {
-                    seen.first(1, "refusal")?;
                     delta.refusal = map.next_value_seed(Lenient)?;
                 }
                 DeltaField::ReasoningContent => {
-                    seen.first(2, "reasoning_content")?;
                     delta.reasoning_content = map.next_value_seed(Lenient)?;
                 }
                 DeltaField::Reasoning => {
-                    seen.first(3, "reasoning")?;
                     delta.reasoning = map.next_value_seed(Lenient)?;
                 }
                 DeltaField::ToolCalls => {
-                    seen.first(4, "tool_calls")?;
                     delta.tool_calls = map.next_value()?;
                 }
                 DeltaField::Audio => {
-                    seen.first(5, "audio")?;
                     delta.audio = map.next_value()?;
                 }
                 DeltaField::Images => {
-                    seen.first(6, "images")?;
                     delta.images = map.next_value()?;
                 }
                 DeltaField::Other => {
@@ -460,6 +459,40 @@ mod tests {
         assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
     }
 
+    // `Seen` names a repeated field by its variant's position in the list.
+    #[test]
+    fn field_lists_follow_the_enums() {
+        fn position<'de, T: Deserialize<'de>>(name: &'de str, index: fn(T) -> usize) -> usize {
+            index(
+                T::deserialize(serde::de::value::BorrowedStrDeserializer::<
+                    serde::de::value::Error,
+                >::new(name))
+                .unwrap(),
+            )
+        }
+        for (at, name) in CHUNK_FIELDS.iter().enumerate() {
+            assert_eq!(
+                position(name, |field: ChunkField| field as usize),
+                at,
+                "{name}"
+            );
+        }
+        for (at, name) in CHOICE_FIELDS.iter().enumerate() {
+            assert_eq!(
+                position(name, |field: ChoiceField| field as usize),
+                at,
+                "{name}"
+            );
+        }
+        for (at, name) in DELTA_FIELDS.iter().enumerate() {
+            assert_eq!(
+                position(name, |field: DeltaField| field as usize),
+                at,
+                "{name}"
+            );
+        }
+    }
+
     // Refused as the derived structs refused them.
     #[test]
     fn repeated_fields_and_wrong_types_are_errors() {
@@ -476,6 +509,24 @@ mod tests {
             r#"{"id": "a"} trailing"#,
         ] {
             assert!(read(bad).is_err(), "{bad}");
+        }
+        // A repeated field is named, at every level.
+        for (bad, name) in [
+            (r#"{"usage": null, "usage": null}"#, "usage"),
+            (
+                r#"{"choices": [{"finish_reason": null, "finish_reason": "stop"}]}"#,
+                "finish_reason",
+            ),
+            (
+                r#"{"choices": [{"delta": {"tool_calls": null, "tool_calls": []}}]}"#,
+                "tool_calls",
+            ),
+        ] {
+            let error = read(bad).err().unwrap().to_string();
+            assert!(
+                error.contains(&format!("duplicate field `{name}`")),
+                "{error}"
+            );
         }
     }
 }
