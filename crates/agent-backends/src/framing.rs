@@ -55,6 +55,14 @@ impl Default for FrameLimit {
 }
 
 impl FrameLimit {
+    /// Appends `more` to the unfinished frame in `buffer`, or refuses the frame when that
+    /// would take it past the limit: the one way the parsers grow a carried-over frame.
+    fn append(self, buffer: &mut Vec<u8>, more: &[u8], what: &str) -> Result<(), BackendError> {
+        self.check(buffer.len(), more.len(), what)?;
+        buffer.extend_from_slice(more);
+        Ok(())
+    }
+
     /// Refuses a frame that would hold more than the limit once `more` bytes join the
     /// `held` ones.
     fn check(self, held: usize, more: usize, what: &str) -> Result<(), BackendError> {

@@ -109,12 +109,11 @@ impl JsonArrayParser {
                         let text = match begin.take() {
                             Some(start) => &chunk[start..=at],
                             None => {
-                                self.limit.check(
-                                    self.element.len(),
-                                    at + 1,
+                                self.limit.append(
+                                    &mut self.element,
+                                    &chunk[..=at],
                                     "a JSON array element",
                                 )?;
-                                self.element.extend_from_slice(&chunk[..=at]);
                                 &self.element[..]
                             }
                         };
@@ -138,12 +137,8 @@ impl JsonArrayParser {
         }
         if let State::Value { .. } = self.state {
             let start = begin.unwrap_or(0);
-            self.limit.check(
-                self.element.len(),
-                chunk.len() - start,
-                "a JSON array element",
-            )?;
-            self.element.extend_from_slice(&chunk[start..]);
+            self.limit
+                .append(&mut self.element, &chunk[start..], "a JSON array element")?;
         }
         Ok(())
     }

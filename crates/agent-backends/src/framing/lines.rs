@@ -40,17 +40,15 @@ impl NdjsonParser {
             if self.line.is_empty() {
                 emit(&chunk[..eol], on_line)?;
             } else {
-                self.limit.check(self.line.len(), eol, "an NDJSON line")?;
-                self.line.extend_from_slice(&chunk[..eol]);
+                self.limit
+                    .append(&mut self.line, &chunk[..eol], "an NDJSON line")?;
                 let result = emit(&self.line, on_line);
                 self.line.clear();
                 result?;
             }
             chunk = &chunk[eol + 1..];
         }
-        self.limit
-            .check(self.line.len(), chunk.len(), "an NDJSON line")?;
-        self.line.extend_from_slice(chunk);
+        self.limit.append(&mut self.line, chunk, "an NDJSON line")?;
         Ok(())
     }
 

@@ -92,8 +92,7 @@ impl SseParser {
                 self.line_complete(&chunk[..eol], on_event)?;
             } else {
                 self.limit
-                    .check(self.line.len(), eol, "a server-sent event's line")?;
-                self.line.extend_from_slice(&chunk[..eol]);
+                    .append(&mut self.line, &chunk[..eol], "a server-sent event's line")?;
                 let line = std::mem::take(&mut self.line);
                 let result = self.line_complete(&line, on_event);
                 self.line = line;
@@ -111,8 +110,7 @@ impl SseParser {
             chunk = &chunk[next..];
         }
         self.limit
-            .check(self.line.len(), chunk.len(), "a server-sent event's line")?;
-        self.line.extend_from_slice(chunk);
+            .append(&mut self.line, chunk, "a server-sent event's line")?;
         Ok(())
     }
 
@@ -154,8 +152,9 @@ impl SseParser {
         };
         match field {
             "data" => {
+                // The `\n` joining it to the lines before counts too.
                 self.limit.check(
-                    self.data.len() + 1,
+                    self.data.len() + usize::from(self.has_data),
                     value.len(),
                     "a server-sent event's data",
                 )?;
@@ -330,6 +329,11 @@ mod tests {
                 error.message
             );
         }
+        // Data of exactly the limit, its blank line in the next chunk: fine.
+        assert_eq!(
+            feed(&[b"data: 0123456789abcdefghijklmn\n", b"\n"]).unwrap(),
+            1
+        );
         // Data lines that together pass it.
         let error = feed(&[b"data: 0123456789\ndata: abcdefghijklmn\n\n"]).unwrap_err();
         assert!(error.message.contains("event's data"), "{}", error.message);
