@@ -91,6 +91,8 @@
 
 #[cfg(feature = "providers")]
 mod api;
+#[cfg(any(feature = "openai", feature = "openai-responses"))]
+mod arguments_text;
 #[cfg(feature = "cloud-auth")]
 pub mod cloud;
 #[cfg(feature = "http")]

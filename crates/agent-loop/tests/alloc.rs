@@ -206,5 +206,10 @@ fn a_text_only_tool_round_allocates_no_more_than_before_content_blocks() {
 // already fail. Guardrail decisions (issue 23) took 11,598 B (the state-machine driver) to
 // 11,719 B: one pointer each in a call's job and its trace entry (boxed, `None` without
 // decisions), held in several layers of each call's future; the bound moved by that much.
-const MAX_EXTRA_ALLOCS: f64 = 53.0;
-const MAX_EXTRA_BYTES: f64 = 11_720.0;
+// A tool result's text starting at 128 bytes instead of growing from 8 (issue 16: a
+// 100-byte result took five allocations) made it 44.4 allocations and 11,943 B: two fewer
+// allocations per call (this test's results are about 30 bytes: 8, 16 and 32 before, 128
+// now) for 72 more bytes per call. Both bounds moved with it: the allocations' down to 5%
+// over today, the bytes' to today's.
+const MAX_EXTRA_ALLOCS: f64 = 47.0;
+const MAX_EXTRA_BYTES: f64 = 11_950.0;

@@ -210,6 +210,9 @@ fn cut(mut text: String, original_bytes: usize, policy: &TruncationPolicy) -> Tr
 }
 
 /// An [`io::Write`] that keeps the first `limit` bytes written and counts all of them.
+/// What [`truncate_result`]'s buffer starts with: most tool results are short objects.
+const FIRST_CAPACITY: usize = 128;
+
 struct Prefix {
     kept: Vec<u8>,
     limit: usize,
@@ -239,7 +242,9 @@ pub fn truncate_result(value: Value, policy: &TruncationPolicy) -> Truncated {
         other => other,
     };
     let mut prefix = Prefix {
-        kept: Vec::new(),
+        // serde_json writes a value in many small pieces: from empty, a 100-byte result
+        // grew through five allocations (8, 16, 32, 64, 128 bytes), one per tool call.
+        kept: Vec::with_capacity(policy.max_bytes.min(FIRST_CAPACITY)),
         limit: policy.max_bytes,
         total: 0,
     };

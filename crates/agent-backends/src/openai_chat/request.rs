@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::arguments_text::ArgumentsText;
 use crate::tools_json::ToolsJson;
 
 use crate::http::json_body;
@@ -367,13 +368,13 @@ fn assistant_message(message: &AssistantMessage, reasoning_in_history: bool) -> 
 }
 
 /// The argument text of a call as the model wrote it.
-fn arguments_text(call: &ToolCall) -> String {
+fn arguments_text(call: &ToolCall) -> ArgumentsText<'_> {
     match &call.arguments {
         // The model's text was not JSON: send back exactly what it wrote, so the tool error
         // that follows makes sense to it.
-        Value::String(raw) if call.invalid_arguments => raw.clone(),
-        Value::Null => "{}".to_owned(),
-        arguments => arguments.to_string(),
+        Value::String(raw) if call.invalid_arguments => ArgumentsText::Raw(raw),
+        Value::Null => ArgumentsText::Raw("{}"),
+        arguments => ArgumentsText::Json(arguments),
     }
 }
 
@@ -505,7 +506,7 @@ struct WireToolCall<'a> {
 #[derive(Serialize)]
 struct WireCall<'a> {
     name: &'a str,
-    arguments: String,
+    arguments: ArgumentsText<'a>,
 }
 
 #[derive(Serialize)]

@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::arguments_text::ArgumentsText;
 use crate::http::json_body;
 use crate::tools_json::ToolsJson;
 
@@ -230,7 +231,7 @@ enum Item<'a> {
     FunctionCall {
         call_id: &'a str,
         name: &'a str,
-        arguments: Cow<'a, str>,
+        arguments: ArgumentsText<'a>,
     },
     FunctionCallOutput {
         call_id: &'a str,
@@ -444,9 +445,9 @@ fn input(messages: &[Message], store: bool) -> Result<Vec<Item<'_>>, BackendErro
                             let arguments = match &call.arguments {
                                 // The model's own text, kept as it wrote it.
                                 Value::String(raw) if call.invalid_arguments => {
-                                    Cow::Borrowed(raw.as_str())
+                                    ArgumentsText::Raw(raw)
                                 }
-                                arguments => Cow::Owned(arguments.to_string()),
+                                arguments => ArgumentsText::Json(arguments),
                             };
                             items.push(Item::FunctionCall {
                                 call_id: call.id.as_str(),
