@@ -15,7 +15,10 @@
 //!
 //! - **A, throughput:** a fresh server, a warm-up, then all sessions at once: sessions/s
 //!   (= requests/s), model calls/s and tool rounds/s, and the time to the first event, which
-//!   in a burst like this is mostly the wait for the sessions admitted before.
+//!   in a burst like this is mostly the wait for the sessions admitted before. Then the same
+//!   burst against a floor server (the bench's third role, `AGENTRY_LOAD_ROLE=floor`): one
+//!   that accepts, reads and parses each request and answers at once, on the same runtime
+//!   and listener, so the burst's cost to any server on this machine is measured beside ours.
 //! - **B, memory:** a fresh server whose replay model waits before each streamed event, so
 //!   every stream is open at the same moment; the child's `VmRSS` is sampled every 50 ms, and
 //!   `VmHWM` minus the idle RSS, over the streams open at once, is the memory per open stream.
@@ -104,10 +107,10 @@ const USER: &str =
     "What's the weather in Lisbon and in Oslo right now, and how many degrees warmer is Lisbon?";
 
 fn main() {
-    if std::env::var(ROLE).as_deref() == Ok("server") {
-        server();
-    } else {
-        parent();
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => server(),
+        Ok("floor") => floor_server(),
+        _ => parent(),
     }
 }
 
@@ -230,6 +233,56 @@ fn server() {
     std::process::exit(0);
 }
 
+/// The burst's floor (phase A): a server that does only what any server must for a session
+/// (accept, read and parse the request with hyper and serde_json) and answers at once with
+/// a first event and the end, on the same runtime, listener backlog and loopback as
+/// [`server`]. The same burst against it is what 1,000 arrivals cost on this machine before
+/// any agent work: the client's connects, the kernel, the accept loop and HTTP.
+fn floor_server() {
+    const FIRST: &[u8] = b"data: {\"type\":\"session_start\"}\n\n";
+    const END: &[u8] = b"data: {\"type\":\"execute_complete\",\"status\":\"completed\"}\n\n";
+
+    async fn execute(body: bytes::Bytes) -> axum::response::Response {
+        if serde_json::from_slice::<Value>(&body).is_err() {
+            return axum::http::StatusCode::BAD_REQUEST.into_response();
+        }
+        let frames = futures_util::stream::iter([
+            Ok::<_, std::convert::Infallible>(bytes::Bytes::from_static(FIRST)),
+            Ok(bytes::Bytes::from_static(END)),
+        ]);
+        (
+            [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+            axum::body::Body::from_stream(frames),
+        )
+            .into_response()
+    }
+
+    use axum::response::IntoResponse;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let listener = agent_server::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        {
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{PORT_LINE}{port}").unwrap();
+            stdout.flush().unwrap();
+        }
+        // Leave when the parent closes our stdin, or at the deadline.
+        std::thread::spawn(|| {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            std::process::exit(0);
+        });
+        let app =
+            axum::Router::new().route("/v1/sessions/{id}/execute", axum::routing::post(execute));
+        let _ = tokio::time::timeout(CHILD_DEADLINE, axum::serve(listener, app)).await;
+    });
+    std::process::exit(0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The child process, from the parent's side
 
@@ -241,9 +294,18 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start(event_delay_ms: u64) -> Self {
+        Self::start_as("server", event_delay_ms)
+    }
+
+    /// The child in `role`: `server` (agentry) or `floor` ([`floor_server`]).
+    fn start_as(role: &str, event_delay_ms: u64) -> Self {
         let exe = std::env::current_exe().unwrap();
-        // A profiler to run the server under, e.g. `heaptrack` or `perf record -g --`.
-        let wrapper = std::env::var(WRAPPER_VAR).unwrap_or_default();
+        // A profiler to run the server under, e.g. `heaptrack` or `perf record -g --` (agentry's
+        // server only: the floor's would write over its output).
+        let wrapper = match role {
+            "server" => std::env::var(WRAPPER_VAR).unwrap_or_default(),
+            _ => String::new(),
+        };
         let mut words = wrapper.split_whitespace();
         let mut command = match words.next() {
             Some(program) => {
@@ -254,7 +316,7 @@ impl ServerProcess {
             None => Command::new(exe),
         };
         let mut child = command
-            .env(ROLE, "server")
+            .env(ROLE, role)
             .env(DELAY_VAR, event_delay_ms.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -919,8 +981,8 @@ fn print_latency(samples: &[Sample]) -> f64 {
     ms(first99)
 }
 
-/// Phase A; returns the burst's first-event p99 in ms.
-fn phase_a(client: &tokio::runtime::Runtime) -> Result<f64, String> {
+/// Phase A, then the same burst against the floor server.
+fn phase_a(client: &tokio::runtime::Runtime) -> Result<Burst, String> {
     let server = ServerProcess::start(0);
     let (port, pid) = (server.port, server.pid());
     let open = Arc::new(OpenStreams::default());
@@ -974,10 +1036,59 @@ fn phase_a(client: &tokio::runtime::Runtime) -> Result<f64, String> {
     println!("  (burst: every session arrives before most are served, so this is queueing)");
     let burst_p99 = print_latency(&run.samples);
     print_cpu(cpu, SESSIONS, run.wall);
-    Ok(burst_p99)
+    let floor_p99 = burst_floor(client)?;
+    Ok(Burst {
+        p99: burst_p99,
+        floor_p99,
+    })
 }
 
-fn phases_b_c(client: &tokio::runtime::Runtime, burst_p99: f64) -> Result<(), String> {
+/// The burst's first-event p99 in ms: agentry's, and the floor server's in the same run.
+#[derive(Debug, Clone, Copy)]
+struct Burst {
+    p99: f64,
+    floor_p99: f64,
+}
+
+/// The same warm-up and burst against [`floor_server`]; returns its first-event p99 in ms.
+fn burst_floor(client: &tokio::runtime::Runtime) -> Result<f64, String> {
+    let server = ServerProcess::start_as("floor", 0);
+    let port = server.port;
+    let open = Arc::new(OpenStreams::default());
+    let warm = client.block_on(batch(
+        port,
+        "warm",
+        WARM_UP,
+        Duration::ZERO,
+        &open,
+        Protocol::Execute,
+    ));
+    check("A (floor warm-up)", &warm)?;
+    let run = client.block_on(batch(
+        port,
+        "f",
+        SESSIONS,
+        Duration::ZERO,
+        &open,
+        Protocol::Execute,
+    ));
+    server.stop();
+    check("A (floor)", &run)?;
+    let (conn50, conn99) = spread(&run.samples, |s| s.connected);
+    let (first50, first99) = spread(&run.samples, |s| s.first_event);
+    println!(
+        "  the burst's floor, same client and burst against a server that only accepts, reads \
+         and parses the request and answers at once (hyper through axum, 2 workers): connected \
+         p50/p99 {:.1}/{:.1} ms, first event p50/p99 {:.1}/{:.1} ms",
+        ms(conn50),
+        ms(conn99),
+        ms(first50),
+        ms(first99),
+    );
+    Ok(ms(first99))
+}
+
+fn phases_b_c(client: &tokio::runtime::Runtime, burst: Burst) -> Result<(), String> {
     let server = ServerProcess::start(EVENT_DELAY_MS);
     let (port, pid) = (server.port, server.pid());
     let open = Arc::new(OpenStreams::default());
@@ -1095,6 +1206,10 @@ fn phases_b_c(client: &tokio::runtime::Runtime, burst_p99: f64) -> Result<(), St
     let steady_p99 = print_latency(&steady);
     print_cpu(cpu, 2 * SESSIONS, run.wall);
     // Issue 16: a burst should not cost a first event more than twice what steady load does.
+    let Burst {
+        p99: burst_p99,
+        floor_p99,
+    } = burst;
     let ratio = burst_p99 / steady_p99;
     println!(
         "  burst p99 first event / steady p99: {burst_p99:.1} / {steady_p99:.1} ms = {ratio:.2}x \
@@ -1104,6 +1219,19 @@ fn phases_b_c(client: &tokio::runtime::Runtime, burst_p99: f64) -> Result<(), St
         } else {
             "MISSED"
         }
+    );
+    // What the same burst costs a server that does no agent work: the part of the ratio no
+    // server on this machine could take off.
+    println!(
+        "  the floor server's burst p99 / steady p99: {floor_p99:.1} / {steady_p99:.1} ms = \
+         {:.2}x{}; agentry's burst p99 / the floor's: {:.2}x",
+        floor_p99 / steady_p99,
+        if floor_p99 / steady_p99 > TARGET_BURST_OVER_STEADY {
+            " (above the target before any agent work)"
+        } else {
+            ""
+        },
+        burst_p99 / floor_p99,
     );
     // Read by `cargo xtask bench` into its targets table.
     println!(
@@ -1226,11 +1354,11 @@ fn parent() {
     // `AGENTRY_LOAD_PHASES=D` runs the encoder comparison alone (letters of the phases).
     let phases = std::env::var(PHASES_VAR).unwrap_or_else(|_| "ABCD".into());
     let outcome: Result<(), String> = (|| {
-        // B and C compare their burst against phase A's steady p99: A runs whenever they do.
+        // C compares phase A's burst with its steady p99: A runs whenever B or C does.
         if phases.contains('A') || phases.contains('B') || phases.contains('C') {
-            let burst_p99 = phase_a(&client)?;
+            let burst = phase_a(&client)?;
             if phases.contains('B') || phases.contains('C') {
-                phases_b_c(&client, burst_p99)?;
+                phases_b_c(&client, burst)?;
             }
         }
         if phases.contains('D') {
