@@ -981,23 +981,26 @@ fn print_latency(samples: &[Sample]) -> f64 {
     ms(first99)
 }
 
-/// Phase A, then the same burst against the floor server.
-fn phase_a(client: &tokio::runtime::Runtime) -> Result<Burst, String> {
-    let server = ServerProcess::start(0);
-    let (port, pid) = (server.port, server.pid());
+/// Phase A's warm-up, then its burst of [`SESSIONS`] (with the server's and the client's CPU),
+/// against `server`; `label` names the phase in errors.
+fn warm_and_burst(
+    client: &tokio::runtime::Runtime,
+    server: &ServerProcess,
+    label: &str,
+) -> Result<(Batch, Option<(Duration, Duration)>), String> {
     let open = Arc::new(OpenStreams::default());
     let warm = client.block_on(batch(
-        port,
+        server.port,
         "warm",
         WARM_UP,
         Duration::ZERO,
         &open,
         Protocol::Execute,
     ));
-    check("A (warm-up)", &warm)?;
-    let (run, cpu) = with_cpu(pid, || {
+    check(&format!("{label} (warm-up)"), &warm)?;
+    let (run, cpu) = with_cpu(server.pid(), || {
         client.block_on(batch(
-            port,
+            server.port,
             "a",
             SESSIONS,
             Duration::ZERO,
@@ -1005,8 +1008,16 @@ fn phase_a(client: &tokio::runtime::Runtime) -> Result<Burst, String> {
             Protocol::Execute,
         ))
     });
+    check(label, &run)?;
+    Ok((run, cpu))
+}
+
+/// Phase A, then the same burst against the floor server.
+fn phase_a(client: &tokio::runtime::Runtime) -> Result<Burst, String> {
+    let server = ServerProcess::start(0);
+    let burst = warm_and_burst(client, &server, "A");
     server.stop();
-    check("A", &run)?;
+    let (run, cpu) = burst?;
 
     let per_s = SESSIONS as f64 / run.wall.as_secs_f64();
     let (model_calls, tool_rounds) = (per_s * MODEL_CALLS as f64, per_s * TOOL_ROUNDS as f64);
@@ -1053,27 +1064,9 @@ struct Burst {
 /// The same warm-up and burst against [`floor_server`]; returns its first-event p99 in ms.
 fn burst_floor(client: &tokio::runtime::Runtime) -> Result<f64, String> {
     let server = ServerProcess::start_as("floor", 0);
-    let port = server.port;
-    let open = Arc::new(OpenStreams::default());
-    let warm = client.block_on(batch(
-        port,
-        "warm",
-        WARM_UP,
-        Duration::ZERO,
-        &open,
-        Protocol::Execute,
-    ));
-    check("A (floor warm-up)", &warm)?;
-    let run = client.block_on(batch(
-        port,
-        "f",
-        SESSIONS,
-        Duration::ZERO,
-        &open,
-        Protocol::Execute,
-    ));
+    let burst = warm_and_burst(client, &server, "A (floor)");
     server.stop();
-    check("A (floor)", &run)?;
+    let (run, _) = burst?;
     let (conn50, conn99) = spread(&run.samples, |s| s.connected);
     let (first50, first99) = spread(&run.samples, |s| s.first_event);
     println!(
