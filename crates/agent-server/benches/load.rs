@@ -239,6 +239,8 @@ fn server() {
 /// [`server`]. The same burst against it is what 1,000 arrivals cost on this machine before
 /// any agent work: the client's connects, the kernel, the accept loop and HTTP.
 fn floor_server() {
+    use axum::response::IntoResponse;
+
     const FIRST: &[u8] = b"data: {\"type\":\"session_start\"}\n\n";
     const END: &[u8] = b"data: {\"type\":\"execute_complete\",\"status\":\"completed\"}\n\n";
 
@@ -257,7 +259,6 @@ fn floor_server() {
             .into_response()
     }
 
-    use axum::response::IntoResponse;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
