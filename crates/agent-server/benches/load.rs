@@ -180,11 +180,7 @@ fn server() {
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or(0);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = child_runtime();
     let dir = tempfile::tempdir().unwrap();
     runtime.block_on(async {
         let (upstream, [r1, r2, r3]) = demo(Provider::Anthropic);
@@ -198,15 +194,7 @@ fn server() {
             .build()
             .await
             .unwrap();
-        // As `agentry serve` binds: a backlog of 1024 (tokio's `bind` allows 128, which a
-        // burst of 1,000 connects overflows).
-        let listener = agent_server::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        {
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{PORT_LINE}{port}").unwrap();
-            stdout.flush().unwrap();
-        }
+        let listener = listen().await;
         // Serve until the parent closes our stdin (or exits), or the deadline.
         let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
         std::thread::spawn(move || {
@@ -231,6 +219,26 @@ fn server() {
     drop(dir);
     // The stdin thread may still be blocked: leave without waiting for it.
     std::process::exit(0);
+}
+
+/// A server child's runtime: two workers, as the targets assume.
+fn child_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Binds a loopback port as `agentry serve` binds (a backlog of 1024: tokio's `bind` allows
+/// 128, which a burst of 1,000 connects overflows) and tells the parent which one.
+async fn listen() -> tokio::net::TcpListener {
+    let listener = agent_server::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{PORT_LINE}{port}").unwrap();
+    stdout.flush().unwrap();
+    listener
 }
 
 /// The burst's floor (phase A): a server that does only what any server must for a session
@@ -259,19 +267,9 @@ fn floor_server() {
             .into_response()
     }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = child_runtime();
     runtime.block_on(async {
-        let listener = agent_server::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        {
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{PORT_LINE}{port}").unwrap();
-            stdout.flush().unwrap();
-        }
+        let listener = listen().await;
         // Leave when the parent closes our stdin, or at the deadline.
         std::thread::spawn(|| {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
